@@ -12,6 +12,7 @@ Conventions (used by every module of :mod:`hmm`):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -147,6 +148,21 @@ class HMM:
         batch = self.batch_shape
         S, p = self.num_states, self.num_tokens
         return HMM(self.initial.expand(*batch, S), self.transition.expand(*batch, S, S), self.emission.expand(*batch, S, p))
+
+    @cached_property
+    def inverse_cdf_tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Row-wise CDFs on the CPU for inverse-CDF sampling, computed once per HMM object:
+        ``initial (B, S)``, ``transition (B*S, S)``, ``emission (B*S, p)`` with ``B`` the
+        flattened batch. The last entry of every row is set to exactly 1 so that a draw
+        ``u in [0, 1)`` always lands on a valid index despite rounding of the cumulative sum."""
+        full = self.expand()
+        S, p = self.num_states, self.num_tokens
+        tables = []
+        for tensor, width in ((full.initial, S), (full.transition, S), (full.emission, p)):
+            cdf = tensor.detach().cpu().reshape(-1, width).cumsum(-1)
+            cdf[:, -1] = 1.0
+            tables.append(cdf)
+        return tuple(tables)
 
     def __getitem__(self, index) -> "HMM":
         """Index the model batch, e.g. ``mixture[3]`` or ``mixture[:16]``."""

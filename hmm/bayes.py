@@ -1,0 +1,106 @@
+"""The Bayes-optimal predictor of a mixture of HMMs on in-context prompts.
+
+For a prompt ``x_1..x_N`` (delimiter = token ``p``) and tasks ``k`` with weights ``pi_k``::
+
+    log w_k(t) = log pi_k + sum_{u <= t, x_u != p} log P_k(x_u | segment prefix before u)
+    P(x_{t+1} = o | x_<=t) = sum_k softmax_k(log w_k(t)) P_k(o | current segment prefix x_<=t)
+
+A delimiter contributes no likelihood and restarts the chain: the next predicted belief is
+``initial_k``. Row t of the result is the distribution of the *HMM token* following position t:
+where the prompt format puts a delimiter next, that row is the HMM's continuation (the delimiter
+itself is deterministic and is excluded from every metric).
+
+Memory is bounded by processing tasks in chunks and merging chunks with an online log-sum-exp:
+with ``m`` a running max of ``log w``, the numerator ``sum_k e^{log w_k - m} P_k`` and the
+denominator ``sum_k e^{log w_k - m}`` are rescaled by ``e^{m_old - m_new}`` whenever ``m`` grows.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from hmm.model import check_tokens
+from hmm.prompts import Mixture
+
+DEFAULT_CHUNK_BYTES = 64 << 20
+"""Bytes of per-chunk state (beliefs, predictions) for :func:`bayes_predictive`."""
+
+
+class BayesPrediction(NamedTuple):
+    next_token: torch.Tensor
+    """``(B, N, p)``: row t is the mixture's ``P(next HMM token | prompt[:t+1])``."""
+    task_log_posterior: torch.Tensor
+    """``(B, K)``: ``log P(task = k | whole prompt)``."""
+
+
+def _chunk_size(num_prompts: int, num_states: int, num_tokens: int, itemsize: int, chunk_bytes: int) -> int:
+    per_task = itemsize * (num_states * (num_states + num_tokens) + num_prompts * (3 * num_states + 2 * num_tokens))
+    return max(1, chunk_bytes // per_task)
+
+
+def bayes_predictive(mixture: Mixture, tokens, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> BayesPrediction:
+    """Exact posterior-predictive of ``mixture`` at every position of every prompt.
+
+    Args:
+        mixture: K HMMs and their weights.
+        tokens: ``(B, N)`` prompts, tokens ``0..p`` with ``p`` the delimiter.
+        chunk_bytes: memory budget of one chunk of tasks (results do not depend on it).
+
+    Raises ``ValueError`` for invalid tokens and for a prompt that no task can emit.
+    """
+    model = mixture.hmm
+    tokens = check_tokens(tokens, model.num_tokens, "tokens", allow_delimiter=True).to(model.device)
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens: shape {tuple(tokens.shape)}; expected (B, N)")
+    B, N = tokens.shape
+    K, S, p = mixture.num_tasks, model.num_states, model.num_tokens
+    dtype, device = model.dtype, model.device
+    is_delimiter = tokens == p
+    safe_tokens = tokens.masked_fill(is_delimiter, 0)
+    log_weights = mixture.weights.log()
+
+    running_max = torch.full((B, N), -torch.inf, dtype=dtype, device=device)
+    numerator = torch.zeros(B, N, p, dtype=dtype, device=device)
+    denominator = torch.zeros(B, N, dtype=dtype, device=device)
+    task_log_weight = torch.empty(B, K, dtype=dtype, device=device)
+
+    chunk = _chunk_size(B, S, p, model.transition.element_size(), chunk_bytes)
+    for start in range(0, K, chunk):
+        sl = slice(start, min(start + chunk, K))
+        transition = model.transition[sl].contiguous()
+        emission = model.emission[sl].contiguous()
+        emission_by_token = emission.transpose(1, 2).contiguous()  # (c, p, S)
+        initial = model.initial[sl][:, None, :]  # (c, 1, S)
+        c = transition.shape[0]
+        predicted = initial.expand(c, B, S)
+        log_weight = log_weights[sl][:, None].expand(c, B).clone()
+        for t in range(N):
+            delimiter_now = is_delimiter[:, t]
+            likelihood = emission_by_token[:, safe_tokens[:, t], :]  # (c, B, S)
+            joint = predicted * likelihood
+            normalizer = joint.sum(-1)
+            possible = normalizer > 0
+            filtered = torch.where(possible[..., None], joint / normalizer.clamp_min(torch.finfo(dtype).tiny)[..., None], predicted)
+            log_weight = log_weight + torch.where(delimiter_now, 0.0, normalizer.log())
+            predicted = torch.where(delimiter_now[None, :, None], initial, torch.bmm(filtered, transition))
+            prediction = torch.bmm(predicted, emission)  # (c, B, p)
+            chunk_max = log_weight.amax(0)  # (B,)
+            new_max = torch.maximum(running_max[:, t], chunk_max)
+            # A prompt no task seen so far can emit has new_max = -inf; shifting by 0 then keeps
+            # every weight at exactly 0 instead of producing exp(-inf + inf) = NaN.
+            shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)
+            scale_old = (running_max[:, t] - shift).exp()
+            chunk_weight = (log_weight - shift[None, :]).exp()  # (c, B)
+            numerator[:, t] = numerator[:, t] * scale_old[:, None] + torch.einsum("cb,cbp->bp", chunk_weight, prediction)
+            denominator[:, t] = denominator[:, t] * scale_old + chunk_weight.sum(0)
+            running_max[:, t] = new_max
+        task_log_weight[:, sl] = log_weight.transpose(0, 1)
+
+    impossible = torch.isneginf(running_max)
+    if bool(impossible.any()):
+        b, t = (int(i) for i in impossible.nonzero()[0])
+        raise ValueError(f"tokens: prompt {b} up to position {t} has probability 0 under every task; expected a prompt the mixture can emit")
+    next_token = numerator / denominator[..., None]
+    task_log_posterior = task_log_weight - torch.logsumexp(task_log_weight, dim=-1, keepdim=True)
+    return BayesPrediction(next_token, task_log_posterior)

@@ -1,0 +1,61 @@
+"""Named mixtures and prompt formats: ``tiny`` (tests), ``cpu-small`` (minutes on 2 cores) and
+``paper`` (8192 HMMs x 128 states x 16 tokens, as in arXiv 2506.01919, Appendix B).
+
+Why Dirichlet(0.1) rows: with concentration 1 the 64 tasks of ``cpu-small`` are nearly
+indistinguishable in context (Bayes-optimal top-1 accuracy 0.140 with no demonstration, 0.159 with
+six); with 0.1 rows are sparse, tasks differ and the in-context signal is large (0.267 -> 0.382,
+loss 1.885 -> 1.648 nats). Measured by ``hmmtf hmm-report --preset cpu-small`` (concentration
+sweep in ``docs/hmm.md``). Each chain starts in its stationary distribution, so every
+demonstration is a stationary segment and no position in a segment is special.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hmm.generators import random_hmm
+from hmm.prompts import Mixture, PromptFormat
+
+
+@dataclass(frozen=True)
+class MixtureSpec:
+    """Parameters of a random mixture (uniform task weights)."""
+
+    num_tasks: int
+    num_states: int
+    num_tokens: int
+    transition_concentration: float = 0.1
+    emission_concentration: float = 0.1
+    rank: int | None = None
+
+    def build(self, seed: int = 0) -> Mixture:
+        model = random_hmm(
+            self.num_states,
+            self.num_tokens,
+            batch=(self.num_tasks,),
+            transition_concentration=self.transition_concentration,
+            emission_concentration=self.emission_concentration,
+            rank=self.rank,
+            initial="stationary",
+            seed=seed,
+        )
+        return Mixture.uniform(model)
+
+
+MIXTURE_SPECS: dict[str, MixtureSpec] = {
+    "tiny": MixtureSpec(num_tasks=8, num_states=4, num_tokens=4),
+    "cpu-small": MixtureSpec(num_tasks=64, num_states=16, num_tokens=8),
+    "paper": MixtureSpec(num_tasks=8192, num_states=128, num_tokens=16),
+}
+
+PROMPT_FORMATS: dict[str, PromptFormat] = {
+    "tiny": PromptFormat(num_demos=3, demo_length=8, test_length=8),
+    "cpu-small": PromptFormat(num_demos=6, demo_length=16, test_length=16),
+    "paper": PromptFormat(num_demos=7, demo_length=32, test_length=32),
+}
+
+
+def mixture_preset(name: str, seed: int = 0) -> Mixture:
+    """The mixture named ``name`` (see :data:`MIXTURE_SPECS`), generated from ``seed``."""
+    if name not in MIXTURE_SPECS:
+        raise ValueError(f"name: {name!r}; expected one of {sorted(MIXTURE_SPECS)}")
+    return MIXTURE_SPECS[name].build(seed)
