@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import construction.commands
 import hmm.commands
 
 
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     hmm.commands.register(subparsers)
+    construction.commands.register(subparsers)
     return parser
 
 

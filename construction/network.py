@@ -24,6 +24,7 @@ from construction.weights import (
     history_layers,
     joint_one_hot_layer,
     label_layers,
+    max_shift,
     readout_layer,
 )
 
@@ -83,11 +84,6 @@ class Network:
     tolerance: float
     allow_leak: bool
     _torch_cache: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def max_shift(self) -> int:
-        """Largest position shift of a softmax head (1, or 2^(ceil(log2 L)-1) with doubling)."""
-        return 2 ** max(math.ceil(math.log2(self.layout.history_length)) - 1, 0) if self.doubling else 1
 
     def error_bound(self, num_columns: int) -> float:
         """:func:`construction.leak.construction_error_bound` for a prompt of ``num_columns`` columns."""
@@ -154,12 +150,12 @@ class Network:
 
     def _check_angle(self, num_columns: int) -> None:
         """Refuse a theta for which some offset ``|j - i + s| theta`` reaches pi (positions wrap)."""
-        reach = (num_columns - 1 + self.max_shift) * self.theta
+        shift = max_shift(self.layout.history_length, self.doubling)
+        reach = (num_columns - 1 + shift) * self.theta
         if reach >= math.pi:
             raise ValueError(
                 f"theta={self.theta:.6g} wraps for a prompt of N={num_columns} columns: "
-                f"(N-1+{self.max_shift})*theta = {reach:.6g} >= pi; "
-                f"expected theta < {math.pi / (num_columns - 1 + self.max_shift):.6g}"
+                f"(N-1+{shift})*theta = {reach:.6g} >= pi; expected theta < {math.pi / (num_columns - 1 + shift):.6g}"
             )
 
     def _check_beta(self, num_columns: int) -> None:

@@ -2,10 +2,13 @@
 
 It works on the prompt as a list of tokens (``p`` = delimiter) and on the network's column
 convention: column 0 is a leading delimiter and column c holds prompt token c-1, so a prompt of
-n tokens has ``N = n + 1`` columns. Positions outside the prompt count as delimiters.
+n tokens has ``N = n + 1`` columns. A position head whose target lies outside the prompt attends
+to the nearest column, so indices clamp to ``0..N-1``:
 
-* :func:`history` ``(N, L, p+1)``: block r of column c is the one-hot of the token of column c-r.
-* :func:`future` ``(N, m, p+1)``: block r-1 of column c is the one-hot of the token of column c+r.
+* :func:`history` ``(N, L, p+1)``: block r of column c is the one-hot of the token of column
+  ``max(c - r, 0)`` (the leading delimiter when the history runs past the start);
+* :func:`future` ``(N, m, p+1)``: block r-1 of column c is the one-hot of the token of column
+  ``min(c + r, N - 1)`` (the last test token when the future runs past the end).
 * :func:`sample_mask` ``(N,)``: column c is a regression sample iff it holds token i (1-based) of a
   demonstration of length n_d with ``L <= i <= n_d - m`` (history and label inside that
   demonstration, never the test sequence). N' = the number of samples = ``sum_d (n_d - L - m + 1)``.
@@ -26,22 +29,22 @@ def columns(tokens, p: int) -> np.ndarray:
 
 
 def history(tokens, p: int, L: int) -> np.ndarray:
-    """``(N, L, p+1)``: one-hot of the token r steps back of every column (delimiter before start)."""
+    """``(N, L, p+1)``: one-hot of the token of column ``max(c - r, 0)``, r = 0..L-1, for every column c."""
     cols = columns(tokens, p)
     out = np.zeros((cols.size, L, p + 1))
     for c in range(cols.size):
         for r in range(L):
-            out[c, r, cols[c - r] if c - r >= 0 else p] = 1.0
+            out[c, r, cols[max(c - r, 0)]] = 1.0
     return out
 
 
 def future(tokens, p: int, m: int) -> np.ndarray:
-    """``(N, m, p+1)``: one-hot of the token r = 1..m steps ahead of every column (delimiter past end)."""
+    """``(N, m, p+1)``: one-hot of the token of column ``min(c + r, N - 1)``, r = 1..m, for every column c."""
     cols = columns(tokens, p)
     out = np.zeros((cols.size, m, p + 1))
     for c in range(cols.size):
         for r in range(1, m + 1):
-            out[c, r - 1, cols[c + r] if c + r < cols.size else p] = 1.0
+            out[c, r - 1, cols[min(c + r, cols.size - 1)]] = 1.0
     return out
 
 

@@ -101,6 +101,17 @@ def shift_head(layout: Layout, shift: int, beta, theta, copies: list[tuple[str, 
     return Head(query=query, key=key, value=value, activation="softmax")
 
 
+def max_shift(history_length: int, doubling: bool) -> int:
+    """Largest ``|shift|`` of a position head: 1, or ``2^(ceil(log2 L) - 1)`` with doubling layers.
+
+    Logit offsets ``j - i + shift`` then reach ``N - 1 + max_shift`` in an N-column prompt, so
+    positions never wrap iff ``(N - 1 + max_shift) theta < pi``.
+    """
+    if doubling and history_length > 1:
+        return 2 ** (math.ceil(math.log2(history_length)) - 1)
+    return 1
+
+
 def history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]:
     """Stage 1, as in the paper: L-1 single-head layers with ``A = R(theta)``.
 
@@ -122,9 +133,9 @@ def doubling_history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]
 
     Layer r uses ``A^(2^(r-1)) = R(2^(r-1) theta)``, peaking at ``j = i - s`` with ``s = 2^(r-1)``,
     and copies the whole accumulated block ``history.0..s-1`` of column i-s into
-    ``history.s..2s-1`` of column i (truncated at L-1); the layer is named ``history.shift{s}``. Since ``history.q`` of column i-s is
-    ``o_{i-s-q}``, column i afterwards holds ``o_i..o_{i-2s+1}``: the same features as the
-    sequential layers after ``2s - 1`` of them.
+    ``history.s..2s-1`` of column i (truncated at L-1); the layer is named ``history.shift{s}``.
+    Since ``history.q`` of column i-s is ``o_{i-s-q}``, column i afterwards holds
+    ``o_i..o_{i-2s+1}``: the same features as the sequential layers after ``2s - 1`` of them.
     """
     layers, shift = [], 1
     while shift < layout.history_length:

@@ -1,0 +1,80 @@
+"""Subcommands of the ``construction`` package (registered in :mod:`hmmtf`).
+
+``hmmtf construction-info --p 4 --L 3 --T 10`` prints the network's shape (layers, heads per
+layer, width) beside the paper's counts, and with ``--export FILE`` writes its weights.
+"""
+from __future__ import annotations
+
+import math
+
+from construction.export import save_weights
+from construction.layout import build_layout
+from construction.leak import choose_beta
+from construction.network import Network, build_network, default_penalty
+from construction.weights import max_shift
+
+
+def describe(network: Network, num_columns: int) -> list[str]:
+    """Lines of the shape table: our counts per stage beside the paper's (Theorems 1-2)."""
+    layout = network.layout
+    p, L, m, T = layout.num_tokens, layout.history_length, layout.future_length, network.steps
+    stages: dict[str, list[int]] = {}
+    for layer in network.layers:
+        stage = layer.name.split(".")[0]
+        stages.setdefault(stage, []).append(len(getattr(layer, "heads", ())))
+    paper = {
+        "history": f"{L - 1} layers x 1 head (L-1)",
+        "label": f"{m} layer(s) x 1 head",
+        "joint": "one-hot map (Theorem 2)",
+        "gd": f"{T} layers x {2 * p**m} heads (T, 2p^m per layer)",
+        "readout": f"1 layer x {2 * p**m} heads (2p^m)",
+    }
+    lines = [f"construction p={p} L={L} T={T} m={m} doubling={network.doubling}", ""]
+    lines.append(f"{'stage':<9}{'layers':>7}{'heads/layer':>13}   paper")
+    for stage, heads in stages.items():
+        per_layer = "MLP" if stage == "joint" else str(heads[0])
+        lines.append(f"{stage:<9}{len(heads):>7}{per_layer:>13}   {paper[stage]}")
+    paper_total = (L - 1) + m + T + 1 + (1 if m >= 2 else 0)
+    lines.append(f"{'total':<9}{len(network.layers):>7}{'':>13}   {paper_total} layers = (L-1) + m + T + 1 (+1 MLP if m >= 2)")
+    lines.append("")
+    lines.append(f"width D = {layout.width}  (paper: O(p^2 L); its leading term, the W slot, has p^m * pL = {p**m * p * L} rows)")
+    lines.append("slots: " + ", ".join(f"{name}[{start}:{stop}]" for name, start, stop in layout.slots))
+    lines.append(
+        f"eta = {network.eta:.6g}, theta = {network.theta:.6g}, penalty = {network.penalty:.6g}, "
+        f"beta = {network.beta:.6g} (bound {network.error_bound(num_columns):.3g} at N = {num_columns})"
+    )
+    return lines
+
+
+def run_info(args) -> int:
+    """Build the network from the command-line arguments, print its shape, optionally export it."""
+    theta = math.pi / (args.columns + max_shift(args.L, args.doubling))
+    eta = 1.0 / args.L if args.eta is None else args.eta
+    penalty = default_penalty(args.p, args.L)
+    layout = build_layout(args.p, args.L, args.m)
+    beta = choose_beta(args.tolerance, theta, args.columns, layout, args.doubling, args.T, eta, penalty)
+    network = build_network(
+        args.p, args.L, args.T, eta, beta, theta, future_length=args.m, doubling=args.doubling, tolerance=args.tolerance
+    )
+    print("\n".join(describe(network, args.columns)))
+    if args.export:
+        save_weights(network, args.export)
+        print(f"weights written to {args.export}")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``construction-info`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser(
+        "construction-info", help="print the hand-wired network's layers, heads and width beside the paper's counts"
+    )
+    parser.add_argument("--p", type=int, default=4, help="number of tokens (delimiter = p)")
+    parser.add_argument("--L", type=int, default=3, help="history length")
+    parser.add_argument("--T", type=int, default=10, help="gradient-descent layers")
+    parser.add_argument("--m", type=int, default=1, help="future length (m >= 2: Theorem 2 variant)")
+    parser.add_argument("--doubling", action="store_true", help="ceil(log2 L) history layers instead of L-1")
+    parser.add_argument("--columns", type=int, default=128, help="longest prompt (columns N) the angle must serve")
+    parser.add_argument("--eta", type=float, default=None, help="GD step size (default 1/L < 2/lambda_max)")
+    parser.add_argument("--tolerance", type=float, default=1e-9, help="construction error bound beta must reach")
+    parser.add_argument("--export", default=None, help="write the weights to this safetensors file")
+    parser.set_defaults(run=run_info)

@@ -1,0 +1,44 @@
+"""Construction parameters suited to a given prompt: eta, theta, beta and the penalty.
+
+* ``theta = pi / (N + max_shift)``: the largest angle with ``(N - 1 + max_shift) theta < pi``
+  (no wrap), hence the widest softmax gap ``1 - cos theta``.
+* ``eta = 1 / lambda_max`` of the prompt's Hessian ``(1/N) X^T X`` (Lemma 5's step), from
+  :mod:`construction.reference`; it is at least 1/L because ``lambda_max <= max ||x||^2 = L``.
+* ``beta = choose_beta(target, ...)``: the smallest beta whose construction-error bound is at most
+  ``target``.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from construction import reference
+from construction.layout import build_layout
+from construction.leak import choose_beta
+from construction.network import default_penalty
+from construction.weights import max_shift
+
+
+class Parameters(NamedTuple):
+    """Keyword arguments ``eta, beta, theta, penalty`` of :func:`construction.build_network`."""
+
+    eta: float
+    beta: float
+    theta: float
+    penalty: float
+
+
+def parameters_for_prompt(
+    tokens, p: int, L: int, T: int, *, future_length: int = 1, doubling: bool = False, target: float = 1e-9
+) -> Parameters:
+    """Parameters for one prompt (module docstring); ``build_network(p, L, T, **params._asdict(), ...)``."""
+    num_columns = len(tokens) + 1
+    X, _, _ = reference.regression_problem(tokens, p, L, future_length)
+    eta = 1.0 / float(np.linalg.eigvalsh(reference.hessian(X, num_columns))[-1])
+    theta = math.pi / (num_columns + max_shift(L, doubling))
+    penalty = default_penalty(p, L)
+    layout = build_layout(p, L, future_length)
+    beta = choose_beta(target, theta, num_columns, layout, doubling, T, eta, penalty)
+    return Parameters(eta=eta, beta=beta, theta=theta, penalty=penalty)
