@@ -64,7 +64,13 @@ def _group(model: HMM, obs: torch.Tensor) -> _Groups:
     (the product of the broadcast dimensions where the model batch has size 1), so grouping by a
     stable sort of the model index gives a dense ``(G, R)`` table.
     """
-    batch = torch.broadcast_shapes(model.batch_shape, obs.shape[:-1])
+    try:
+        batch = torch.broadcast_shapes(model.batch_shape, obs.shape[:-1])
+    except RuntimeError as error:
+        raise ValueError(
+            f"obs: batch shape {tuple(obs.shape[:-1])} does not broadcast with the model batch shape "
+            f"{tuple(model.batch_shape)}; expected broadcastable shapes (e.g. obs (N, 1, T) for K models)"
+        ) from error
     full = model.expand()
     model_batch = full.transition.shape[:-2]
     model_index = torch.arange(math.prod(model_batch), device=obs.device).view(model_batch)

@@ -177,10 +177,10 @@ def check_tokens(obs, num_tokens: int, name: str = "obs", *, allow_delimiter: bo
     ``num_tokens`` is the prompt delimiter).
     """
     tokens = obs if isinstance(obs, torch.Tensor) else as_tensor(np.asarray(obs), name)
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise ValueError(f"{name}: dtype {tokens.dtype}; expected integer tokens")
     if tokens.ndim < 1 or tokens.shape[-1] == 0:
         raise ValueError(f"{name}: shape {tuple(tokens.shape)}; expected (..., T) with T >= 1 tokens")
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise ValueError(f"{name}: dtype {tokens.dtype}; expected integer tokens")
     top = num_tokens if allow_delimiter else num_tokens - 1
     bad = (tokens < 0) | (tokens > top)
     if bool(bad.any()):
