@@ -114,7 +114,8 @@ class Network:
                 logits, attention = attend(stream, weights)
                 if layer.name.startswith("gd."):
                     self._check_penalty(stream, logits)
-                update = torch.einsum("hij,hej->ei", attention, torch.einsum("hed,dn->hen", weights["value"], stream))
+                values = weights["value"] @ stream[weights["value_rows"]]
+                update = (values @ attention.transpose(1, 2)).sum(0)
                 logits_by_layer[layer.name], weights_by_layer[layer.name] = logits, attention
             stream = stream + update
             residuals.append(stream)
@@ -128,23 +129,25 @@ class Network:
             prediction=stream[output.start : output.stop, -1],
         )
 
-    def _torch_weights(self, dtype: torch.dtype) -> list[dict[str, torch.Tensor]]:
-        """Per layer, the stacked head matrices (or MLP matrices) as tensors of ``dtype``, cached."""
+    def _torch_weights(self, dtype: torch.dtype) -> list[dict]:
+        """Per layer, the stacked matrices as tensors of ``dtype``, cached.
+
+        Each attention matrix is stored with only the residual rows it reads (``*_rows``): its
+        other columns are exactly zero, so dropping them changes no sum and saves most of the work.
+        """
         if dtype not in self._torch_cache:
             converted = []
             for layer in self.layers:
                 if isinstance(layer, MLPLayer):
-                    arrays = {"w_in": layer.w_in, "w_out": layer.w_out}
-                else:
-                    arrays = {
-                        "query": np.stack([head.query for head in layer.heads]),
-                        "key": np.stack([head.key for head in layer.heads]),
-                        "value": np.stack([head.value for head in layer.heads]),
-                        "activation": layer.heads[0].activation,
-                    }
-                converted.append(
-                    {name: torch.as_tensor(array, dtype=dtype) if name != "activation" else array for name, array in arrays.items()}
-                )
+                    converted.append({"w_in": torch.as_tensor(layer.w_in, dtype=dtype), "w_out": torch.as_tensor(layer.w_out, dtype=dtype)})
+                    continue
+                tensors = {"activation": layer.heads[0].activation}
+                for part in ("query", "key", "value"):
+                    stacked = np.stack([getattr(head, part) for head in layer.heads])
+                    rows = np.flatnonzero(np.abs(stacked).sum(axis=(0, 1)))
+                    tensors[part] = torch.as_tensor(stacked[:, :, rows], dtype=dtype)
+                    tensors[f"{part}_rows"] = torch.as_tensor(rows)
+                converted.append(tensors)
             self._torch_cache[dtype] = converted
         return self._torch_cache[dtype]
 
@@ -199,10 +202,14 @@ class Network:
 
 
 def attend(stream: torch.Tensor, weights: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits ``s[h, i, j] = (Q_h h_i) . (K_h h_j)`` and attention (softmax over j, or relu / N)."""
-    queries = torch.einsum("hkd,dn->hkn", weights["query"], stream)
-    keys = torch.einsum("hkd,dn->hkn", weights["key"], stream)
-    logits = torch.einsum("hki,hkj->hij", queries, keys)
+    """Logits ``s[h, i, j] = (Q_h h_i) . (K_h h_j)`` and attention (softmax over j, or relu / N).
+
+    ``weights`` holds the stacked ``query``/``key`` restricted to the rows they read
+    (see :meth:`Network._torch_weights`).
+    """
+    queries = weights["query"] @ stream[weights["query_rows"]]
+    keys = weights["key"] @ stream[weights["key_rows"]]
+    logits = queries.transpose(1, 2) @ keys
     if weights["activation"] == "softmax":
         return logits, torch.softmax(logits, dim=-1)
     return logits, torch.relu(logits) / stream.shape[1]

@@ -1,0 +1,217 @@
+"""Stages 1-2 (and end to end) against the plain-numpy reference, within the leak formula.
+
+Every check compares the network's residual stream, read by slot name, with
+:mod:`construction.reference`, which shares no code with the network. Stage 1-2 errors are
+bounded by ``r * eps`` (``eps`` = :func:`construction.layer_leak`, ``r`` = the number of leaky
+copies behind a slot) plus ``ROUNDING`` (float64 rounding of entries of size <= 1).
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from construction import (
+    build_layout,
+    build_network,
+    choose_beta,
+    layer_leak,
+    parameters_for_prompt,
+    reference,
+)
+from construction.leak import error_factors, history_error_factor
+from construction.network import default_penalty, exclusion_count
+from test_construction_helpers import hmm_prompt, single_torch_thread  # noqa: F401 (autouse fixture)
+
+ROUNDING = 1e-15
+"""float64 rounding of a copied block: a few units of 2^-53 on entries of size <= 1."""
+
+
+def beta_for_leak(eps: float, theta: float, num_columns: int) -> float:
+    """The beta at which the leak formula equals ``eps`` (bisection; eps decreases in beta)."""
+    low, high = 0.0, 1.0
+    while layer_leak(high, theta, num_columns) > eps:
+        high *= 2.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if layer_leak(middle, theta, num_columns) > eps else (low, middle)
+    return high
+
+
+def shared_parameters(tokens, p: int, history_length: int, steps: int):
+    """Parameters valid for both the sequential and the doubling network (beta: the larger one)."""
+    params = parameters_for_prompt(tokens, p, history_length, steps, doubling=True)
+    layout = build_layout(p, history_length)
+    beta = max(
+        choose_beta(1e-9, params.theta, len(tokens) + 1, layout, doubling, steps, params.eta, params.penalty)
+        for doubling in (False, True)
+    )
+    return params._replace(beta=beta)
+
+
+def block_errors(trace, tokens, p: int, L: int, m: int) -> dict[str, float]:
+    """Max |network - reference| of every history and future slot after stage 2."""
+    stage2 = "label" if m == 1 else f"label.{m}"
+    history, future = reference.history(tokens, p, L), reference.future(tokens, p, m)
+    errors = {}
+    for r in range(1, L):
+        errors[f"history.{r}"] = float(np.abs(trace.slot(f"history.{r}", stage2).double().numpy().T - history[:, r]).max())
+    for r in range(1, m + 1):
+        errors[f"future.{r}"] = float(np.abs(trace.slot(f"future.{r}", stage2).double().numpy().T - future[:, r - 1]).max())
+    return errors
+
+
+def off_target_mass(weights: torch.Tensor, shift: int) -> np.ndarray:
+    """Per query, the softmax mass outside the target column ``clamp(i - shift, 0, N-1)``."""
+    N = weights.shape[-1]
+    target = np.clip(np.arange(N) - shift, 0, N - 1)
+    mass = weights[0].double().numpy().copy()
+    mass[np.arange(N), target] = 0.0
+    return mass.sum(axis=1)
+
+
+P, L, T = 3, 4, 6
+TOKENS = hmm_prompt(P, [10, 12, 9, 11, 10], 8, seed=11)
+N = len(TOKENS) + 1
+THETA = math.pi / (N + 1)
+ETA = parameters_for_prompt(TOKENS, P, L, T).eta
+
+
+@pytest.mark.parametrize("eps", [1e-1, 1e-2, 1e-4, 1e-7, 1e-10, 1e-12])
+def test_leak_formula_matches_measured_attention_and_bounds_stage_1_2(eps):
+    beta = beta_for_leak(eps, THETA, N)
+    network = build_network(P, L, T, ETA, beta, THETA, allow_leak=True)
+    with pytest.warns(UserWarning, match="too small") if network.error_bound(N) > network.tolerance else _no_warning():
+        trace = network.forward(TOKENS)
+    # The leak formula is the measured worst off-target mass S/(1+S), S = eps, to 1e-6 relative
+    # (the upper side allows the logit rounding beta * 2^-52 ~ 1e-11 relative).
+    for name, shift in [(f"history.{r}", 1) for r in range(1, L)] + [("label", -1)]:
+        worst = off_target_mass(trace.attn_weights[name], shift).max()
+        assert eps / (1.0 + eps) * (1 - 1e-6) <= worst <= eps * (1 + 1e-9)
+    errors = block_errors(trace, TOKENS, P, L, 1)
+    for r in range(1, L):
+        assert errors[f"history.{r}"] <= r * eps + ROUNDING
+    assert errors["future.1"] <= eps + ROUNDING
+    # ... and the bound is attained to within a factor 2 on the first copy of each kind.
+    assert errors["history.1"] >= 0.5 * eps and errors["future.1"] >= 0.5 * eps
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_end_to_end_at_the_chosen_beta():
+    params = parameters_for_prompt(TOKENS, P, L, T, target=1e-9)
+    network = build_network(P, L, T, **params._asdict())
+    assert network.error_bound(N) <= 1e-9
+    trace = network.forward(TOKENS)
+    expected = reference.prediction(TOKENS, P, L, params.eta, T)
+    error = float(np.abs(trace.prediction.numpy() - expected).max())
+    assert error <= 1e-9
+    # The first-order bound is conservative but not absurdly so at this beta.
+    assert error <= network.error_bound(N)
+    assert error > 0.0
+
+
+def test_sample_indicator_matches_the_reference_mask():
+    params = parameters_for_prompt(TOKENS, P, L, T)
+    network = build_network(P, L, T, **params._asdict())
+    trace = network.forward(TOKENS)
+    count = exclusion_count(trace.residual("label"), network.layout).numpy()
+    mask = reference.sample_mask(TOKENS, P, L)
+    assert np.array_equal(count < 0.5, mask)
+    eps = layer_leak(params.beta, params.theta, N)
+    assert count[mask].max() <= error_factors(network.layout, False)["D"] * eps + ROUNDING
+    assert count[~mask].min() >= 1.0 - error_factors(network.layout, False)["D"] * eps - ROUNDING
+    # N' = sum over demonstrations of (n_d - L): lengths 10, 12, 9, 11, 10 with L = 4.
+    assert mask.sum() == (10 + 12 + 9 + 11 + 10) - 5 * L
+
+
+@pytest.mark.parametrize("history_length", [2, 3, 5, 8])
+def test_doubling_gives_the_sequential_features(history_length):
+    tokens = hmm_prompt(2, [12, 10, 11], 9, seed=history_length)
+    params = shared_parameters(tokens, 2, history_length, 3)
+    sequential = build_network(2, history_length, 3, **params._asdict()).forward(tokens)
+    doubling = build_network(2, history_length, 3, **params._asdict(), doubling=True).forward(tokens)
+    assert len([name for name in doubling.layer_names if name.startswith("history")]) == math.ceil(math.log2(history_length))
+    eps = layer_leak(params.beta, params.theta, len(tokens) + 1)
+    both = history_error_factor(history_length, True) + history_error_factor(history_length, False)
+    for r in range(1, history_length):
+        gap = (sequential.slot(f"history.{r}", "label") - doubling.slot(f"history.{r}", "label")).abs().max()
+        assert float(gap) <= both * eps + ROUNDING
+    assert float((sequential.prediction - doubling.prediction).abs().max()) <= 1e-9
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_theorem_2_variant_joint_targets(m):
+    p, history_length, steps = 2, 2, 5
+    tokens = hmm_prompt(p, [9, 8, 10, 9], 5, seed=m)
+    params = parameters_for_prompt(tokens, p, history_length, steps, future_length=m)
+    network = build_network(p, history_length, steps, **params._asdict(), future_length=m)
+    trace = network.forward(tokens)
+    assert "joint" in trace.layer_names and trace.prediction.shape == (p**m,)
+    eps = layer_leak(params.beta, params.theta, len(tokens) + 1)
+    expected_joint = reference.joint(reference.future(tokens, p, m), p)
+    joint_error = float(np.abs(trace.slot("joint", "joint").numpy().T - expected_joint).max())
+    assert joint_error <= error_factors(network.layout, False)["y"] * eps + ROUNDING
+    count = exclusion_count(trace.residual("joint"), network.layout).numpy()
+    assert np.array_equal(count < 0.5, reference.sample_mask(tokens, p, history_length, m))
+    expected = reference.prediction(tokens, p, history_length, params.eta, steps, m)
+    assert float(np.abs(trace.prediction.numpy() - expected).max()) <= 1e-9
+
+
+@st.composite
+def prompts(draw):
+    p = draw(st.integers(2, 6))
+    history_length = draw(st.integers(1, 5))
+    demo_lengths = draw(st.lists(st.integers(history_length + 1, history_length + 9), min_size=2, max_size=5))
+    test_length = draw(st.integers(history_length, history_length + 5))
+    seed = draw(st.integers(0, 10_000))
+    return p, history_length, hmm_prompt(p, demo_lengths, test_length, seed, num_states=draw(st.integers(2, 5)))
+
+
+@given(prompts())
+def test_random_hmm_prompts_every_stage_and_end_to_end(case):
+    p, history_length, tokens = case
+    steps, num_columns = 4, len(tokens) + 1
+    params = shared_parameters(tokens, p, history_length, steps)
+    eps = layer_leak(params.beta, params.theta, num_columns)
+    expected = reference.prediction(tokens, p, history_length, params.eta, steps)
+    predictions = []
+    for doubling in (False, True):
+        network = build_network(p, history_length, steps, **params._asdict(), doubling=doubling)
+        trace = network.forward(tokens)
+        errors = block_errors(trace, tokens, p, history_length, 1)
+        for r in range(1, history_length):
+            copies = history_error_factor(r + 1, doubling)
+            assert errors[f"history.{r}"] <= copies * eps + ROUNDING
+        assert errors["future.1"] <= eps + ROUNDING
+        count = exclusion_count(trace.residual("label"), network.layout).numpy()
+        assert np.array_equal(count < 0.5, reference.sample_mask(tokens, p, history_length))
+        assert float(np.abs(trace.prediction.numpy() - expected).max()) <= 1e-9
+        predictions.append(trace.prediction)
+    assert float((predictions[0] - predictions[1]).abs().max()) <= 1e-9
+
+
+def test_default_penalty_switches_off_every_non_sample():
+    """At the default penalty 10 p L every GD score on a non-sample key is negative."""
+    params = parameters_for_prompt(TOKENS, P, L, T)
+    assert params.penalty == default_penalty(P, L)
+    trace = build_network(P, L, T, **params._asdict()).forward(TOKENS)
+    outside = ~reference.sample_mask(TOKENS, P, L)
+    for step in range(1, T + 1):
+        assert float(trace.attn_logits[f"gd.{step}"][:, :, outside].max()) < 0.0
+
+
+def test_choose_beta_is_the_smallest_beta_meeting_the_target():
+    layout = build_layout(P, L)
+    penalty = default_penalty(P, L)
+    beta = choose_beta(1e-9, THETA, N, layout, False, T, ETA, penalty)
+    network = build_network(P, L, T, ETA, beta, THETA)
+    assert network.error_bound(N) <= 1e-9 < build_network(P, L, T, ETA, beta * (1 - 1e-6), THETA).error_bound(N)
