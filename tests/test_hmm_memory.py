@@ -1,0 +1,113 @@
+"""The L-memory predictor, one-hot history features, least squares and the G-optimal design."""
+import numpy as np
+import pytest
+import torch
+from hmmlearn.hmm import CategoricalHMM
+from hypothesis import given
+from hypothesis import strategies as st
+
+import hmm
+from hmm.memory import g_optimal_design, g_optimal_prior, joint_one_hot_history, least_squares, memory_predictor, one_hot_history
+
+
+def window_predictive_with_hmmlearn(model: hmm.HMM, prior: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """Oracle for P_L: hmmlearn scores the window and window + o with start probabilities b0."""
+    reference = CategoricalHMM(n_components=model.num_states, n_features=model.num_tokens, init_params="", params="")
+    reference.startprob_, reference.transmat_, reference.emissionprob_ = prior, model.transition.numpy(), model.emission.numpy()
+    base = reference.score(window[:, None])
+    return np.array([np.exp(reference.score(np.append(window, o)[:, None]) - base) for o in range(model.num_tokens)])
+
+
+@pytest.mark.parametrize("prior", ["stationary", "uniform"])
+def test_memory_predictor_matches_hmmlearn_windows(prior):
+    model = hmm.random_hmm(5, 4, initial="dirichlet", seed=0)
+    tokens, _ = hmm.sample_sequences(model, [0], 30, seed=1)
+    L = 4
+    ours = memory_predictor(model, tokens[0], L, prior=prior)
+    b0 = hmm.stationary_distribution(model.transition).numpy() if prior == "stationary" else np.full(5, 0.2)
+    sequence = tokens[0].numpy()
+    for t in range(L, 30):
+        np.testing.assert_allclose(ours[t].numpy(), window_predictive_with_hmmlearn(model, b0, sequence[t - L + 1 : t + 1]), rtol=1e-9)
+    exact = hmm.next_token_probs(model, tokens[0])
+    torch.testing.assert_close(ours[:L], exact[:L], rtol=1e-13, atol=0)  # windows reaching the start are exact
+
+
+@given(st.integers(0, 2**31 - 1), st.sampled_from([0.5, 0.8]))
+def test_memory_predictor_converges_to_exact_on_observable_hmms(seed, observability):
+    """Over-complete, gamma = observability > 0: the error of P_L falls with L and is below 1e-10
+    by L = 64 (Lemma 1 predicts exponential decay in L)."""
+    model = hmm.random_hmm(4, 5, observability=observability, emission_concentration=None, transition_concentration=0.5, seed=seed)
+    tokens, _ = hmm.sample_sequences(model, torch.zeros(4, dtype=torch.long), 72, seed=seed + 1)
+    exact = hmm.next_token_probs(model, tokens)
+    errors = [(memory_predictor(model, tokens, L, prior="uniform") - exact)[:, 64:].abs().sum(-1).mean().item() for L in (1, 8, 64)]
+    assert errors[2] <= errors[1] <= errors[0]
+    assert errors[2] < 1e-10
+
+
+def test_memory_predictor_broadcasts_like_filtering():
+    model = hmm.random_hmm(3, 3, batch=(2,), seed=3)
+    tokens, _ = hmm.sample_sequences(model[0], [0, 0, 0], 12, seed=4)
+    batched = memory_predictor(model, tokens[:, None, :], 3)
+    assert batched.shape == (3, 2, 12, 3)
+    torch.testing.assert_close(batched[2, 1], memory_predictor(model[1], tokens[2], 3), rtol=1e-13, atol=0)
+
+
+def test_one_hot_history_blocks_are_shifted_tokens():
+    tokens = torch.tensor([2, 0, 1, 1])
+    features = one_hot_history(tokens, 3, 3)
+    assert features.shape == (4, 9)
+    for t in range(4):
+        for r in range(3):
+            block = features[t, 3 * r : 3 * r + 3]
+            expected = torch.nn.functional.one_hot(tokens[t - r], 3).double() if t - r >= 0 else torch.zeros(3, dtype=torch.float64)
+            assert torch.equal(block, expected)
+
+
+def test_joint_one_hot_index_and_exactness_of_the_joint_linear_model():
+    """On z_t (joint one-hot) least squares reproduces P_L exactly (it is a function of the
+    window); on the concatenated x_t it does not for L = 2, but does for L = 1."""
+    model = hmm.random_hmm(4, 3, seed=5)
+    tokens, _ = hmm.sample_sequences(model, torch.zeros(50, dtype=torch.long), 20, seed=6)
+    for L, joint_exact, concatenated_exact in ((1, True, True), (2, True, False)):
+        targets = memory_predictor(model, tokens, L)[:, L:].reshape(-1, 3)
+        joint = joint_one_hot_history(tokens, L, 3)[:, L:].reshape(-1, 3**L)
+        concatenated = one_hot_history(tokens, L, 3)[:, L:].reshape(-1, 3 * L)
+        joint_residual = (joint @ least_squares(joint, targets).T - targets).abs().max().item()
+        concatenated_residual = (concatenated @ least_squares(concatenated, targets).T - targets).abs().max().item()
+        assert (joint_residual < 1e-12) == joint_exact
+        assert (concatenated_residual < 1e-12) == concatenated_exact
+    assert joint_one_hot_history(torch.tensor([2, 1]), 2, 3)[1].argmax().item() == 2 * 3 + 1
+
+
+def test_concatenated_one_hot_covariance_has_rank_pL_minus_L_plus_1():
+    """Each block sums to 1, so the L blocks share L-1 linear relations (CONSTRUCTION.md caveat)."""
+    p, L = 3, 3
+    tokens = torch.randint(0, p, (2000,), generator=torch.Generator().manual_seed(0))
+    features = one_hot_history(tokens, L, p)[L - 1 :]
+    assert torch.linalg.matrix_rank(features.T @ features).item() == p * L - (L - 1)
+
+
+def test_least_squares_is_minimum_norm_and_ridge_matches_normal_equations():
+    features = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [1.0, 2.0, 1.0]], dtype=torch.float64)  # rank 2
+    targets = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    W = least_squares(features, targets)
+    torch.testing.assert_close(features @ W.T, targets, rtol=0, atol=1e-12)
+    null_direction = torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)  # features @ null = 0
+    assert abs((W @ null_direction).item()) < 1e-12  # no component in the null space
+    ridge = least_squares(features, targets, ridge=0.5)
+    gradient = (features @ ridge.T - targets).T @ features + 0.5 * ridge
+    torch.testing.assert_close(gradient, torch.zeros_like(gradient), rtol=0, atol=1e-12)
+
+
+def test_g_optimal_design_meets_kiefer_wolfowitz():
+    """At the G-optimal design the largest leverage equals the rank d; any other design has >= d."""
+    factors = hmm.low_rank_transition((), 12, 4, seed=7)
+    rho = g_optimal_design(factors.left)
+    def max_leverage(weights):
+        design = factors.left.T @ (weights[:, None] * factors.left)
+        return ((factors.left @ torch.linalg.inv(design)) * factors.left).sum(-1).max().item()
+    assert 4.0 <= max_leverage(rho) <= 4.0 * (1 + 1e-3)
+    assert max_leverage(torch.full((12,), 1 / 12, dtype=torch.float64)) >= 4.0
+    prior = g_optimal_prior(factors.left, factors.right)
+    torch.testing.assert_close(prior, rho @ factors.transition)
+    torch.testing.assert_close(prior.sum(), torch.tensor(1.0, dtype=torch.float64))
