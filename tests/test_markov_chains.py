@@ -1,0 +1,230 @@
+"""Markov-chain data and exact reference losses (:mod:`empirical.markov_chains`).
+
+Oracles: the binary closed forms, and brute-force enumeration of every sequence of a small chain
+(joint entropies, marginals, exact variance of a mean log-loss). The stationary distribution of
+the enumeration oracle comes from a matrix power, not from the linear solve under test.
+"""
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from empirical.markov_chains import (
+    binary_kernel,
+    bigram_log_probs,
+    bigram_loss_variance,
+    check_kernel,
+    entropy_rate,
+    memory_coordinate,
+    read_back_kernel,
+    reference_losses,
+    sample_sequences,
+    sequence_log_losses,
+    stationary_distribution,
+    stationary_entropy,
+)
+
+BINARY_CELLS = [(0.1, 0.1), (0.2, 0.7), (0.5, 0.8), (0.9, 0.9), (1.0, 0.3), (0.0, 0.4), (0.3, 0.7)]
+
+
+def binary_entropy(x: float) -> float:
+    return -sum(v * math.log(v) for v in (x, 1 - x) if v > 0)
+
+
+def power_stationary(kernel: np.ndarray) -> np.ndarray:
+    """Oracle: a row of ``kernel^1000`` (kernels here have every entry >= 0.05, so it has converged)."""
+    return np.linalg.matrix_power(kernel, 1000)[0]
+
+
+def enumerate_sequences(kernel: np.ndarray, length: int):
+    """Every sequence of ``length`` tokens with its probability under a stationary start."""
+    pi = power_stationary(kernel)
+    m = kernel.shape[0]
+    for sequence in itertools.product(range(m), repeat=length):
+        probability = pi[sequence[0]] * np.prod([kernel[a, b] for a, b in zip(sequence, sequence[1:])])
+        yield sequence, probability
+
+
+def joint_entropy(kernel: np.ndarray, length: int) -> float:
+    return -sum(prob * math.log(prob) for _, prob in enumerate_sequences(kernel, length) if prob > 0)
+
+
+kernels = st.integers(2, 3).flatmap(
+    lambda m: st.lists(
+        st.lists(st.floats(0.05, 1.0), min_size=m, max_size=m), min_size=m, max_size=m
+    ).map(lambda rows: np.array(rows) / np.array(rows).sum(axis=1, keepdims=True))
+)
+
+
+@pytest.mark.parametrize("p, q", BINARY_CELLS)
+def test_binary_reference_losses_match_closed_forms(p, q):
+    kernel = binary_kernel(p, q)
+    np.testing.assert_allclose(stationary_distribution(kernel), [q / (p + q), p / (p + q)], atol=1e-12)
+    expected_rate = (q * binary_entropy(p) + p * binary_entropy(q)) / (p + q)
+    assert reference_losses(kernel).bigram == pytest.approx(expected_rate, abs=1e-12)
+    assert reference_losses(kernel).unigram == pytest.approx(binary_entropy(p / (p + q)), abs=1e-12)
+
+
+@given(kernels)
+def test_entropies_match_enumeration(kernel):
+    """``H_rate = H(x_1..x_4) - H(x_1..x_3)`` and ``H(pi) = H(x_4)`` by enumerating m^4 sequences."""
+    assert entropy_rate(kernel) == pytest.approx(joint_entropy(kernel, 4) - joint_entropy(kernel, 3), abs=1e-10)
+    marginal = np.zeros(kernel.shape[0])
+    for sequence, probability in enumerate_sequences(kernel, 4):
+        marginal[sequence[-1]] += probability
+    assert stationary_entropy(kernel) == pytest.approx(-(marginal * np.log(marginal)).sum(), abs=1e-10)
+    assert entropy_rate(kernel) <= stationary_entropy(kernel) + 1e-12
+
+
+@given(kernels, st.integers(1, 4))
+def test_bigram_loss_variance_matches_enumeration(kernel, num_predicted):
+    """The exact variance of the mean of ``-log P(x_t, x_{t+1})`` over all m^(n+1) sequences."""
+    values, weights = [], []
+    for sequence, probability in enumerate_sequences(kernel, num_predicted + 1):
+        values.append(np.mean([-math.log(kernel[a, b]) for a, b in zip(sequence, sequence[1:])]))
+        weights.append(probability)
+    values, weights = np.array(values), np.array(weights)
+    mean = weights @ values
+    assert mean == pytest.approx(entropy_rate(kernel), abs=1e-10)
+    assert bigram_loss_variance(kernel, num_predicted) == pytest.approx(weights @ (values - mean) ** 2, abs=1e-10)
+
+
+def test_samples_have_stationary_marginals_and_kernel_transitions():
+    """Frequencies of 400k tokens (0.5 / 0.8 chain) within 5 standard errors. Tokens of one
+    sequence are correlated, so the marginal's error carries the asymptotic variance factor of an
+    indicator of a two-state chain, ``(1 + lambda) / (1 - lambda)`` with ``lambda = 1 - p - q``."""
+    p, q = 0.5, 0.8
+    kernel = binary_kernel(p, q)
+    tokens = sample_sequences(kernel, 2000, 200, torch.Generator().manual_seed(1))
+    pi_1 = p / (p + q)
+    lam = 1 - p - q
+    marginal_error = math.sqrt(pi_1 * (1 - pi_1) * (1 + lam) / (1 - lam) / tokens.numel())
+    assert abs(tokens.double().mean().item() - pi_1) < 5 * marginal_error
+    first_tokens_error = math.sqrt(pi_1 * (1 - pi_1) / tokens.shape[0])
+    assert abs(tokens[:, 0].double().mean().item() - pi_1) < 5 * first_tokens_error
+    current, following = tokens[:, :-1].reshape(-1), tokens[:, 1:].reshape(-1)
+    for state, switch in ((0, p), (1, q)):
+        successors = following[current == state]
+        switched = (successors != state).double()
+        # Given the visited states, the successors are independent Bernoulli(switch) draws.
+        assert abs(switched.mean().item() - switch) < 5 * math.sqrt(switch * (1 - switch) / len(switched))
+
+
+def test_sampling_is_reproducible_and_uses_every_state_of_an_m_ary_chain():
+    kernel = np.array([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.8, 0.1, 0.1]])
+    first = sample_sequences(kernel, 50, 30, torch.Generator().manual_seed(7))
+    second = sample_sequences(kernel, 50, 30, torch.Generator().manual_seed(7))
+    assert torch.equal(first, second)
+    assert set(first.unique().tolist()) == {0, 1, 2}
+    assert first.dtype == torch.int64 and first.shape == (50, 30)
+
+
+def test_deterministic_chain_samples_its_only_path():
+    tokens = sample_sequences(binary_kernel(1.0, 1.0), 4, 10, torch.Generator().manual_seed(0))
+    assert torch.equal(tokens[:, 1:], 1 - tokens[:, :-1])
+
+
+@pytest.mark.parametrize("p, q", [(0.2, 0.3), (0.5, 0.8), (0.9, 0.6)])
+def test_bigram_predictor_reaches_the_entropy_rate(p, q):
+    """Mean log-loss of the kernel's own predictions on B = 1000 sequences of 256 tokens.
+
+    Sampling error (derived in :func:`bigram_loss_variance`): the per-sequence means are i.i.d.
+    with exact variance ``V_255``, so their average has standard deviation ``sqrt(V_255 / B)``
+    (about 1.3e-3 nats for the 0.5 / 0.8 chain); we require agreement within 4 of them
+    (two-sided false-alarm probability 6e-5 under the CLT)."""
+    kernel = binary_kernel(p, q)
+    num_sequences, length = 1000, 256
+    tokens = sample_sequences(kernel, num_sequences, length, torch.Generator().manual_seed(3))
+    losses = sequence_log_losses(bigram_log_probs(kernel, tokens), tokens)
+    standard_error = math.sqrt(bigram_loss_variance(kernel, length - 1) / num_sequences)
+    assert abs(losses.mean().item() - entropy_rate(kernel)) < 4 * standard_error
+    # The same bound is far too tight for the unigram predictor: its excess is many errors away.
+    unigram = torch.from_numpy(np.log(stationary_distribution(kernel))).expand(num_sequences, length, 2)
+    assert sequence_log_losses(unigram, tokens).mean().item() - entropy_rate(kernel) > 4 * standard_error
+
+
+def test_read_back_kernel_of_the_bigram_and_unigram_predictors():
+    kernel = np.array([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.8, 0.1, 0.1]])
+    tokens = sample_sequences(kernel, 20, 50, torch.Generator().manual_seed(2))
+    bigram = bigram_log_probs(kernel, tokens).exp()
+    np.testing.assert_allclose(read_back_kernel(tokens, bigram), kernel, atol=1e-12)
+    assert memory_coordinate(read_back_kernel(tokens, bigram), kernel) == pytest.approx(1.0, abs=1e-12)
+    pi = stationary_distribution(kernel)
+    unigram = torch.from_numpy(pi).expand(20, 50, 3)
+    np.testing.assert_allclose(read_back_kernel(tokens, unigram), np.tile(pi, (3, 1)), atol=1e-12)
+    assert memory_coordinate(read_back_kernel(tokens, unigram), kernel) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_read_back_kernel_averages_predictions_per_current_token():
+    tokens = torch.tensor([[0, 1, 0, 0]])
+    probs = torch.tensor([[[0.2, 0.8], [0.6, 0.4], [0.4, 0.6], [0.0, 1.0]]])
+    # Positions with x_t = 0: t = 0 and t = 2 (the last position predicts nothing).
+    np.testing.assert_allclose(read_back_kernel(tokens, probs), [[0.3, 0.7], [0.6, 0.4]])
+
+
+def test_memory_coordinate_halfway_between_the_solutions():
+    kernel = binary_kernel(0.2, 0.6)
+    pi = stationary_distribution(kernel)
+    halfway = 0.5 * kernel + 0.5 * np.tile(pi, (2, 1))
+    assert memory_coordinate(halfway, kernel) == pytest.approx(0.5, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "p, q, message",
+    [
+        (-0.1, 0.5, r"p: -0.1 is outside \[0, 1\]"),
+        (0.5, 1.5, r"q: 1.5 is outside \[0, 1\]"),
+        (float("nan"), 0.5, r"p: nan; expected a finite"),
+        (0.0, 0.0, r"p, q: both are 0"),
+        ("0.5", 0.5, r"p: '0.5'; expected a finite"),
+    ],
+)
+def test_binary_kernel_rejects_bad_switching_probabilities(p, q, message):
+    with pytest.raises(ValueError, match=message):
+        binary_kernel(p, q)
+
+
+@pytest.mark.parametrize(
+    "kernel, message",
+    [
+        ([[0.5, 0.5]], r"kernel: shape \(1, 2\); expected a square"),
+        ([[1.0]], r"kernel: shape \(1, 1\); expected a square \(m, m\) kernel with m >= 2"),
+        ([[0.5, 0.6], [0.5, 0.5]], r"kernel: row \(0,\) sums to 1.1"),
+        ([[1.2, -0.2], [0.5, 0.5]], r"kernel: entry \(0, 1\) is -0.2 < 0"),
+    ],
+)
+def test_check_kernel_names_the_problem(kernel, message):
+    with pytest.raises(ValueError, match=message):
+        check_kernel(kernel)
+
+
+def test_reducible_chain_has_no_unique_stationary_distribution():
+    with pytest.raises(ValueError, match=r"kernel: .*unique stationary distribution"):
+        stationary_distribution(np.eye(3))
+
+
+def test_memory_coordinate_is_undefined_for_an_iid_chain():
+    with pytest.raises(ValueError, match=r"kernel: every row equals pi"):
+        memory_coordinate(np.eye(2), binary_kernel(0.3, 0.7))
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ((0, 10), r"num_sequences: 0; expected an integer >= 1"),
+        ((5, 2.5), r"length: 2.5; expected an integer >= 1"),
+    ],
+)
+def test_sample_sequences_rejects_bad_sizes(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        sample_sequences(binary_kernel(0.2, 0.3), *arguments, torch.Generator())
+
+
+def test_sequence_log_losses_rejects_mismatched_shapes():
+    tokens = torch.zeros(2, 5, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"log_probs: shape \(2, 4, 2\) with tokens \(2, 5\)"):
+        sequence_log_losses(torch.zeros(2, 4, 2), tokens)
