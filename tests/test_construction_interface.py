@@ -1,0 +1,201 @@
+"""Layout, embedding, parameter refusals, weight export and the ``construction-info`` command."""
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+import hmmtf
+from construction import (
+    build_layout,
+    build_network,
+    embed,
+    layer_leak,
+    load_weights,
+    parameters_for_prompt,
+    save_weights,
+)
+from construction.leak import choose_beta
+from test_construction_helpers import hmm_prompt, single_torch_thread  # noqa: F401 (autouse fixture)
+
+P, L, T = 3, 2, 4
+TOKENS = hmm_prompt(P, [8, 9, 7], 5, seed=1)
+PARAMS = parameters_for_prompt(TOKENS, P, L, T)
+
+
+@pytest.mark.parametrize("p, history_length, m", [(2, 1, 1), (4, 3, 1), (3, 2, 2), (2, 3, 3)])
+def test_layout_slots_tile_the_stream(p, history_length, m):
+    layout = build_layout(p, history_length, m)
+    starts = [start for _, start, _ in layout.slots]
+    stops = [stop for _, _, stop in layout.slots]
+    assert starts[0] == 0 and starts[1:] == stops[:-1]
+    assert len({name for name, _, _ in layout.slots}) == len(layout.slots)
+    joint = p**m if m >= 2 else 0
+    assert layout.width == (p + 1) * (history_length + m) + 2 + 1 + 1 + joint + p**m * p * history_length + p**m
+    assert len(layout.feature_rows()) == p * history_length and len(layout.target_rows()) == p**m
+    assert len(layout.exclusion_rows()) == history_length + m + 1
+
+
+def test_layout_refuses_unknown_slot():
+    layout = build_layout(3, 2)
+    with pytest.raises(ValueError, match="slot='history.2' does not exist"):
+        layout.rows("history.2")
+    with pytest.raises(ValueError, match="index=4 outside slot 'token' of size 4"):
+        layout.row("token", 4)
+
+
+def test_embedding_by_slot_name():
+    layout = build_layout(P, L)
+    theta = 0.01
+    stream = embed(TOKENS, layout, theta)
+    assert stream.shape == (layout.width, len(TOKENS) + 1)
+    token = stream[list(layout.rows("token"))]
+    assert np.array_equal(token.argmax(0), np.concatenate([[P], TOKENS])) and np.all(token.sum(0) == 1)
+    position = stream[list(layout.rows("position"))]
+    index = np.arange(1, len(TOKENS) + 2)
+    assert np.array_equal(position, np.stack([np.cos(index * theta), np.sin(index * theta)]))
+    test = stream[layout.row("test")]
+    assert test.sum() == 5 and np.all(test[-5:] == 1)
+    empty = [row for name, start, stop in layout.slots if name not in ("token", "position", "one", "test") for row in range(start, stop)]
+    assert not stream[empty].any()
+
+
+def test_trace_shapes_and_names():
+    network = build_network(P, L, T, **PARAMS._asdict())
+    trace = network.forward(TOKENS)
+    N, D = len(TOKENS) + 1, network.layout.width
+    assert trace.layer_names == ("history.1", "label", "gd.1", "gd.2", "gd.3", "gd.4", "readout")
+    assert len(trace.residuals) == len(trace.layer_names) + 1
+    assert all(residual.shape == (D, N) and residual.dtype == torch.float64 for residual in trace.residuals)
+    assert trace.attn_logits["history.1"].shape == (1, N, N)
+    assert trace.attn_weights["gd.1"].shape == (2 * P, N, N)
+    assert torch.allclose(trace.attn_weights["label"].sum(-1), torch.ones(1, N, dtype=torch.float64), rtol=0, atol=1e-15)
+    assert trace.prediction.shape == (P,)
+    assert torch.equal(trace.residual("embedding"), trace.residuals[0])
+    with pytest.raises(ValueError, match="layer='gd.9' does not exist"):
+        trace.residual("gd.9")
+    assert network.forward(TOKENS, dtype=torch.float32).residuals[-1].dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"T": 0}, r"T=0: expected an integer >= 1"),
+        ({"L": 0}, r"L=0: expected an integer >= 1"),
+        ({"p": 1}, r"p=1: expected an integer >= 2"),
+        ({"eta": 0.0}, r"eta=0.0: expected a finite number > 0"),
+        ({"beta": -1.0}, r"beta=-1.0: expected a finite number > 0"),
+        ({"theta": 4.0}, r"theta=4.0: expected 0 < theta < pi"),
+        ({"penalty": float("inf")}, r"penalty=inf: expected a finite number > 0"),
+    ],
+)
+def test_bad_construction_parameters_are_refused(change, message):
+    arguments = {"p": P, "L": L, "T": T, **PARAMS._asdict(), **change}
+    with pytest.raises(ValueError, match=message):
+        build_network(arguments.pop("p"), arguments.pop("L"), arguments.pop("T"), **arguments)
+
+
+def test_theta_that_wraps_is_refused():
+    N = len(TOKENS) + 1
+    network = build_network(P, L, T, **PARAMS._replace(theta=math.pi / N)._asdict())
+    with pytest.raises(ValueError, match=rf"theta=.* wraps for a prompt of N={N} columns: .* >= pi; expected theta <"):
+        network.forward(TOKENS)
+    doubling = build_network(P, 3, T, **PARAMS._replace(theta=math.pi / (N + 1))._asdict(), doubling=True)
+    with pytest.raises(ValueError, match=r"\(N-1\+2\)\*theta"):
+        doubling.forward(TOKENS)
+
+
+def test_beta_too_small_is_refused_or_warned_with_the_bound():
+    N = len(TOKENS) + 1
+    small = PARAMS._replace(beta=PARAMS.beta / 2)
+    with pytest.raises(ValueError, match=rf"beta=.* too small for a prompt of N={N} columns: .*expected beta >= "):
+        build_network(P, L, T, **small._asdict()).forward(TOKENS)
+    network = build_network(P, L, T, **small._asdict(), allow_leak=True)
+    with pytest.warns(UserWarning, match=rf"error bound is {network.error_bound(N):.3g} > tolerance 1e-09"):
+        network.forward(TOKENS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_network(P, L, T, **PARAMS._asdict()).forward(TOKENS)
+
+
+def test_history_longer_than_a_demonstration_is_refused():
+    network = build_network(P, 7, T, **PARAMS._asdict())
+    with pytest.raises(ValueError, match=r"history_length L=7 plus future_length m=1 exceeds demonstration 3 of length 7"):
+        network.forward(TOKENS)
+
+
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        (np.array([0, 1, 2, 0]), r"no delimiter 3"),
+        (np.array([0, 1, 2, 3, 7]), r"values in \[0, 7\]"),
+        (np.array([[0, 3, 1]]), r"expected a 1-d integer sequence"),
+        (np.array([0.0, 3.0, 1.0]), r"expected a 1-d integer sequence"),
+        (np.array([0, 1, 2, 0, 3, 1]), r"test sequence length 1 < history_length L=2"),
+    ],
+)
+def test_malformed_prompts_are_refused(tokens, message):
+    with pytest.raises(ValueError, match=message):
+        build_network(P, L, T, **PARAMS._asdict()).forward(tokens)
+
+
+def test_step_size_at_or_above_two_over_lambda_max_is_refused():
+    # eta = 2 / lambda_max (beta doubled so that the larger eta keeps the error bound in tolerance)
+    diverging = PARAMS._replace(eta=2.0 * PARAMS.eta, beta=2.0 * PARAMS.beta)
+    with pytest.raises(ValueError, match=r"eta=.* >= 2/lambda_max = .* gradient descent diverges"):
+        build_network(P, L, T, **diverging._asdict()).forward(TOKENS)
+    build_network(P, L, T, **diverging._replace(eta=1.99 * PARAMS.eta)._asdict()).forward(TOKENS)
+
+
+def test_penalty_too_small_is_refused():
+    with pytest.raises(ValueError, match=r"penalty=1e-06 too small: a non-sample keeps GD score"):
+        build_network(P, L, T, **PARAMS._replace(penalty=1e-6)._asdict(), allow_leak=True).forward(TOKENS)
+
+
+def test_choose_beta_refuses_a_non_positive_target():
+    with pytest.raises(ValueError, match=r"target=0.0: expected a positive error"):
+        choose_beta(0.0, 0.1, 10, build_layout(2, 1), False, 1, 1.0, 10.0)
+
+
+def test_layer_leak_formula_closed_form():
+    """eps = 2 sum_{k=1}^{N-1} exp(-beta (1 - cos k theta)), checked term by term."""
+    beta, theta, N = 300.0, 0.1, 6
+    expected = 2 * sum(math.exp(-beta * (1 - math.cos(k * theta))) for k in range(1, N))
+    assert layer_leak(beta, theta, N) == pytest.approx(expected, rel=1e-15)
+
+
+@pytest.mark.parametrize("m, doubling", [(1, False), (2, True)])
+def test_export_round_trip(tmp_path, m, doubling):
+    params = parameters_for_prompt(TOKENS, P, L, T, future_length=m, doubling=doubling)
+    network = build_network(P, L, T, **params._asdict(), future_length=m, doubling=doubling)
+    path = tmp_path / "construction.safetensors"
+    save_weights(network, path)
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+        names = set(handle.keys())
+    assert "relu heads add (1/N) sum_j relu(s_ij) value h_j" in metadata["description"]
+    assert json.loads(metadata["parameters"])["T"] == T
+    assert {"label.1.head0.query", "gd.1.head0.value", "readout.head5.key"} <= names if m == 2 else "label.head0.query" in names
+    loaded = load_weights(path)
+    assert loaded.layout == network.layout
+    assert torch.equal(loaded.forward(TOKENS).prediction, network.forward(TOKENS).prediction)
+
+
+def test_construction_info_prints_the_shape_beside_the_paper(capsys):
+    assert hmmtf.main(["construction-info", "--p", "4", "--L", "3", "--T", "10"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
+    assert lines["history"][1:3] == ["2", "1"] and lines["label"][1:3] == ["1", "1"]
+    assert lines["gd"][1:3] == ["10", "8"] and lines["readout"][1:3] == ["1", "8"]
+    assert lines["total"][1:3] == ["14", "14"]
+    assert f"width D = {build_layout(4, 3).width}" in out and "p^m * pL = 48 rows" in out
+
+
+def test_construction_info_exports(tmp_path, capsys):
+    path = tmp_path / "w.safetensors"
+    assert hmmtf.main(["construction-info", "--p", "2", "--L", "4", "--T", "2", "--doubling", "--export", str(path)]) == 0
+    assert "history        2            1" in capsys.readouterr().out
+    assert load_weights(path).doubling
