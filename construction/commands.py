@@ -35,9 +35,13 @@ def describe(network: Network, num_columns: int) -> list[str]:
         per_layer = "MLP" if stage == "joint" else str(heads[0])
         lines.append(f"{stage:<9}{len(heads):>7}{per_layer:>13}   {paper[stage]}")
     paper_total = (L - 1) + m + T + 1 + (1 if m >= 2 else 0)
-    lines.append(f"{'total':<9}{len(network.layers):>7}{'':>13}   {paper_total} layers = (L-1) + m + T + 1 (+1 MLP if m >= 2)")
+    lines.append(
+        f"{'total':<9}{len(network.layers):>7}{'':>13}   {paper_total} layers = (L-1) + m + T + 1 (+1 MLP if m >= 2)"
+    )
     lines.append("")
-    lines.append(f"width D = {layout.width}  (paper: O(p^2 L); its leading term, the W slot, has p^m * pL = {p**m * p * L} rows)")
+    lines.append(
+        f"width D = {layout.width}  (paper: O(p^2 L); its leading term, the W slot, has p^m * pL = {p**m * p * L} rows)"
+    )
     lines.append("slots: " + ", ".join(f"{name}[{start}:{stop}]" for name, start, stop in layout.slots))
     lines.append(
         f"eta = {network.eta:.6g}, theta = {network.theta:.6g}, penalty = {network.penalty:.6g}, "

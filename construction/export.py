@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from safetensors import safe_open

@@ -81,14 +81,28 @@ def amplification(layout: Layout, doubling: bool, steps: int, eta: float, penalt
 
 
 def construction_error_bound(
-    beta: float, theta: float, num_columns: int, layout: Layout, doubling: bool, steps: int, eta: float, penalty: float
+    beta: float,
+    theta: float,
+    num_columns: int,
+    layout: Layout,
+    doubling: bool,
+    steps: int,
+    eta: float,
+    penalty: float,
 ) -> float:
     """Bound on the end-to-end construction error ``|prediction - W_T x_test|``: eps times amplification."""
     return layer_leak(beta, theta, num_columns) * amplification(layout, doubling, steps, eta, penalty)
 
 
 def choose_beta(
-    target: float, theta: float, num_columns: int, layout: Layout, doubling: bool, steps: int, eta: float, penalty: float
+    target: float,
+    theta: float,
+    num_columns: int,
+    layout: Layout,
+    doubling: bool,
+    steps: int,
+    eta: float,
+    penalty: float,
 ) -> float:
     """Smallest beta (to 1e-9 relative) whose :func:`construction_error_bound` is at most ``target``.
 

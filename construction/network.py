@@ -139,7 +139,8 @@ class Network:
             converted = []
             for layer in self.layers:
                 if isinstance(layer, MLPLayer):
-                    converted.append({"w_in": torch.as_tensor(layer.w_in, dtype=dtype), "w_out": torch.as_tensor(layer.w_out, dtype=dtype)})
+                    mlp = {name: torch.as_tensor(getattr(layer, name), dtype=dtype) for name in ("w_in", "w_out")}
+                    converted.append(mlp)
                     continue
                 tensors = {"activation": layer.heads[0].activation}
                 for part in ("query", "key", "value"):
@@ -232,7 +233,9 @@ def check_prompt(tokens, layout: Layout) -> np.ndarray:
     if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
         raise ValueError(f"tokens: shape {array.shape}, dtype {array.dtype}; expected a 1-d integer sequence")
     if array.size and (array.min() < 0 or array.max() > p):
-        raise ValueError(f"tokens: values in [{array.min()}, {array.max()}]; expected tokens 0..{p - 1} and delimiter {p}")
+        raise ValueError(
+            f"tokens: values in [{array.min()}, {array.max()}]; expected tokens 0..{p - 1} and delimiter {p}"
+        )
     delimiters = np.flatnonzero(array == p)
     if delimiters.size == 0:
         raise ValueError(f"tokens: no delimiter {p}; expected demo_1, {p}, ..., demo_n, {p}, test sequence")

@@ -144,7 +144,8 @@ def doubling_history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]
             for q in range(shift)
             if shift + q < layout.history_length
         ]
-        layers.append(AttentionLayer(name=f"history.shift{shift}", heads=(shift_head(layout, shift, beta, theta, copies),)))
+        head = shift_head(layout, shift, beta, theta, copies)
+        layers.append(AttentionLayer(name=f"history.shift{shift}", heads=(head,)))
         shift *= 2
     return layers
 
