@@ -25,7 +25,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -n 2
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_filtering.py
+	$(PY) benchmarks/bench_hmm.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -65,26 +65,44 @@ def bayes_predictive(mixture: Mixture, tokens, *, chunk_bytes: int = DEFAULT_CHU
     denominator = torch.zeros(B, N, dtype=dtype, device=device)
     task_log_weight = torch.empty(B, K, dtype=dtype, device=device)
 
+    # Per position: does any / every prompt have a delimiter here? (Python bools, so the common
+    # cases -- no delimiter, or the fixed format's all-delimiter columns -- need no masking.)
+    any_delimiter = is_delimiter.any(0).tolist()
+    all_delimiter = is_delimiter.all(0).tolist()
     chunk = _chunk_size(B, S, p, model.transition.element_size(), chunk_bytes)
     for start in range(0, K, chunk):
         sl = slice(start, min(start + chunk, K))
-        transition = model.transition[sl].contiguous()
-        emission = model.emission[sl].contiguous()
+        transition = model.transition[sl]
+        emission = model.emission[sl]
+        # One product gives both the next belief and the next-token predictive:
+        # filtered @ [T | T O] = [b^-_{t+1} | b^-_{t+1} O].
+        step = torch.cat([transition, transition @ emission], dim=-1).contiguous()  # (c, S, S + p)
         emission_by_token = emission.transpose(1, 2).contiguous()  # (c, p, S)
         initial = model.initial[sl][:, None, :]  # (c, 1, S)
-        c = transition.shape[0]
+        initial_prediction = initial @ emission  # (c, 1, p)
+        c = step.shape[0]
         predicted = initial.expand(c, B, S)
         log_weight = log_weights[sl][:, None].expand(c, B).clone()
         for t in range(N):
-            delimiter_now = is_delimiter[:, t]
-            likelihood = emission_by_token[:, safe_tokens[:, t], :]  # (c, B, S)
-            joint = predicted * likelihood
-            normalizer = joint.sum(-1)
-            possible = normalizer > 0
-            filtered = torch.where(possible[..., None], joint / normalizer.clamp_min(torch.finfo(dtype).tiny)[..., None], predicted)
-            log_weight = log_weight + torch.where(delimiter_now, 0.0, normalizer.log())
-            predicted = torch.where(delimiter_now[None, :, None], initial, torch.bmm(filtered, transition))
-            prediction = torch.bmm(predicted, emission)  # (c, B, p)
+            if all_delimiter[t]:
+                predicted = initial.expand(c, B, S)
+                prediction = initial_prediction.expand(c, B, p)
+            else:
+                likelihood = emission_by_token[:, safe_tokens[:, t], :]  # (c, B, S)
+                joint = predicted * likelihood
+                normalizer = joint.sum(-1, keepdim=True)
+                # A task that cannot emit the token gets normalizer 0: its belief becomes 0, its
+                # log-weight -inf, and it contributes exactly 0 from then on.
+                filtered = joint / normalizer.clamp_min(torch.finfo(dtype).tiny)
+                log_normalizer = normalizer.squeeze(-1).log()
+                advanced = torch.bmm(filtered, step)
+                predicted, prediction = advanced[..., :S], advanced[..., S:]
+                if any_delimiter[t]:
+                    delimiter_now = is_delimiter[:, t]
+                    log_normalizer = log_normalizer.masked_fill(delimiter_now, 0.0)
+                    predicted = torch.where(delimiter_now[None, :, None], initial, predicted)
+                    prediction = torch.where(delimiter_now[None, :, None], initial_prediction, prediction)
+                log_weight = log_weight + log_normalizer
             chunk_max = log_weight.amax(0)  # (B,)
             new_max = torch.maximum(running_max[:, t], chunk_max)
             # A prompt no task seen so far can emit has new_max = -inf; shifting by 0 then keeps

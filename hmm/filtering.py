@@ -18,7 +18,7 @@ the same ``N`` sequences is ``obs (N, 1, T)`` with ``batch_shape (K,)``, giving 
 
 Work is grouped by HMM: the sequences that share an HMM are filtered together as one
 ``(rows, S) @ (S, S)`` product, and HMMs are processed in blocks small enough that their matrices
-stay in cache across all T steps (see :func:`_block_size`).
+stay in cache across all T steps (see :func:`_block_shape`).
 """
 from __future__ import annotations
 
@@ -29,8 +29,12 @@ import torch
 
 from hmm.model import HMM, check_tokens
 
-CACHE_BUDGET_BYTES = 1 << 20
-"""Bytes of matrices + beliefs one block of HMMs may occupy: about a core's L2 cache."""
+MATRIX_CACHE_BYTES = 8 << 20
+"""Bytes of per-HMM matrices one block may hold: a block's ``[T | T O]`` matrices are re-read at
+every step, so they should stay in the (32 MiB, shared) last-level cache."""
+
+BUFFER_BYTES = 256 << 20
+"""Bytes of per-step buffers (likelihoods, beliefs, predictions) of one block over all T steps."""
 
 
 class FilterResult(NamedTuple):
@@ -92,50 +96,72 @@ def _group(model: HMM, obs: torch.Tensor) -> _Groups:
     )
 
 
-def _block_size(rows: int, num_states: int, num_tokens: int, itemsize: int) -> int:
-    """HMMs per block: as many as fit :data:`CACHE_BUDGET_BYTES` with their ``rows`` beliefs."""
-    per_hmm = itemsize * (num_states * (num_states + num_tokens) + 3 * rows * num_states)
-    return max(1, CACHE_BUDGET_BYTES // per_hmm)
+def _block_shape(rows: int, length: int, num_states: int, num_tokens: int, itemsize: int) -> tuple[int, int]:
+    """``(HMMs, rows)`` per block: HMMs by :data:`MATRIX_CACHE_BYTES`, rows by :data:`BUFFER_BYTES`."""
+    hmms = max(1, MATRIX_CACHE_BYTES // (itemsize * num_states * (num_states + num_tokens)))
+    per_row = itemsize * length * (3 * num_states + num_tokens)
+    rows_per_block = max(1, min(rows, BUFFER_BYTES // (per_row * hmms)))
+    if rows_per_block < rows:  # many sequences per HMM: fewer HMMs, more rows each
+        hmms = max(1, BUFFER_BYTES // (per_row * rows))
+        rows_per_block = max(1, min(rows, BUFFER_BYTES // (per_row * hmms)))
+    return hmms, rows_per_block
+
+
+def _filter_block(initial, transition, emission, tokens, keep_beliefs: bool) -> dict[str, torch.Tensor]:
+    """The recursion for one block: ``n`` HMMs, ``r`` sequences each, all ``T`` steps.
+
+    All likelihoods ``O(s, o_t)`` are gathered before the loop, and one product per step gives
+    both the next predicted belief and the next-token predictive:
+    ``b_t @ [T | T O] = [b^-_{t+1} | P(o_{t+1} | o_<=t)]``, written in place into a buffer, so a
+    step is four tensor operations.
+    """
+    n, r, T = tokens.shape
+    S = transition.shape[-1]
+    step = torch.cat([transition, transition @ emission], dim=-1).contiguous()  # (n, S, S + p)
+    emission_by_token = emission.transpose(1, 2)  # (n, p, S)
+    likelihood = emission_by_token[torch.arange(n, device=tokens.device)[:, None, None], tokens]  # (n, r, T, S)
+    likelihood = likelihood.permute(2, 0, 1, 3).contiguous()  # (T, n, r, S)
+    advanced = torch.empty(T, n, r, step.shape[-1], dtype=step.dtype, device=step.device)
+    normalizers = torch.empty(T, n, r, 1, dtype=step.dtype, device=step.device)
+    filtered = torch.empty(T if keep_beliefs else 1, n, r, S, dtype=step.dtype, device=step.device)
+    predicted = initial[:, None, :].expand(n, r, S)
+    for t in range(T):
+        joint = predicted * likelihood[t]
+        torch.sum(joint, dim=-1, keepdim=True, out=normalizers[t])
+        belief = filtered[t if keep_beliefs else 0]
+        torch.div(joint, normalizers[t], out=belief)
+        torch.bmm(belief, step, out=advanced[t])
+        predicted = advanced[t, ..., :S]
+    out = {
+        "next_token": advanced[..., S:].permute(1, 2, 0, 3),
+        "log_normalizers": normalizers.squeeze(-1).log().permute(1, 2, 0),
+    }
+    if keep_beliefs:
+        first = initial[:, None, None, :].expand(n, r, 1, S)
+        out["predicted"] = torch.cat([first, advanced[:-1, ..., :S].permute(1, 2, 0, 3)], dim=2)
+        out["filtered"] = filtered.permute(1, 2, 0, 3)
+    return out
 
 
 def _filter_groups(groups: _Groups, keep_beliefs: bool) -> dict[str, torch.Tensor]:
-    """Run the recursion over ``(G, R)`` groups in cache-sized blocks of HMMs.
-
-    Returns tensors of shape ``(G, R, T, .)``: always ``next_token`` and ``log_normalizers``,
-    plus ``predicted`` and ``filtered`` when ``keep_beliefs``.
-    """
+    """Run :func:`_filter_block` over ``(G, R)`` groups; tensors come back as ``(G, R, T, .)``:
+    always ``next_token`` and ``log_normalizers``, plus ``predicted`` and ``filtered`` when
+    ``keep_beliefs``."""
     G, R, T = groups.tokens.shape
     S, p = groups.emission.shape[-2:]
     dtype, device = groups.transition.dtype, groups.transition.device
-    out = {
-        "next_token": torch.empty(G, R, T, p, dtype=dtype, device=device),
-        "log_normalizers": torch.empty(G, R, T, dtype=dtype, device=device),
-    }
+    widths = {"next_token": (p,), "log_normalizers": ()}
     if keep_beliefs:
-        out["predicted"] = torch.empty(G, R, T, S, dtype=dtype, device=device)
-        out["filtered"] = torch.empty(G, R, T, S, dtype=dtype, device=device)
-    block = _block_size(R, S, p, groups.transition.element_size())
-    for start in range(0, G, block):
-        sl = slice(start, min(start + block, G))
-        transition = groups.transition[sl].contiguous()
-        emission = groups.emission[sl].contiguous()
-        # emission_by_token[g, o, s] = O_g(s, o): one gather per step picks the likelihood rows.
-        emission_by_token = emission.transpose(1, 2).contiguous()
-        tokens = groups.tokens[sl]
-        n = transition.shape[0]
-        group_index = torch.arange(n, device=device)[:, None]
-        predicted = groups.initial[sl][:, None, :].expand(n, R, S)
-        for t in range(T):
-            likelihood = emission_by_token[group_index, tokens[:, :, t]]  # (n, R, S)
-            joint = predicted * likelihood
-            normalizer = joint.sum(-1, keepdim=True)
-            filtered = joint / normalizer
-            if keep_beliefs:
-                out["predicted"][sl, :, t] = predicted
-                out["filtered"][sl, :, t] = filtered
-            out["log_normalizers"][sl, :, t] = normalizer.squeeze(-1).log()
-            predicted = torch.bmm(filtered, transition)
-            out["next_token"][sl, :, t] = torch.bmm(predicted, emission)
+        widths.update(predicted=(S,), filtered=(S,))
+    out = {name: torch.empty(G, R, T, *tail, dtype=dtype, device=device) for name, tail in widths.items()}
+    hmms, rows = _block_shape(R, T, S, p, groups.transition.element_size())
+    for g in range(0, G, hmms):
+        gs = slice(g, min(g + hmms, G))
+        for r in range(0, R, rows):
+            rs = slice(r, min(r + rows, R))
+            block = _filter_block(groups.initial[gs], groups.transition[gs], groups.emission[gs], groups.tokens[gs, rs], keep_beliefs)
+            for name, value in block.items():
+                out[name][gs, rs] = value
     return out
 
 
