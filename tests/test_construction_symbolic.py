@@ -10,7 +10,15 @@ import pytest
 import sympy
 
 from construction.layout import build_layout
-from construction.weights import gd_layer, history_layers, joint_one_hot_layer, label_layers, readout_layer, shift_head
+from construction.weights import (
+    doubling_history_layers,
+    gd_layer,
+    history_layers,
+    joint_one_hot_layer,
+    label_layers,
+    readout_layer,
+    shift_head,
+)
 
 BETA, THETA, ETA, PENALTY = sympy.symbols("beta theta eta R", positive=True)
 I, J = sympy.symbols("i j", integer=True)
@@ -53,13 +61,22 @@ def test_history_and_label_scores_are_beta_cos_of_the_offset(p, L):
     assert sympy.simplify(score(b_head, h_i, h_j) - BETA * sympy.cos((J - I - 1) * THETA)) == 0
 
 
-@pytest.mark.parametrize("shift", [2, 4, -3])
-def test_shifted_head_score_peaks_at_the_shift(shift):
-    """Doubling layers use A^s = R(s theta): score beta cos((j - i + s) theta)."""
+def test_doubling_layers_scores_are_beta_cos_of_the_shifted_offset():
+    """Doubling layer r uses A^s = R(s theta), s = 2^(r-1): score beta cos((j - i + s) theta)."""
     layout = build_layout(2, 5)
-    head = shift_head(layout, shift, BETA, THETA, [("token", "history.1")])
+    layers = doubling_history_layers(layout, BETA, THETA)
+    assert [layer.name for layer in layers] == ["history.shift1", "history.shift2", "history.shift4"]
     h_i, h_j = symbolic_column(layout, "a", I), symbolic_column(layout, "b", J)
-    assert sympy.simplify(score(head, h_i, h_j) - BETA * sympy.cos((J - I + shift) * THETA)) == 0
+    for shift, layer in zip((1, 2, 4), layers):
+        (head,) = layer.heads
+        assert sympy.simplify(score(head, h_i, h_j) - BETA * sympy.cos((J - I + shift) * THETA)) == 0
+
+
+def test_shift_head_score_for_a_backward_shift():
+    layout = build_layout(2, 2)
+    head = shift_head(layout, -3, BETA, THETA, [("token", "history.1")])
+    h_i, h_j = symbolic_column(layout, "a", I), symbolic_column(layout, "b", J)
+    assert sympy.simplify(score(head, h_i, h_j) - BETA * sympy.cos((J - I - 3) * THETA)) == 0
 
 
 def test_relu_pair_identity():
