@@ -28,7 +28,7 @@ errs by e errs by at most e + eps. Therefore, per coordinate:
 **End to end (first order in eps).** Let ``dx, dy, dD`` bound the errors of a covariate
 coordinate, a target coordinate and D of a sample, and ``B >= ||w_{t,k}||_1`` for every GD iterate
 (the mask already needs ``penalty > B + 1``, so ``B <= penalty`` is assumed). One GD step changes
-the error ``Delta`` of row k by ``Delta (I - eta H_hat)`` (a contraction for ``eta < 2/lambda_max``)
+the error ``Delta`` of row k by ``Delta (I - eta H_hat)`` (non-expansive for ``eta < 2/lambda_max``)
 plus a forcing of 2-norm at most
 ``eta [(B dx + dy + penalty dD) sqrt(L) + (B + 1) sqrt(pL) dx]``; null-space directions need not
 contract, so after T steps ``||Delta_T|| <= T`` times that, and the read-out adds
