@@ -9,6 +9,7 @@ import argparse
 import sys
 
 import construction.commands
+import empirical.commands
 import hmm.commands
 
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     hmm.commands.register(subparsers)
+    empirical.commands.register(subparsers)
     construction.commands.register(subparsers)
     return parser
 

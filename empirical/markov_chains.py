@@ -165,6 +165,32 @@ def sequence_log_losses(log_probs: torch.Tensor, tokens: torch.Tensor) -> torch.
     return -log_probs[:, :-1].gather(-1, targets).squeeze(-1).double().mean(-1)
 
 
+def excess_losses(kernel, tokens: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
+    """Per-sequence mean of ``KL(P[x_t] || q_t)`` over ``t < T``: a predictor's loss above the
+    entropy rate, with the sampling noise of the next token integrated out exactly.
+
+    Since ``x_{t+1} ~ P[x_t]`` given ``x_1..x_t``::
+
+        E[-log q_t(x_{t+1}) | x_1..x_t] = H(P[x_t]) + KL(P[x_t] || q_t),   E H(P[x_t]) = H_rate,
+
+    so ``E[loss] = H_rate + E[excess]``. The excess is exactly 0 for the bigram predictor and has
+    mean ``H_unigram - H_rate`` for the unigram one. ``log_probs (B, T, m)`` as in
+    :func:`sequence_log_losses`; returns ``(B,)`` float64.
+    """
+    kernel = check_kernel(kernel)
+    tokens = check_tokens(tokens, kernel.shape[0], "tokens")
+    if log_probs.shape != (*tokens.shape, kernel.shape[0]) or tokens.shape[-1] < 2:
+        raise ValueError(
+            f"log_probs: shape {tuple(log_probs.shape)} with tokens {tuple(tokens.shape)}; expected "
+            f"(B, T, {kernel.shape[0]}) matching tokens (B, T) with T >= 2"
+        )
+    true_next = torch.from_numpy(kernel)[tokens[:, :-1]]
+    true_log = torch.from_numpy(-_surprise(kernel))[tokens[:, :-1]]
+    # Outcomes with P_ij = 0 contribute 0 even where the predictor gives them log q = -inf.
+    terms = torch.where(true_next > 0, true_next * (true_log - log_probs[:, :-1].double()), 0.0)
+    return terms.sum(-1).mean(-1)
+
+
 def bigram_log_probs(kernel, tokens: torch.Tensor) -> torch.Tensor:
     """``(B, T, m)`` log-predictions of the bigram predictor: row ``t`` is ``log kernel[x_t]``."""
     kernel = check_kernel(kernel)
@@ -225,21 +251,30 @@ def read_back_kernel(tokens: torch.Tensor, probs: torch.Tensor) -> np.ndarray:
     return (sums / counts).numpy()
 
 
+def memory_norm(kernel) -> float:
+    """``|P - U|_pi^2 = sum_i pi_i sum_j (P_ij - pi_j)^2`` with ``U = 1 pi^T`` (every row ``pi``):
+    how far the kernel is from the memoryless chain with the same marginals. For the binary
+    chain it is ``2 pi_0 pi_1 (1 - p - q)^2``, zero iff ``p + q = 1``."""
+    kernel = check_kernel(kernel)
+    pi = stationary_distribution(kernel)
+    return float(pi @ ((kernel - pi[None, :]) ** 2).sum(axis=1))
+
+
 def memory_coordinate(estimated_kernel: np.ndarray, kernel) -> float:
     """Where ``estimated_kernel`` lies between the unigram (0) and bigram (1) solutions.
 
-    With ``U = 1 pi^T`` (every row ``pi``) and the ``pi``-weighted inner product
+    With ``U = 1 pi^T`` and the ``pi``-weighted inner product
     ``<A, B>_pi = sum_i pi_i sum_j A_ij B_ij``::
 
         alpha = <K_hat - U, P - U>_pi / <P - U, P - U>_pi.
 
     ``alpha = 1`` for ``K_hat = P``, ``0`` for ``K_hat = U``; undefined (``ValueError``) when
-    ``P = U``, i.e. for i.i.d. chains (``p + q = 1``).
+    :func:`memory_norm` is at most :data:`MEMORY_NORM_TOLERANCE`, i.e. for i.i.d. chains.
     """
     kernel = check_kernel(kernel)
-    pi = stationary_distribution(kernel)
-    memory = kernel - pi[None, :]
-    norm = float(pi @ (memory**2).sum(axis=1))
+    norm = memory_norm(kernel)
     if norm <= MEMORY_NORM_TOLERANCE:
         raise ValueError(f"kernel: every row equals pi (|P - U|_pi^2 = {norm:.3g}); expected a chain with memory")
+    pi = stationary_distribution(kernel)
+    memory = kernel - pi[None, :]
     return float(pi @ ((np.asarray(estimated_kernel) - pi[None, :]) * memory).sum(axis=1)) / norm

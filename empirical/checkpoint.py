@@ -1,0 +1,92 @@
+"""Checkpoints: a directory with ``model.safetensors``, ``optimizer.safetensors`` and
+``config.json`` (model config, training config, the caller's task description, step, command).
+
+Everything that determines the rest of a run is stored: weights, AdamW moments and step counts,
+the optimizer's hyper-parameters and the step. The data of step ``s`` is a function of the seed
+and ``s`` (see :mod:`empirical.data`) and the model has no dropout, so a resumed run repeats the
+uninterrupted one bit for bit. A checkpoint is written to a temporary directory and renamed into
+place, so an interrupted save never leaves a half-written checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from empirical.model import RoFormer, RoFormerConfig
+
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+CONFIG_FILE = "config.json"
+
+
+class Checkpoint(NamedTuple):
+    """What :func:`load_checkpoint` returns."""
+
+    model: RoFormer
+    config: dict
+    """The JSON config: ``model``, ``train``, ``task``, ``step``, ``command``."""
+    optimizer_state: dict | None
+    """A ``torch.optim.Optimizer.state_dict()``, or None when the checkpoint has none."""
+
+
+def _flatten_optimizer_state(state: dict) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """Split ``optimizer.state_dict()`` into tensors ``state.{param}.{name}`` and JSON groups."""
+    tensors = {
+        f"state.{index}.{name}": value.detach().contiguous().cpu()
+        for index, per_param in state["state"].items()
+        for name, value in per_param.items()
+    }
+    groups = [{key: list(value) if isinstance(value, tuple) else value for key, value in group.items()}
+              for group in state["param_groups"]]
+    return tensors, groups
+
+
+def _unflatten_optimizer_state(tensors: dict[str, torch.Tensor], groups: list[dict]) -> dict:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        _, index, name = key.split(".", 2)
+        state.setdefault(int(index), {})[name] = value
+    param_groups = [{key: tuple(value) if key == "betas" else value for key, value in group.items()}
+                    for group in groups]
+    return {"state": state, "param_groups": param_groups}
+
+
+def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Optimizer | None, config: dict) -> None:
+    """Write ``model`` (unwrapped: not DDP, not compiled), ``optimizer`` and ``config`` to ``directory``."""
+    directory = Path(directory)
+    staging = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    save_model(model, str(staging / MODEL_FILE))
+    full_config = dict(config, model=model.config.to_dict())
+    if optimizer is not None:
+        tensors, groups = _flatten_optimizer_state(optimizer.state_dict())
+        save_file(tensors, str(staging / OPTIMIZER_FILE))
+        full_config["optimizer_param_groups"] = groups
+    (staging / CONFIG_FILE).write_text(json.dumps(full_config, indent=2) + "\n")
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(staging, directory)
+
+
+def load_checkpoint(directory: Path, device: torch.device | str = "cpu") -> Checkpoint:
+    """Read a checkpoint written by :func:`save_checkpoint`; the model is on ``device``."""
+    directory = Path(directory)
+    config_path = directory / CONFIG_FILE
+    if not config_path.is_file():
+        raise ValueError(f"checkpoint: {str(directory)!r} has no {CONFIG_FILE}; expected a checkpoint directory")
+    config = json.loads(config_path.read_text())
+    model = RoFormer(RoFormerConfig.from_dict(config["model"]))
+    load_model(model, str(directory / MODEL_FILE), device="cpu")
+    model.to(device)
+    optimizer_state = None
+    if (directory / OPTIMIZER_FILE).is_file():
+        tensors = load_file(str(directory / OPTIMIZER_FILE), device=str(device))
+        optimizer_state = _unflatten_optimizer_state(tensors, config["optimizer_param_groups"])
+    return Checkpoint(model, config, optimizer_state)

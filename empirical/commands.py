@@ -1,0 +1,135 @@
+"""Subcommands of the ``empirical`` package (registered in :mod:`hmmtf`):
+
+``hmmtf train --preset {tiny,cpu-small,paper}`` trains a RoFormer (also under
+``torchrun --nproc_per_node=G hmmtf.py train ...``) and ``hmmtf evaluate CHECKPOINT`` writes the
+in-context metrics (JSON) and figures.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import hmm
+from empirical.checkpoint import load_checkpoint
+from empirical.data import PromptStream, held_out_prompts, unigram_distribution
+from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
+from empirical.plots import plot_in_context, plot_training_loss
+from empirical.presets import PRESETS, ExperimentPreset, get_preset, preset_from_task
+from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, train
+
+TRAIN_SUMMARY_FILE = "train_summary.json"
+EVALUATION_FILE = "evaluation.json"
+
+
+def build_mixture(preset: ExperimentPreset) -> hmm.Mixture:
+    """The preset's mixture (float64, CPU)."""
+    return hmm.mixture_preset(preset.mixture, seed=preset.mixture_seed)
+
+
+def run_train(args) -> int:
+    preset = get_preset(args.preset)
+    if args.steps is not None:
+        steps = args.steps
+        warmup = min(preset.train.warmup_steps, max(steps // 10, 0))
+        preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, steps=steps, warmup_steps=warmup))
+    if args.compile:
+        preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, compile=True))
+    device = torch.device(args.device) if args.device else init_distributed()
+    run_dir = Path(args.run_dir or Path("runs") / preset.name)
+    mixture = build_mixture(preset)
+    stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
+    started = time.perf_counter()
+    result = train(
+        preset.model_config(mixture.num_tokens),
+        preset.train,
+        stream,
+        run_dir,
+        task=preset.task(),
+        device=device,
+        progress=not args.no_progress,
+    )
+    if distributed_context().rank == 0:
+        summary = {
+            "command": sys.argv,
+            "preset": preset.name,
+            "steps": result.step,
+            "wall_time_s": time.perf_counter() - started,
+            "last_logged_loss": result.last_loss,
+            "world_size": distributed_context().world_size,
+            "device": str(device),
+            "torch": torch.__version__,
+            "num_threads": torch.get_num_threads(),
+            "parameters": result.model.num_parameters(),
+        }
+        (run_dir / TRAIN_SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        print(json.dumps(summary, indent=2))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+def run_evaluate(args) -> int:
+    checkpoint_dir = Path(args.checkpoint)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    saved = load_checkpoint(checkpoint_dir, device)
+    preset = preset_from_task(saved.config["task"])
+    num_prompts = args.num_prompts or preset.eval_prompts
+    mixture = build_mixture(preset)
+    prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
+    predictors = {
+        "model": model_predictor(saved.model, mixture.num_tokens, device),
+        "bayes": bayes_predictor(hmm.Mixture(mixture.hmm.to(device), mixture.weights.to(device))),
+        "unigram": unigram_predictor(unigram_distribution(mixture, preset.prompt_format, num_prompts, preset.data_seed)),
+    }
+    started = time.perf_counter()
+    evaluation = evaluate_predictors(predictors, prompts, mixture.num_tokens)
+    run_dir = checkpoint_dir.parent
+    out = Path(args.out) if args.out else run_dir / "evaluation"
+    out.mkdir(parents=True, exist_ok=True)
+    train_summary = run_dir / TRAIN_SUMMARY_FILE
+    report = {
+        "command": sys.argv,
+        "checkpoint": str(checkpoint_dir),
+        "step": saved.config["step"],
+        "task": saved.config["task"],
+        "model": saved.config["model"],
+        "train": saved.config["train"],
+        "train_summary": json.loads(train_summary.read_text()) if train_summary.is_file() else None,
+        "evaluation_time_s": time.perf_counter() - started,
+        **evaluation,
+    }
+    (out / EVALUATION_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    plot_in_context(evaluation, out / "in_context.png")
+    metrics = run_dir / METRICS_FILE
+    if metrics.is_file():
+        (out / METRICS_FILE).write_text(metrics.read_text())
+        plot_training_loss(metrics, evaluation, out / "training_loss.png")
+    test = evaluation["excess_test_sequence"]
+    print(json.dumps({"out": str(out), "test_sequence": test, "accuracy_by_demonstrations": {
+        name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]] for name in predictors}}, indent=2))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``train`` and ``evaluate`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser("train", help="train a RoFormer on a mixture of HMMs (also under torchrun)")
+    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    parser.add_argument("--run-dir", help="checkpoint and metrics folder (default runs/PRESET); resumes if present")
+    parser.add_argument("--steps", type=int, help="override the preset's number of steps (the schedule follows)")
+    parser.add_argument("--device", help="default: this rank's CUDA device, else CPU")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (the paper preset does)")
+    parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    parser.set_defaults(run=run_train)
+
+    parser = subparsers.add_parser("evaluate", help="in-context accuracy/loss of a checkpoint vs Bayes-optimal")
+    parser.add_argument("checkpoint", help="a checkpoint folder (RUN_DIR/%s)" % CHECKPOINT_DIR)
+    parser.add_argument("--out", help="folder for evaluation.json and figures (default RUN_DIR/evaluation)")
+    parser.add_argument("--num-prompts", type=int, help="held-out prompts (default: the preset's)")
+    parser.add_argument("--device", help="default: CUDA if available, else CPU")
+    parser.set_defaults(run=run_evaluate)

@@ -1,0 +1,156 @@
+"""In-context metrics of next-token predictors on held-out prompts, beside the Bayes-optimal
+predictor and a unigram baseline.
+
+Every predictor has one signature (as in Garg et al.'s baselines): ``predictor(tokens (B, N))
+-> probabilities (B, N, p)`` float64 over the ``p`` HMM tokens, row t for the token after
+position t. The model's row is its softmax restricted to the HMM tokens (the delimiter logit is
+dropped: it is never a target). Definitions, on the positions where the next token is an HMM
+token:
+
+    loss      = -log q(o_{t+1})                        (nats/token)
+    accuracy  = [argmax q = o_{t+1}]                   (top-1)
+    agreement = [argmax q = argmax q_Bayes]
+    excess    = loss(model) - loss(Bayes),   gap = loss(unigram) - loss(Bayes)
+
+Curves (the paper's Figure 1): *vs number of demonstrations k* averages over the tokens
+``1..demo_length-1`` of the segment that follows k demonstrations (for ``k < n`` that is the
+(k+1)-th demonstration, distributed exactly like the first tokens of a test sequence after k
+demonstrations); *vs position in the test sequence* is per test token ``i = 0..test_length-1``
+after all n demonstrations. Error bars are standard errors over prompts.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+import hmm
+from empirical.data import prompt_batch
+from empirical.model import RoFormer
+from empirical.train import IGNORE_INDEX
+
+Predictor = Callable[[torch.Tensor], torch.Tensor]
+"""``predictor(tokens (B, N)) -> (B, N, p)`` float64 next-token probabilities over HMM tokens."""
+
+EVAL_BATCH = 256
+"""Prompts per forward pass of the model during evaluation."""
+
+
+def model_predictor(model: RoFormer, num_tokens: int, device: torch.device | str = "cpu") -> Predictor:
+    """The model as a :data:`Predictor`: ``softmax(logits[..., :p])`` in float64."""
+
+    @torch.no_grad()
+    def predict(tokens: torch.Tensor) -> torch.Tensor:
+        model.eval()
+        chunks = [
+            model(chunk.to(device))[..., :num_tokens].double().softmax(-1).cpu()
+            for chunk in tokens.split(EVAL_BATCH)
+        ]
+        return torch.cat(chunks)
+
+    return predict
+
+
+def bayes_predictor(mixture: hmm.Mixture) -> Predictor:
+    """The exact posterior predictive of the mixture (:func:`hmm.bayes_predictive`)."""
+
+    def predict(tokens: torch.Tensor) -> torch.Tensor:
+        return hmm.bayes_predictive(mixture, tokens).next_token.double().cpu()
+
+    return predict
+
+
+def unigram_predictor(distribution: torch.Tensor) -> Predictor:
+    """The same distribution ``(p,)`` at every position, whatever the context."""
+
+    def predict(tokens: torch.Tensor) -> torch.Tensor:
+        return distribution.double().expand(*tokens.shape, -1)
+
+    return predict
+
+
+def _mean_and_stderr(values: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """Mean of ``values (B, N)`` over ``mask (N,)`` and its standard error over the B prompts."""
+    per_prompt = values[:, mask].double().mean(-1)
+    count = per_prompt.numel()
+    stderr = per_prompt.std().item() / count**0.5 if count > 1 else float("nan")
+    return per_prompt.mean().item(), stderr
+
+
+def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, num_tokens: int, *,
+                        reference: str = "bayes", baseline: str = "unigram") -> dict:
+    """All metrics of the module docstring for every predictor, as a JSON-ready dict.
+
+    ``num_tokens`` is p (the delimiter token). ``reference`` (the Bayes-optimal predictor) and
+    ``baseline`` (the unigram) name entries of ``predictors``; excess loss and its fraction of the
+    unigram-to-Bayes gap are reported for every other predictor.
+    """
+    for role, name in (("reference", reference), ("baseline", baseline)):
+        if name not in predictors:
+            raise ValueError(f"{role}: {name!r} is not among the predictors {sorted(predictors)}; expected one of them")
+    fmt = prompts.format
+    targets = prompt_batch(prompts, num_tokens).targets
+    counted = targets != IGNORE_INDEX
+    safe_targets = targets.clamp_min(0)
+    # Row t predicts position t + 1: describe every row by the segment and offset of its target.
+    target_segment = torch.cat([fmt.segment_index[1:], torch.tensor([-1])])
+    target_offset = torch.cat([fmt.position_in_segment[1:], torch.tensor([-1])])
+    test_rows = (target_segment == fmt.num_demos) & counted.all(0)
+    all_rows = counted.all(0)
+
+    probabilities = {name: predictor(prompts.tokens) for name, predictor in predictors.items()}
+    argmax_reference = probabilities[reference].argmax(-1)
+    per_position = {}
+    for name, probs in probabilities.items():
+        picked = probs.gather(-1, safe_targets[..., None]).squeeze(-1)
+        per_position[name] = {
+            "loss": -picked.log(),
+            "accuracy": (probs.argmax(-1) == targets).double(),
+            "agreement_with_bayes": (probs.argmax(-1) == argmax_reference).double(),
+        }
+
+    def summary(mask: torch.Tensor) -> dict:
+        result = {}
+        for name, metrics in per_position.items():
+            result[name] = {}
+            for metric, values in metrics.items():
+                mean, stderr = _mean_and_stderr(values, mask)
+                result[name][metric] = mean
+                result[name][f"{metric}_stderr"] = stderr
+        return result
+
+    def curve(masks: list[torch.Tensor]) -> dict:
+        points = [summary(mask) for mask in masks]
+        return {
+            name: {metric: [point[name][metric] for point in points] for metric in points[0][name]}
+            for name in per_position
+        }
+
+    demo_masks = [
+        (target_segment == k) & (target_offset >= 1) & (target_offset < fmt.demo_length) & all_rows
+        for k in range(fmt.num_demos + 1)
+    ]
+    position_masks = [(target_segment == fmt.num_demos) & (target_offset == i) for i in range(fmt.test_length)]
+    test, everywhere = summary(test_rows), summary(all_rows)
+    others = [name for name in predictors if name not in (reference, baseline)]
+
+    def gap_report(scope: dict) -> dict:
+        bayes_loss, unigram_loss = scope[reference]["loss"], scope[baseline]["loss"]
+        report = {"bayes_loss": bayes_loss, "unigram_loss": unigram_loss, "gap": unigram_loss - bayes_loss}
+        for name in others:
+            excess = scope[name]["loss"] - bayes_loss
+            report[name] = {"excess_loss": excess, "excess_over_gap": excess / report["gap"]}
+        return report
+
+    return {
+        "num_prompts": int(prompts.tokens.shape[0]),
+        "prompt_format": {"num_demos": fmt.num_demos, "demo_length": fmt.demo_length, "test_length": fmt.test_length},
+        "reference": reference,
+        "baseline": baseline,
+        "test_sequence": test,
+        "all_positions": everywhere,
+        "excess_test_sequence": gap_report(test),
+        "excess_all_positions": gap_report(everywhere),
+        "by_demonstrations": {"num_demonstrations": list(range(fmt.num_demos + 1)), **curve(demo_masks)},
+        "by_test_position": {"position": list(range(fmt.test_length)), **curve(position_masks)},
+    }

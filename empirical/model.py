@@ -1,0 +1,230 @@
+"""Causal RoFormer (Su et al. 2024): token embedding, pre-norm blocks of rotary self-attention and
+an MLP, a final LayerNorm and an unembedding. There is no absolute position embedding: position
+enters only through the rotation of queries and keys, so an attention logit depends on the two
+tokens and their offset ``i - j`` (see :func:`apply_rotary`).
+
+Block ``l`` (pre-norm, residual stream ``x``)::
+
+    x <- x + Attn(LN1(x))        attention: softmax(rot(q) rot(k)^T / sqrt(d_head) + causal mask) v
+    x <- x + MLP(LN2(x))         MLP: W2 GELU(W1 x)
+
+Two forward paths share the weights: :meth:`RoFormer.forward` uses the fused
+``scaled_dot_product_attention``; :meth:`RoFormer.run_with_cache` computes attention explicitly
+and returns, under TransformerLens-like names (see :data:`HOOK_NAMES`), every layer's residual
+stream, pre-softmax attention logits and attention weights.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+INIT_STD = 0.02
+"""Standard deviation of the normal initialisation of every weight matrix (GPT-2)."""
+
+HOOK_NAMES = (
+    "hook_embed",
+    "blocks.{layer}.hook_resid_mid",
+    "blocks.{layer}.hook_resid_post",
+    "blocks.{layer}.attn.hook_attn_scores",
+    "blocks.{layer}.attn.hook_pattern",
+)
+"""Names of the activations recorded by :meth:`RoFormer.run_with_cache` (``{layer}`` = 0..L-1).
+
+``hook_embed`` (B, N, W): token embedding = residual stream entering block 0.
+``hook_resid_mid`` (B, N, W): residual stream after the attention sub-block.
+``hook_resid_post`` (B, N, W): residual stream after the whole block.
+``attn.hook_attn_scores`` (B, H, N, N): pre-softmax logits ``q_i . k_j / sqrt(d_head)``, with
+``-inf`` above the diagonal (the causal mask, as in TransformerLens).
+``attn.hook_pattern`` (B, H, N, N): attention weights, the row-wise softmax of the scores.
+"""
+
+
+@dataclass(frozen=True)
+class RoFormerConfig:
+    """Shape of a :class:`RoFormer`; validated on construction.
+
+    Args:
+        vocab_size: number of input tokens (also the number of output logits).
+        num_layers: number of blocks, >= 1.
+        num_heads: attention heads per block; must divide ``width`` into an even head size.
+        width: residual-stream dimension.
+        mlp_ratio: hidden size of the MLP divided by ``width``.
+        rotary_base: ``b`` in the rotary frequencies ``theta_i = b^(-2i/d_head)``.
+        tie_embeddings: share the embedding matrix with the unembedding (``logits = x E^T``).
+    """
+
+    vocab_size: int
+    num_layers: int
+    num_heads: int
+    width: int
+    mlp_ratio: int = 4
+    rotary_base: float = 10000.0
+    tie_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "num_layers", "num_heads", "width", "mlp_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
+        if self.width % self.num_heads:
+            raise ValueError(
+                f"num_heads: {self.num_heads} does not divide width {self.width}; expected a divisor of width"
+            )
+        if self.head_dim % 2:
+            raise ValueError(
+                f"num_heads: {self.num_heads} gives head size {self.width}/{self.num_heads} = {self.head_dim}, "
+                f"which is odd; expected an even head size (rotary embeddings rotate pairs of coordinates)"
+            )
+        if not self.rotary_base > 1:
+            raise ValueError(f"rotary_base: {self.rotary_base!r}; expected a number > 1")
+
+    @property
+    def head_dim(self) -> int:
+        """``d_head = width / num_heads``."""
+        return self.width // self.num_heads
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "RoFormerConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"model config: unknown keys {unknown}; expected a subset of {sorted(known)}")
+        return cls(**values)
+
+
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos(m theta_i)`` and ``sin(m theta_i)``, each ``(len(positions), head_dim / 2)`` float32,
+    for positions ``m`` and frequencies ``theta_i = base^(-2i/head_dim)``, ``i = 0..head_dim/2-1``
+    (RoFormer, Su et al. 2024, eq. 15)."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim
+    frequencies = base ** (-exponents)
+    angles = positions.to(torch.float32)[:, None] * frequencies[None, :]
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each coordinate pair ``(x_{2i}, x_{2i+1})`` of ``x (..., N, d)`` by the angle
+    ``m theta_i`` of its position ``m``::
+
+        (x_{2i}, x_{2i+1}) -> (x_{2i} cos - x_{2i+1} sin,  x_{2i} sin + x_{2i+1} cos)
+
+    so ``rot_m(q) . rot_n(k) = q^T R_{n-m} k`` depends on the positions only through ``n - m``.
+    Computed in float32 (angles of late positions need it), returned in ``x.dtype``.
+    """
+    even, odd = x[..., 0::2].float(), x[..., 1::2].float()
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2).to(x.dtype)
+
+
+class RotarySelfAttention(nn.Module):
+    """Multi-head causal self-attention with rotary queries and keys."""
+
+    def __init__(self, config: RoFormerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.qkv = nn.Linear(config.width, 3 * config.width)
+        self.out = nn.Linear(config.width, config.width)
+
+    def forward(self, x: torch.Tensor, cache: dict[str, torch.Tensor] | None = None, prefix: str = "") -> torch.Tensor:
+        """``x (B, N, W)`` -> ``(B, N, W)``; with ``cache``, store scores and pattern under ``prefix``."""
+        batch, length, width = x.shape
+        heads, head_dim = self.config.num_heads, self.config.head_dim
+        query, key, value = self.qkv(x).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+        cos, sin = rotary_cos_sin(torch.arange(length, device=x.device), head_dim, self.config.rotary_base)
+        query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        if cache is None:
+            mixed = F.scaled_dot_product_attention(query, key, value, is_causal=True)
+        else:
+            scores = query @ key.transpose(-1, -2) / math.sqrt(head_dim)
+            future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+            pattern = scores.softmax(dim=-1)
+            cache[f"{prefix}hook_attn_scores"] = scores
+            cache[f"{prefix}hook_pattern"] = pattern
+            mixed = pattern @ value
+        return self.out(mixed.transpose(1, 2).reshape(batch, length, width))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``x + Attn(LN1 x)``, then ``+ MLP(LN2 x)``."""
+
+    def __init__(self, config: RoFormerConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.width)
+        self.attn = RotarySelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.width)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.width, config.mlp_ratio * config.width),
+            nn.GELU(),
+            nn.Linear(config.mlp_ratio * config.width, config.width),
+        )
+
+    def forward(self, x: torch.Tensor, cache: dict[str, torch.Tensor] | None = None, prefix: str = "") -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), cache, f"{prefix}attn.")
+        if cache is not None:
+            cache[f"{prefix}hook_resid_mid"] = x
+        x = x + self.mlp(self.ln2(x))
+        if cache is not None:
+            cache[f"{prefix}hook_resid_post"] = x
+        return x
+
+
+class RoFormer(nn.Module):
+    """Causal RoFormer language model: ``tokens (B, N) int64 -> logits (B, N, vocab_size)``, where
+    row t scores the token at position t + 1 given tokens 0..t."""
+
+    def __init__(self, config: RoFormerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.width)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.ln_final = nn.LayerNorm(config.width)
+        self.unembed = nn.Linear(config.width, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.unembed.weight = self.embed.weight
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Normal(0, 0.02) matrices, zero biases; the projections that write into the residual
+        stream are scaled by ``1/sqrt(2 L)`` so its variance stays O(1) with depth (GPT-2)."""
+        residual_std = INIT_STD / math.sqrt(2 * self.config.num_layers)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=INIT_STD)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.out.weight, std=residual_std)
+            nn.init.normal_(block.mlp[-1].weight, std=residual_std)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Fast path (fused attention): logits ``(B, N, vocab_size)``."""
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.unembed(self.ln_final(x))
+
+    def run_with_cache(self, tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Recording path: the logits of :meth:`forward` and the activations of :data:`HOOK_NAMES`."""
+        cache: dict[str, torch.Tensor] = {}
+        x = self.embed(tokens)
+        cache["hook_embed"] = x
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cache, f"blocks.{layer}.")
+        return self.unembed(self.ln_final(x)), cache
+
+    def num_parameters(self, *, embeddings: bool = True) -> int:
+        """Number of distinct parameters (a tied matrix counted once); without the embedding and
+        unembedding matrices when ``embeddings`` is False (the ``N`` of ``6 N`` FLOPs per token)."""
+        matrices = {id(self.embed.weight), id(self.unembed.weight)}
+        unique = {id(p): p for p in self.parameters()}
+        return sum(p.numel() for key, p in unique.items() if embeddings or key not in matrices)

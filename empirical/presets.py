@@ -1,0 +1,122 @@
+"""Named experiments: which mixture and prompt format, which RoFormer, how long to train.
+
+``tiny`` is for tests (seconds), ``cpu-small`` trains in minutes on 2 CPU cores, ``paper`` is the
+paper's scale (arXiv 2506.01919, Section 2.1 and Appendix B): 8192 HMMs x 128 states x 16 tokens,
+a RoFormer of 16 layers, 16 heads and width 1024, 131,072 prompts = 64 epochs x 64 steps x
+batch 32, each prompt fresh.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import hmm
+from empirical.model import RoFormerConfig
+from empirical.train import TrainConfig
+
+
+@dataclass(frozen=True)
+class ExperimentPreset:
+    """One experiment.
+
+    Args:
+        name: the preset's name.
+        mixture: name of an :func:`hmm.mixture_preset`; ``mixture_seed`` generates it.
+        prompt_format: the prompts' layout (:class:`hmm.PromptFormat`).
+        num_layers, num_heads, width, tie_embeddings: the RoFormer (its vocabulary is the
+            mixture's p tokens plus the delimiter).
+        train: optimiser, schedule and length of training.
+        data_seed: seed of the prompt streams (training, held-out, unigram).
+        eval_prompts: held-out prompts used by ``hmmtf evaluate``.
+    """
+
+    name: str
+    mixture: str
+    prompt_format: hmm.PromptFormat
+    num_layers: int
+    num_heads: int
+    width: int
+    train: TrainConfig
+    mixture_seed: int = 0
+    data_seed: int = 0
+    eval_prompts: int = 512
+    tie_embeddings: bool = False
+
+    def model_config(self, num_tokens: int) -> RoFormerConfig:
+        """The RoFormer for a mixture of ``num_tokens`` tokens (vocabulary = tokens + delimiter)."""
+        return RoFormerConfig(
+            vocab_size=num_tokens + 1,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            width=self.width,
+            tie_embeddings=self.tie_embeddings,
+        )
+
+    def task(self) -> dict:
+        """JSON description of the data, stored in checkpoints so that evaluation can rebuild it."""
+        return {
+            "kind": "hmm-mixture",
+            "preset": self.name,
+            "mixture": self.mixture,
+            "mixture_seed": self.mixture_seed,
+            "prompt_format": dataclasses.asdict(self.prompt_format),
+            "data_seed": self.data_seed,
+            "eval_prompts": self.eval_prompts,
+        }
+
+
+PRESETS: dict[str, ExperimentPreset] = {
+    "tiny": ExperimentPreset(
+        name="tiny",
+        mixture="tiny",
+        prompt_format=hmm.PROMPT_FORMATS["tiny"],
+        num_layers=2,
+        num_heads=2,
+        width=32,
+        train=TrainConfig(steps=60, batch_size=16, learning_rate=3e-3, warmup_steps=5, log_every=10),
+        eval_prompts=128,
+    ),
+    "cpu-small": ExperimentPreset(
+        name="cpu-small",
+        mixture="cpu-small",
+        prompt_format=hmm.PROMPT_FORMATS["cpu-small"],
+        num_layers=4,
+        num_heads=4,
+        width=64,
+        train=TrainConfig(steps=600, batch_size=32, learning_rate=3e-3, warmup_steps=30, log_every=20,
+                          checkpoint_every=100),
+        eval_prompts=1024,
+    ),
+    "paper": ExperimentPreset(
+        name="paper",
+        mixture="paper",
+        prompt_format=hmm.PROMPT_FORMATS["paper"],
+        num_layers=16,
+        num_heads=16,
+        width=1024,
+        train=TrainConfig(steps=64 * 64, batch_size=32, learning_rate=3e-4, warmup_steps=200, log_every=16,
+                          checkpoint_every=512, precision="bf16", compile=True),
+        eval_prompts=2048,
+    ),
+}
+
+
+def get_preset(name: str) -> ExperimentPreset:
+    """The preset called ``name``; ``ValueError`` listing the known names otherwise."""
+    if name not in PRESETS:
+        raise ValueError(f"preset: {name!r}; expected one of {sorted(PRESETS)}")
+    return PRESETS[name]
+
+
+def preset_from_task(task: dict) -> ExperimentPreset:
+    """The preset a checkpoint's ``task`` was trained on, with the seeds and format it stored."""
+    if task.get("kind") != "hmm-mixture":
+        raise ValueError(f"task: kind {task.get('kind')!r}; expected 'hmm-mixture' (a checkpoint of `hmmtf train`)")
+    return dataclasses.replace(
+        get_preset(task["preset"]),
+        mixture=task["mixture"],
+        mixture_seed=task["mixture_seed"],
+        prompt_format=hmm.PromptFormat(**task["prompt_format"]),
+        data_seed=task["data_seed"],
+        eval_prompts=task["eval_prompts"],
+    )

@@ -1,0 +1,339 @@
+"""A generic training loop for :class:`~empirical.model.RoFormer` on any stream of token batches.
+
+The caller supplies a model config, a :class:`TrainConfig` and a *batch function*
+``batch_fn(step) -> Batch`` returning the **global** batch of that step; the loop does the rest:
+AdamW with linear warm-up and cosine decay, gradient clipping, bf16 autocast on CUDA, optional
+``torch.compile``, a JSON-lines metrics log, tqdm progress, and checkpoints that resume bit-exactly.
+
+Objective: mean cross-entropy (nats/token) over the entries of ``targets`` that are not
+:data:`IGNORE_INDEX`, over the whole global batch.
+
+Distributed data parallel: when ``torch.distributed`` is initialised (e.g. by ``torchrun``, see
+:func:`init_distributed`), rank ``r`` of ``W`` trains on rows ``[r B/W, (r+1) B/W)`` of the global
+batch. Each rank's loss is its *sum* of token losses times ``W / (targets counted in the global
+batch)``; DDP averages gradients over ranks, so the gradient equals the single-process gradient
+of the global mean whatever the split of counted targets across ranks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from empirical.checkpoint import load_checkpoint, save_checkpoint
+from empirical.model import RoFormer, RoFormerConfig
+
+IGNORE_INDEX = -100
+"""Target value of positions that are not trained (``F.cross_entropy``'s ignore index)."""
+
+PRECISIONS = ("fp32", "bf16")
+CHECKPOINT_DIR = "checkpoint"
+METRICS_FILE = "metrics.jsonl"
+
+
+class Batch(NamedTuple):
+    """One batch: ``inputs (B, N)`` int64 tokens and ``targets (B, N)`` int64, where ``targets[b, t]``
+    is the token the model must predict after ``inputs[b, :t+1]``, or :data:`IGNORE_INDEX`."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+
+BatchFunction = Callable[[int], Batch]
+"""``batch_fn(step) -> Batch``: the global batch of ``step``, a pure function of ``step``."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of :func:`train`; validated on construction.
+
+    Learning rate at step ``s`` (0-based), with ``w = warmup_steps`` and ``S = steps``::
+
+        lr(s) = lr_max (s + 1) / w                                       for s < w
+        lr(s) = lr_min + (lr_max - lr_min) (1 + cos(pi (s - w) / (S - w))) / 2   otherwise
+
+    with ``lr_min = min_lr_ratio * lr_max``.
+    """
+
+    steps: int
+    batch_size: int
+    learning_rate: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 0
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 0
+    log_every: int = 10
+    checkpoint_every: int = 0
+    precision: str = "bf16"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "log_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
+        for name in ("warmup_steps", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: {value!r}; expected an integer >= 0")
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps: {self.warmup_steps}; expected fewer than steps = {self.steps}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate: {self.learning_rate!r}; expected a number > 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio: {self.min_lr_ratio!r}; expected a number in [0, 1]")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay: {self.weight_decay!r}; expected a number >= 0")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name}: {getattr(self, name)!r}; expected a number in [0, 1)")
+        if not self.grad_clip > 0:
+            raise ValueError(f"grad_clip: {self.grad_clip!r}; expected a number > 0")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision: {self.precision!r}; expected one of {PRECISIONS}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"train config: unknown keys {unknown}; expected a subset of {sorted(known)}")
+        return cls(**values)
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    """``lr(step)`` of the schedule in :class:`TrainConfig`."""
+    if step < config.warmup_steps:
+        return config.learning_rate * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / (config.steps - config.warmup_steps)
+    lowest = config.min_lr_ratio * config.learning_rate
+    return lowest + (config.learning_rate - lowest) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def build_optimizer(model: RoFormer, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases and LayerNorm gains)."""
+    unique = {id(p): p for p in model.parameters()}.values()
+    decay = [p for p in unique if p.ndim >= 2]
+    no_decay = [p for p in unique if p.ndim < 2]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.beta1, config.beta2))
+
+
+class DistributedContext(NamedTuple):
+    rank: int
+    world_size: int
+
+
+def distributed_context() -> DistributedContext:
+    """Rank and world size of the initialised process group, ``(0, 1)`` without one."""
+    if dist.is_available() and dist.is_initialized():
+        return DistributedContext(dist.get_rank(), dist.get_world_size())
+    return DistributedContext(0, 1)
+
+
+def init_distributed() -> torch.device:
+    """Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) initialise the process group
+    (NCCL on CUDA, gloo on CPU) and return this rank's device; otherwise return the default
+    device (CUDA if available, else CPU) without a process group."""
+    cuda = torch.cuda.is_available()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
+        if cuda:
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(local_rank)
+            return torch.device("cuda", local_rank)
+    return torch.device("cuda" if cuda else "cpu")
+
+
+def _local_rows(batch: Batch, context: DistributedContext) -> Batch:
+    rows = batch.inputs.shape[0] // context.world_size
+    start = context.rank * rows
+    return Batch(batch.inputs[start:start + rows], batch.targets[start:start + rows])
+
+
+def _autocast(device: torch.device, precision: str):
+    """bf16 autocast on CUDA when asked for; CPU always trains in float32."""
+    if device.type == "cuda" and precision == "bf16":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def loss_sum_and_count(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum over counted targets of ``-log softmax(logits)[target]`` (float32), and their number."""
+    logits = model(batch.inputs)
+    total = F.cross_entropy(
+        logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    return total, (batch.targets != IGNORE_INDEX).sum()
+
+
+def accumulate_gradients(trained: torch.nn.Module, global_batch: Batch, context: DistributedContext,
+                         device: torch.device, precision: str = "fp32") -> tuple[torch.Tensor, int]:
+    """Backward pass of this rank's share of the global mean loss (see module docstring).
+
+    ``trained`` is the model as trained (possibly DDP-wrapped and compiled). Returns this rank's
+    detached loss sum and the number of counted targets in the global batch; after the call the
+    gradients equal those of ``mean over counted targets of the global batch``, on every rank.
+    """
+    global_count = int((global_batch.targets != IGNORE_INDEX).sum())
+    if global_count == 0:
+        raise ValueError("global_batch: no target differs from IGNORE_INDEX; expected at least one counted target")
+    local = Batch(*(t.to(device, non_blocking=True) for t in _local_rows(global_batch, context)))
+    with _autocast(device, precision):
+        local_sum, _ = loss_sum_and_count(trained, local)
+    (local_sum * context.world_size / global_count).backward()
+    return local_sum.detach(), global_count
+
+
+class TrainResult(NamedTuple):
+    model: RoFormer
+    """The trained (unwrapped) model."""
+    step: int
+    """Number of completed steps."""
+    last_loss: float
+    """Mean loss (nats/token) over the steps since the last log line, NaN when no step ran."""
+
+
+def train(
+    model_config: RoFormerConfig,
+    train_config: TrainConfig,
+    batch_fn: BatchFunction,
+    run_dir: Path | None = None,
+    *,
+    task: dict | None = None,
+    stop_at: int | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train a fresh RoFormer, or resume the checkpoint in ``run_dir/checkpoint`` if there is one.
+
+    Args:
+        model_config, train_config: what to train and how.
+        batch_fn: ``batch_fn(step)`` -> the global :class:`Batch` of ``step`` (every rank calls it
+            and keeps its own rows).
+        run_dir: where ``checkpoint/`` and ``metrics.jsonl`` go; None trains without writing.
+        task: JSON-serialisable description of the data (stored in the checkpoint for evaluation).
+        stop_at: stop after this many completed steps (default ``train_config.steps``); the
+            schedule still runs to ``train_config.steps``, so a later call resumes it.
+        device: defaults to CUDA when available.
+        progress: show a tqdm bar (rank 0 only).
+    """
+    context = distributed_context()
+    if train_config.batch_size % context.world_size:
+        raise ValueError(
+            f"batch_size: {train_config.batch_size} is not divisible by the world size {context.world_size}; "
+            f"expected a multiple of it"
+        )
+    stop_at = train_config.steps if stop_at is None else stop_at
+    if not 0 <= stop_at <= train_config.steps:
+        raise ValueError(f"stop_at: {stop_at}; expected 0..steps = {train_config.steps}")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    run_dir = Path(run_dir) if run_dir is not None else None
+    checkpoint_dir = run_dir / CHECKPOINT_DIR if run_dir is not None else None
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(train_config.seed)
+        model = RoFormer(model_config).to(device)
+    optimizer = build_optimizer(model, train_config)
+    start = 0
+    if checkpoint_dir is not None and checkpoint_dir.is_dir():
+        saved = load_checkpoint(checkpoint_dir, device)
+        if saved.config["model"] != model_config.to_dict() or saved.config["train"] != train_config.to_dict():
+            raise ValueError(
+                f"run_dir: {str(run_dir)!r} holds a checkpoint with a different model or train config; "
+                f"expected the same configs to resume (or a fresh run_dir)"
+            )
+        model.load_state_dict(saved.model.state_dict())
+        optimizer.load_state_dict(saved.optimizer_state)
+        start = saved.config["step"]
+
+    trained: torch.nn.Module = model
+    if context.world_size > 1:
+        trained = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    if train_config.compile:
+        trained = torch.compile(trained)
+
+    def save(step: int) -> None:
+        if checkpoint_dir is not None and context.rank == 0:
+            config = {"train": train_config.to_dict(), "task": task or {}, "step": step, "command": sys.argv}
+            save_checkpoint(checkpoint_dir, model, optimizer, config)
+
+    log_file = None
+    if run_dir is not None and context.rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log_file = open(run_dir / METRICS_FILE, "a")
+    bar = tqdm(total=stop_at, initial=start, disable=not progress or context.rank != 0, desc="train", unit="step")
+    last_loss = float("nan")
+    clock = time.perf_counter()
+    tokens_since_log, counted_since_log = 0, 0
+    loss_since_log = torch.zeros((), device=device)
+    model.train()
+    for step in range(start, stop_at):
+        global_batch = batch_fn(step)
+        if global_batch.inputs.shape[0] != train_config.batch_size:
+            raise ValueError(
+                f"batch_fn: step {step} returned {global_batch.inputs.shape[0]} rows; "
+                f"expected batch_size = {train_config.batch_size}"
+            )
+        lr = learning_rate(train_config, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        local_sum, global_count = accumulate_gradients(trained, global_batch, context, device, train_config.precision)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens_since_log += global_batch.inputs.numel()
+        counted_since_log += global_count
+        loss_since_log += local_sum
+
+        completed = step + 1
+        if completed % train_config.log_every == 0 or completed == stop_at:
+            if context.world_size > 1:
+                dist.all_reduce(loss_since_log)
+            last_loss = loss_since_log.item() / counted_since_log
+            elapsed = time.perf_counter() - clock
+            record = {
+                "step": completed,
+                "loss": last_loss,
+                "tokens": (step + 1) * global_batch.inputs.numel(),
+                "lr": lr,
+                "grad_norm": float(grad_norm),
+                "tokens_per_s": tokens_since_log / elapsed,
+            }
+            if log_file is not None:
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
+            bar.set_postfix(loss=f"{last_loss:.4f}")
+            clock, tokens_since_log, counted_since_log = time.perf_counter(), 0, 0
+            loss_since_log.zero_()
+        if completed == stop_at or (train_config.checkpoint_every and completed % train_config.checkpoint_every == 0):
+            save(completed)
+        bar.update(1)
+    bar.close()
+    if log_file is not None:
+        log_file.close()
+    return TrainResult(model, stop_at, last_loss)

@@ -1,0 +1,185 @@
+"""Training loop: the schedule, learning on a fixed batch, bit-exact resume, DDP (gloo, 2 processes)
+against one process, and config errors."""
+import json
+import math
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from empirical.checkpoint import load_checkpoint
+from empirical.model import RoFormer, RoFormerConfig
+from empirical.train import (
+    CHECKPOINT_DIR,
+    IGNORE_INDEX,
+    METRICS_FILE,
+    Batch,
+    DistributedContext,
+    TrainConfig,
+    accumulate_gradients,
+    learning_rate,
+    loss_sum_and_count,
+    train,
+)
+
+MODEL = RoFormerConfig(vocab_size=6, num_layers=2, num_heads=2, width=16)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Models this small gain nothing from threads, and on a shared 2-core machine extra threads
+    only add contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def random_batch(step: int, rows: int = 8, length: int = 12) -> Batch:
+    """Tokens 0..4 with a learnable rule (next = current + 1 mod 5) half of the time; targets
+    ignored at a row-dependent number of leading positions, so ranks count different numbers."""
+    generator = torch.Generator().manual_seed(1000 + step)
+    tokens = torch.randint(0, 5, (rows, length), generator=generator)
+    follow = torch.rand(rows, length, generator=generator) < 0.5
+    for t in range(1, length):
+        tokens[:, t] = torch.where(follow[:, t], (tokens[:, t - 1] + 1) % 5, tokens[:, t])
+    targets = torch.full_like(tokens, IGNORE_INDEX)
+    targets[:, :-1] = tokens[:, 1:]
+    for row in range(rows):
+        targets[row, : row % 4] = IGNORE_INDEX
+    return Batch(tokens, targets)
+
+
+def test_learning_rate_schedule_warms_up_then_decays_to_the_floor():
+    config = TrainConfig(steps=110, batch_size=1, learning_rate=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    assert learning_rate(config, 0) == pytest.approx(0.1)
+    assert learning_rate(config, 9) == pytest.approx(1.0)
+    assert learning_rate(config, 10) == pytest.approx(1.0)
+    assert learning_rate(config, 60) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert learning_rate(config, 110) == pytest.approx(0.1)
+    values = [learning_rate(config, s) for s in range(10, 110)]
+    assert all(a > b for a, b in zip(values, values[1:]))
+
+
+def test_loss_decreases_on_a_fixed_batch():
+    batch = random_batch(0)
+    config = TrainConfig(steps=25, batch_size=8, learning_rate=1e-2, warmup_steps=2, log_every=25)
+    torch.manual_seed(0)
+    untrained = RoFormer(MODEL)
+    trained = train(MODEL, config, lambda step: batch, progress=False).model
+    with torch.no_grad():
+        before = loss_sum_and_count(untrained, batch)
+        after = loss_sum_and_count(trained, batch)
+    assert before[1] == after[1]
+    assert float(after[0] / after[1]) < 0.75 * float(before[0] / before[1])
+
+
+def test_resume_is_bit_exact(tmp_path):
+    config = TrainConfig(steps=8, batch_size=8, learning_rate=3e-3, warmup_steps=2, log_every=1)
+    straight = train(MODEL, config, random_batch, tmp_path / "straight", progress=False)
+    first = train(MODEL, config, random_batch, tmp_path / "resumed", stop_at=3, progress=False)
+    assert first.step == 3
+    assert load_checkpoint(tmp_path / "resumed" / CHECKPOINT_DIR).config["step"] == 3
+    resumed = train(MODEL, config, random_batch, tmp_path / "resumed", progress=False)
+    assert resumed.step == 8
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    logs = [[json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
+            for run in ("straight", "resumed")]
+    assert [r["loss"] for r in logs[0]] == [r["loss"] for r in logs[1]]
+    saved = [load_checkpoint(tmp_path / run / CHECKPOINT_DIR).optimizer_state for run in ("straight", "resumed")]
+    for index, state in saved[0]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, saved[1]["state"][index][key]), (index, key)
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+    config = TrainConfig(steps=4, batch_size=8, log_every=1)
+    train(MODEL, config, random_batch, tmp_path, stop_at=2, progress=False)
+    with pytest.raises(ValueError, match="different model or train config"):
+        train(MODEL, TrainConfig(steps=5, batch_size=8, log_every=1), random_batch, tmp_path, progress=False)
+
+
+def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    torch.manual_seed(0)
+    model = RoFormer(MODEL)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    loss_sum, count = accumulate_gradients(ddp, random_batch(0), DistributedContext(rank, world_size), torch.device("cpu"))
+    dist.all_reduce(loss_sum)
+    config = TrainConfig(steps=3, batch_size=8, learning_rate=3e-3, log_every=3)
+    trained = train(MODEL, config, random_batch, progress=False)
+    if rank == 0:
+        torch.save(
+            {
+                "loss": float(loss_sum / count),
+                "grads": {name: p.grad for name, p in model.named_parameters()},
+                "trained": trained.model.state_dict(),
+                "trained_loss": trained.last_loss,
+            },
+            os.path.join(out_dir, "ddp.pt"),
+        )
+    dist.destroy_process_group()
+
+
+def test_ddp_with_two_processes_matches_one_process(tmp_path):
+    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    ddp = torch.load(tmp_path / "ddp.pt")
+
+    # Oracle: the mean loss of the global batch, computed directly, and its gradients.
+    torch.manual_seed(0)
+    model = RoFormer(MODEL)
+    batch = random_batch(0)
+    logits = model(batch.inputs)
+    loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=IGNORE_INDEX)
+    loss.backward()
+    # float32 sums in a different order: relative differences of a few ulp (~1e-7).
+    assert ddp["loss"] == pytest.approx(loss.item(), rel=1e-6)
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(ddp["grads"][name], parameter.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+    single = train(MODEL, TrainConfig(steps=3, batch_size=8, learning_rate=3e-3, log_every=3), random_batch,
+                   progress=False)
+    assert ddp["trained_loss"] == pytest.approx(single.last_loss, rel=1e-6)
+    for name, value in single.model.state_dict().items():
+        torch.testing.assert_close(ddp["trained"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"steps": 0}, "steps: 0; expected an integer >= 1"),
+        ({"warmup_steps": 10}, "warmup_steps: 10; expected fewer than steps = 10"),
+        ({"learning_rate": -1.0}, "learning_rate: -1.0"),
+        ({"precision": "fp8"}, "precision: 'fp8'"),
+        ({"beta2": 1.0}, "beta2: 1.0"),
+        ({"grad_clip": 0.0}, "grad_clip: 0.0"),
+    ],
+)
+def test_bad_train_configs_are_rejected(changes, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        TrainConfig(**({"steps": 10, "batch_size": 4} | changes))
+
+
+def test_batch_of_the_wrong_size_is_rejected():
+    with pytest.raises(ValueError, match="batch_fn: step 0 returned 8 rows; expected batch_size = 4"):
+        train(MODEL, TrainConfig(steps=2, batch_size=4), random_batch, progress=False)
+
+
+def test_stop_at_beyond_steps_is_rejected():
+    with pytest.raises(ValueError, match="stop_at: 5; expected 0..steps = 2"):
+        train(MODEL, TrainConfig(steps=2, batch_size=8), random_batch, stop_at=5, progress=False)
+
+
+def test_checkpoint_keeps_a_tied_model(tmp_path):
+    tied = RoFormerConfig(vocab_size=6, num_layers=1, num_heads=2, width=8, tie_embeddings=True)
+    result = train(tied, TrainConfig(steps=2, batch_size=8, log_every=1), random_batch, tmp_path, progress=False)
+    loaded = load_checkpoint(tmp_path / CHECKPOINT_DIR).model
+    assert loaded.unembed.weight is loaded.embed.weight
+    for name, value in result.model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    assert math.isfinite(result.last_loss)
