@@ -10,7 +10,8 @@ Public API::
 
     net = construction.build_network(p, L, T, eta, beta, theta, future_length=1, doubling=False,
                                      penalty=None, tolerance=1e-9, allow_leak=False)
-    trace = net.forward(tokens, dtype=torch.float64)    # tokens: demo_1, p, ..., demo_n, p, test
+    trace = net.forward(tokens, dtype=torch.float64, record_attention=True)
+                               # tokens: demo_1, p, ..., demo_n, p, test (1-d ints)
     trace.prediction           # (p^m,)  W_T x_test, output slot of the last column
     trace.layer_names          # ('history.1', ..., 'label', 'gd.1', ..., 'gd.T', 'readout')
     trace.residuals            # tuple of (D, N) tensors: [0] embedding, [l] after layer l

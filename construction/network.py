@@ -39,7 +39,8 @@ class Trace:
     ``residuals[0]`` is the embedding and ``residuals[l]`` the stream after ``layer_names[l-1]``;
     each is ``(D, N)`` with one column per token (column 0 is the leading delimiter, column n the
     n-th prompt token). ``attn_logits[name]`` and ``attn_weights[name]`` are ``(heads, N, N)``
-    indexed ``[head, query i, key j]`` for every attention layer (not for the ``joint`` MLP):
+    indexed ``[head, query i, key j]`` for every attention layer (not for the ``joint`` MLP; both
+    dicts are empty when the pass ran with ``record_attention=False``):
     softmax weights for softmax heads, ``relu(s_ij) / N`` for ReLU heads. ``prediction`` is
     ``output`` of the last column, the network's ``W_T x_test`` (shape ``(p^m,)``).
     """
@@ -91,8 +92,11 @@ class Network:
             self.beta, self.theta, num_columns, self.layout, self.doubling, self.steps, self.eta, self.penalty
         )
 
-    def forward(self, tokens, dtype: torch.dtype = torch.float64) -> Trace:
+    def forward(self, tokens, dtype: torch.dtype = torch.float64, record_attention: bool = True) -> Trace:
         """Run the prompt ``tokens`` (demo_1, p, demo_2, p, ..., demo_n, p, test) through every layer.
+
+        ``record_attention=False`` leaves ``attn_logits`` and ``attn_weights`` empty (they take
+        ``2 * heads * N^2`` numbers per layer; sweeps that need only predictions can skip them).
 
         Raises ``ValueError`` for a malformed prompt, a theta that wraps, a beta too small for the
         prompt (unless ``allow_leak``: then a warning states the error bound), a step size at or
@@ -116,7 +120,8 @@ class Network:
                     self._check_penalty(stream, logits)
                 values = weights["value"] @ stream[weights["value_rows"]]
                 update = (values @ attention.transpose(1, 2)).sum(0)
-                logits_by_layer[layer.name], weights_by_layer[layer.name] = logits, attention
+                if record_attention:
+                    logits_by_layer[layer.name], weights_by_layer[layer.name] = logits, attention
             stream = stream + update
             residuals.append(stream)
         output = self.layout.rows("output")

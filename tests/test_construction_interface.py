@@ -78,6 +78,9 @@ def test_trace_shapes_and_names():
     with pytest.raises(ValueError, match="layer='gd.9' does not exist"):
         trace.residual("gd.9")
     assert network.forward(TOKENS, dtype=torch.float32).residuals[-1].dtype == torch.float32
+    lean = network.forward(TOKENS, record_attention=False)
+    assert lean.attn_logits == {} and lean.attn_weights == {}
+    assert torch.equal(lean.prediction, trace.prediction)
 
 
 @pytest.mark.parametrize(
