@@ -14,6 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import hmm.memory
 from construction import (
     build_layout,
     build_network,
@@ -212,3 +213,24 @@ def test_choose_beta_is_the_smallest_beta_meeting_the_target():
     beta = choose_beta(1e-9, THETA, N, layout, False, T, ETA, penalty)
     network = build_network(P, L, T, ETA, beta, THETA)
     assert network.error_bound(N) <= 1e-9 < build_network(P, L, T, ETA, beta * (1 - 1e-6), THETA).error_bound(N)
+
+
+@pytest.mark.parametrize("history_length", [1, 2, 4])
+def test_reference_regression_problem_agrees_with_hmm_memory(history_length):
+    """Second oracle: hmm.memory's one-hot histories, per demonstration, give the same X, Y, x_test,
+    and hmm.memory.least_squares the same minimum-norm solution."""
+    lengths, test_length = [9, 12, 8, 10], 6
+    tokens = hmm_prompt(P, lengths, test_length, seed=history_length)
+    X, Y, x_test = reference.regression_problem(tokens, P, history_length)
+    rows, targets, start = [], [], 0
+    for length in lengths:
+        demo = torch.as_tensor(tokens[start : start + length])
+        histories = hmm.memory.one_hot_history(demo, history_length, P)
+        rows.append(histories[history_length - 1 : length - 1])
+        targets.append(torch.nn.functional.one_hot(demo[history_length:], P).double())
+        start += length + 1
+    assert np.array_equal(X, torch.cat(rows).numpy()) and np.array_equal(Y, torch.cat(targets).numpy())
+    test = torch.as_tensor(tokens[-test_length:])
+    assert np.array_equal(x_test, hmm.memory.one_hot_history(test, history_length, P)[-1].numpy())
+    w_memory = hmm.memory.least_squares(torch.as_tensor(X), torch.as_tensor(Y)).numpy()
+    assert np.abs(reference.min_norm_solution(X, Y) - w_memory).max() <= 1e-12
