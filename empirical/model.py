@@ -56,6 +56,8 @@ class RoFormerConfig:
         mlp_ratio: hidden size of the MLP divided by ``width``.
         rotary_base: ``b`` in the rotary frequencies ``theta_i = b^(-2i/d_head)``.
         tie_embeddings: share the embedding matrix with the unembedding (``logits = x E^T``).
+        init_std: standard deviation of the normal initialisation of every weight matrix
+            (default :data:`INIT_STD`); see :meth:`RoFormer._init_weights`.
     """
 
     vocab_size: int
@@ -65,6 +67,7 @@ class RoFormerConfig:
     mlp_ratio: int = 4
     rotary_base: float = 10000.0
     tie_embeddings: bool = False
+    init_std: float = INIT_STD
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "num_layers", "num_heads", "width", "mlp_ratio"):
@@ -82,6 +85,8 @@ class RoFormerConfig:
             )
         if not self.rotary_base > 1:
             raise ValueError(f"rotary_base: {self.rotary_base!r}; expected a number > 1")
+        if not self.init_std > 0:
+            raise ValueError(f"init_std: {self.init_std!r}; expected a number > 0")
 
     @property
     def head_dim(self) -> int:
@@ -194,12 +199,12 @@ class RoFormer(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
-        """Normal(0, 0.02) matrices, zero biases; the projections that write into the residual
+        """Normal(0, init_std) matrices, zero biases; the projections that write into the residual
         stream are scaled by ``1/sqrt(2 L)`` so its variance stays O(1) with depth (GPT-2)."""
-        residual_std = INIT_STD / math.sqrt(2 * self.config.num_layers)
+        residual_std = self.config.init_std / math.sqrt(2 * self.config.num_layers)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=INIT_STD)
+                nn.init.normal_(module.weight, std=self.config.init_std)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
         for block in self.blocks:
