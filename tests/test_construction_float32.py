@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from construction import build_layout, build_network, choose_beta, parameters_for_prompt, reference
-from test_construction_helpers import hmm_prompt, single_torch_thread  # noqa: F401 (autouse fixture)
+from test_construction_helpers import hmm_prompt
 
 P, L, T = 3, 3, 10
 TOKENS = hmm_prompt(P, [10, 10, 10, 10, 10], 8, seed=2)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from construction import build_network, parameters_for_prompt, reference
-from test_construction_helpers import hmm_prompt, single_torch_thread  # noqa: F401 (autouse fixture)
+from test_construction_helpers import hmm_prompt
 
 
 def weight_copies(trace, layer: str) -> torch.Tensor:

@@ -1,22 +1,7 @@
-"""Helpers shared by the tests/test_construction_*.py modules, and checks of the helpers.
-
-``single_torch_thread`` (autouse wherever imported) runs each test with one torch thread and
-restores the previous count: on a loaded 2-core machine torch's intra-op threads contend and the
-small matrices of the construction run 10-20x slower with two threads than with one.
-"""
+"""Helpers shared by the tests/test_construction_*.py modules, and checks of the helpers."""
 import numpy as np
-import pytest
-import torch
 
 import hmm
-
-
-@pytest.fixture(autouse=True)
-def single_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def hmm_prompt(p: int, demo_lengths: list[int], test_length: int, seed: int, num_states: int = 3) -> np.ndarray:

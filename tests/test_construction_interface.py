@@ -19,7 +19,7 @@ from construction import (
     save_weights,
 )
 from construction.leak import choose_beta
-from test_construction_helpers import hmm_prompt, single_torch_thread  # noqa: F401 (autouse fixture)
+from test_construction_helpers import hmm_prompt
 
 P, L, T = 3, 2, 4
 TOKENS = hmm_prompt(P, [8, 9, 7], 5, seed=1)

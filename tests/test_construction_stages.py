@@ -25,7 +25,7 @@ from construction import (
 )
 from construction.leak import error_factors, history_error_factor
 from construction.network import default_penalty, exclusion_count
-from test_construction_helpers import hmm_prompt, single_torch_thread  # noqa: F401 (autouse fixture)
+from test_construction_helpers import hmm_prompt
 
 ROUNDING = 1e-15
 """float64 rounding of a copied block: a few units of 2^-53 on entries of size <= 1."""
