@@ -136,16 +136,17 @@ def sample_sequences(kernel, num_sequences: int, length: int, generator: torch.G
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
     m = kernel.shape[0]
-    stationary_cdf = torch.from_numpy(np.cumsum(stationary_distribution(kernel)))
-    kernel_cdf = torch.from_numpy(np.cumsum(kernel, axis=1))
+    stationary_cdf = np.cumsum(stationary_distribution(kernel))
+    kernel_cdf = np.cumsum(kernel, axis=1)
     # Rounding can leave the last cumulative entry just below 1; a draw above it must still land
-    # on state m-1, so the CDFs compare only against their first m-1 entries.
-    uniforms = torch.rand(num_sequences, length, generator=generator, dtype=torch.float64)
-    tokens = torch.empty(num_sequences, length, dtype=torch.int64)
+    # on state m-1, so the CDFs compare only against their first m-1 entries. The recursion runs
+    # in numpy, whose per-call overhead is far below torch's for these small arrays.
+    uniforms = torch.rand(num_sequences, length, generator=generator, dtype=torch.float64).numpy()
+    tokens = np.empty((num_sequences, length), dtype=np.int64)
     tokens[:, 0] = (uniforms[:, :1] >= stationary_cdf[: m - 1]).sum(-1)
     for t in range(1, length):
         tokens[:, t] = (uniforms[:, t : t + 1] >= kernel_cdf[tokens[:, t - 1], : m - 1]).sum(-1)
-    return tokens
+    return torch.from_numpy(tokens)
 
 
 def sequence_log_losses(log_probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -231,11 +231,11 @@ def attention_scores(model: RoFormer, tokens: torch.Tensor) -> dict:
     return result
 
 
-def evaluate_run(model: RoFormer, p: float, q: float, tokens: torch.Tensor) -> dict:
-    """Where a trained model ended on held-out ``tokens``: losses, trap verdict, read-back kernel,
-    attention scores (see the module docstring)."""
+def summarise_predictions(probabilities: torch.Tensor, tokens: torch.Tensor, p: float, q: float) -> dict:
+    """Where a predictor ended on held-out ``tokens (B, T)`` of chain ``(p, q)``, from its
+    next-token ``probabilities (B, T, 2)``: sampled loss, excess, final loss, relative excess, trap
+    verdict, read-back kernel and memory coordinate (see the module docstring)."""
     kernel = binary_kernel(p, q)
-    probabilities = model_predictor(model, VOCAB_SIZE)(tokens)
     log_probs = probabilities.log()
     excess = float(excess_losses(kernel, tokens, log_probs).mean())
     relative = relative_excess(excess, p, q)
@@ -248,8 +248,22 @@ def evaluate_run(model: RoFormer, p: float, q: float, tokens: torch.Tensor) -> d
         "trapped": is_trapped(relative),
         "read_back_kernel": estimated_kernel.tolist(),
         "memory_coordinate": memory_coordinate(estimated_kernel, kernel),
-        "attention": attention_scores(model, tokens),
     }
+
+
+def evaluate_run(model: RoFormer, p: float, q: float, tokens: torch.Tensor) -> dict:
+    """:func:`summarise_predictions` of a trained model on ``tokens``, plus its attention scores."""
+    probabilities = model_predictor(model, VOCAB_SIZE)(tokens)
+    return {**summarise_predictions(probabilities, tokens, p, q), "attention": attention_scores(model, tokens)}
+
+
+def escape_step(curve: dict, p: float, q: float) -> int | None:
+    """The first logged step whose training loss is below the midpoint
+    ``(H_unigram + H_rate) / 2`` of the two lines, i.e. where the run left the unigram plateau;
+    None if it never did. (Each logged loss averages ``log_every`` steps of fresh batches.)"""
+    references = reference_losses(binary_kernel(p, q))
+    midpoint = (references.unigram + references.bigram) / 2
+    return next((step for step, loss in zip(curve["step"], curve["loss"]) if loss < midpoint), None)
 
 
 def read_loss_curve(metrics_path: Path) -> dict:
@@ -273,7 +287,7 @@ def train_and_evaluate(config: MarkovSweepConfig, architecture: str, p: float, q
         curve = read_loss_curve(Path(run_dir) / METRICS_FILE)
     tokens = held_out_sequences(kernel, config.eval_sequences, config.sequence_length, config.data_seed)
     return {"architecture": architecture, "p": p, "q": q, "seed": seed, "loss_curve": curve,
-            **evaluate_run(result.model, p, q, tokens)}
+            "escape_step": escape_step(curve, p, q), **evaluate_run(result.model, p, q, tokens)}
 
 
 def _single_threaded_worker() -> None:
@@ -298,7 +312,7 @@ def run_sweep(config: MarkovSweepConfig, *, progress: bool = True) -> list[dict]
 def aggregate_cells(runs: list[dict]) -> list[dict]:
     """One record per ``(architecture, p, q)``: reference losses, the number of seeds, how many
     were trapped (:func:`is_trapped` of their ``relative_excess``), the trapped fraction, and the
-    per-seed relative excesses and memory coordinates, in seed order."""
+    per-seed relative excesses, memory coordinates and escape steps, in seed order."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
         groups[(run["architecture"], run["p"], run["q"])].append(run)
@@ -318,6 +332,7 @@ def aggregate_cells(runs: list[dict]) -> list[dict]:
             "trapped_fraction": trapped / len(members),
             "relative_excess": [run["relative_excess"] for run in members],
             "memory_coordinate": [run["memory_coordinate"] for run in members],
+            "escape_step": [run["escape_step"] for run in members],
         })
     return cells
 
@@ -331,36 +346,56 @@ def _grid_edges(values: list[float]) -> np.ndarray:
     return np.concatenate([[2 * values[0] - middles[0]], middles, [2 * values[-1] - middles[-1]]])
 
 
-def plot_phase_diagram(cells: list[dict], config: MarkovSweepConfig, path: Path) -> None:
-    """One panel per architecture: the ``(p, q)`` grid coloured by the trapped fraction, each cell
-    annotated ``trapped/seeds``, i.i.d. cells hatched, the line ``p + q = 1`` drawn."""
+def median_escape_step(cell: dict, steps: int) -> float:
+    """Median over seeds of the escape step, a run that never escaped counting as ``steps``."""
+    return float(np.median([steps if step is None else step for step in cell["escape_step"]]))
+
+
+def _draw_grid(axis, values: dict, labels: dict, config: MarkovSweepConfig, colour_map: str, limits: tuple):
+    """``values[(p, q)]`` as coloured cells on the ``(p, q)`` grid with ``labels[(p, q)]`` written
+    in them, i.i.d. cells marked, and the line ``p + q = 1``; returns the colour mesh."""
     p_values, q_values = sorted(config.p_values), sorted(config.q_values)
     p_edges, q_edges = _grid_edges(p_values), _grid_edges(q_values)
-    figure, axes = plt.subplots(1, len(config.architectures), figsize=(4.2 * len(config.architectures), 4.2),
-                                constrained_layout=True, squeeze=False)
-    colour_map = plt.get_cmap("coolwarm")
-    for axis, architecture in zip(axes[0], config.architectures):
-        fraction = np.full((len(q_values), len(p_values)), np.nan)
-        for cell in cells:
-            if cell["architecture"] == architecture:
-                fraction[q_values.index(cell["q"]), p_values.index(cell["p"])] = cell["trapped_fraction"]
-                axis.text(cell["p"], cell["q"], f"{cell['trapped']}/{cell['seeds']}", ha="center", va="center",
-                          fontsize=9)
-        image = axis.pcolormesh(p_edges, q_edges, np.ma.masked_invalid(fraction), cmap=colour_map, vmin=0, vmax=1)
-        for p in p_values:
-            for q in q_values:
-                if is_memoryless(p, q):
-                    axis.text(p, q, "i.i.d.", ha="center", va="center", fontsize=8, color="gray")
-        line = np.linspace(min(p_edges[0], 1 - q_edges[-1]), max(p_edges[-1], 1 - q_edges[0]), 2)
-        axis.plot(line, 1 - line, color="black", linewidth=1.5, label="p + q = 1")
-        axis.set_xlim(p_edges[0], p_edges[-1])
-        axis.set_ylim(q_edges[0], q_edges[-1])
-        axis.set_xlabel("p = P(1 | 0)")
-        axis.set_ylabel("q = P(0 | 1)")
-        axis.set_title(architecture)
-        axis.legend(loc="upper right", fontsize=8)
-    figure.colorbar(image, ax=axes[0, -1], label="fraction of seeds trapped at unigram")
-    figure.suptitle(f"Trapped at unigram: relative excess >= {TRAP_THRESHOLD} (init std {config.init_std})")
+    grid = np.full((len(q_values), len(p_values)), np.nan)
+    for (p, q), value in values.items():
+        grid[q_values.index(q), p_values.index(p)] = value
+        axis.text(p, q, labels[(p, q)], ha="center", va="center", fontsize=9)
+    for p in p_values:
+        for q in q_values:
+            if is_memoryless(p, q):
+                axis.text(p, q, "i.i.d.", ha="center", va="center", fontsize=8, color="gray")
+    mesh = axis.pcolormesh(p_edges, q_edges, np.ma.masked_invalid(grid), cmap=colour_map, vmin=limits[0],
+                           vmax=limits[1])
+    line = np.array([min(p_edges[0], 1 - q_edges[-1]), max(p_edges[-1], 1 - q_edges[0])])
+    axis.plot(line, 1 - line, color="black", linewidth=1.5, label="p + q = 1")
+    axis.set_xlim(p_edges[0], p_edges[-1])
+    axis.set_ylim(q_edges[0], q_edges[-1])
+    axis.set_xlabel("p = P(1 | 0)")
+    axis.set_ylabel("q = P(0 | 1)")
+    axis.legend(loc="upper right", fontsize=8)
+    return mesh
+
+
+def plot_phase_diagram(cells: list[dict], config: MarkovSweepConfig, path: Path) -> None:
+    """One column per architecture. Top: the ``(p, q)`` grid coloured by the trapped fraction,
+    each cell annotated ``trapped/seeds``. Bottom: the median step at which training left the
+    unigram plateau (:func:`escape_step`). i.i.d. cells are marked, the line ``p + q = 1`` drawn."""
+    columns = len(config.architectures)
+    figure, axes = plt.subplots(2, columns, figsize=(4.2 * columns, 8.2), constrained_layout=True, squeeze=False)
+    for column, architecture in enumerate(config.architectures):
+        members = [cell for cell in cells if cell["architecture"] == architecture]
+        fractions = {(c["p"], c["q"]): c["trapped_fraction"] for c in members}
+        counts = {(c["p"], c["q"]): f"{c['trapped']}/{c['seeds']}" for c in members}
+        trapped_mesh = _draw_grid(axes[0, column], fractions, counts, config, "coolwarm", (0, 1))
+        axes[0, column].set_title(f"{architecture}: trapped at unigram")
+        escapes = {(c["p"], c["q"]): median_escape_step(c, config.steps) for c in members}
+        labels = {cell: f"{value:.0f}" for cell, value in escapes.items()}
+        escape_mesh = _draw_grid(axes[1, column], escapes, labels, config, "viridis", (0, config.steps))
+        axes[1, column].set_title(f"{architecture}: median escape step")
+    figure.colorbar(trapped_mesh, ax=axes[0, -1], label="fraction of seeds trapped at unigram")
+    figure.colorbar(escape_mesh, ax=axes[1, -1], label=f"first step below the midpoint ({config.steps} = never)")
+    figure.suptitle(f"Trapped: final relative excess >= {TRAP_THRESHOLD}; {config.steps} steps, "
+                    f"init std {config.init_std}, width {config.width}")
     figure.savefig(path, dpi=130)
     plt.close(figure)
 

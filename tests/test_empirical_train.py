@@ -127,7 +127,9 @@ def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> Non
 
 
 def test_ddp_with_two_processes_matches_one_process(tmp_path):
-    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    # fork: the workers inherit the imported modules (spawn would re-import torch, ~10 s each).
+    mp.start_processes(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
     ddp = torch.load(tmp_path / "ddp.pt")
 
     # Oracle: the mean loss of the global batch, computed directly, and its gradients.

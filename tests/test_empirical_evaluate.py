@@ -1,0 +1,104 @@
+"""Evaluation: metric definitions against oracle predictors, Bayes-optimal beats a trained model,
+presets, and the ``train`` / ``evaluate`` commands end to end on the tiny preset."""
+import json
+import math
+
+import pytest
+import torch
+
+import hmm
+import hmmtf
+from empirical.data import PromptStream, held_out_prompts, unigram_distribution
+from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
+from empirical.presets import get_preset
+from empirical.train import train
+
+PRESET = get_preset("tiny")
+MIXTURE = hmm.mixture_preset(PRESET.mixture, seed=PRESET.mixture_seed)
+P = MIXTURE.num_tokens
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def oracle_predictor(tokens: torch.Tensor) -> torch.Tensor:
+    """Cheats: one-hot on the true next token (the delimiter row stays uniform)."""
+    probs = torch.full((*tokens.shape, P), 1.0 / P, dtype=torch.float64)
+    following = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], P)], dim=1)
+    real = following < P
+    probs[real] = torch.nn.functional.one_hot(following[real], P).double()
+    return probs
+
+
+def test_metrics_of_oracle_and_uniform_predictors():
+    prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, 32, seed=0)
+    uniform = torch.full((P,), 1.0 / P, dtype=torch.float64)
+    result = evaluate_predictors(
+        {"oracle": oracle_predictor, "bayes": bayes_predictor(MIXTURE), "unigram": unigram_predictor(uniform)},
+        prompts,
+        P,
+    )
+    for scope in ("test_sequence", "all_positions"):
+        assert result[scope]["oracle"]["loss"] == pytest.approx(0.0, abs=1e-12)
+        assert result[scope]["oracle"]["accuracy"] == 1.0
+        assert result[scope]["unigram"]["loss"] == pytest.approx(math.log(P))
+        assert result[scope]["bayes"]["agreement_with_bayes"] == 1.0
+    assert result["by_demonstrations"]["oracle"]["accuracy"] == [1.0] * (PRESET.prompt_format.num_demos + 1)
+    assert result["by_test_position"]["unigram"]["loss"] == pytest.approx([math.log(P)] * PRESET.prompt_format.test_length)
+    # The uniform predictor's argmax is token 0: its accuracy is the frequency of token 0.
+    tokens = prompts.tokens[:, -PRESET.prompt_format.test_length:]
+    assert result["by_test_position"]["unigram"]["accuracy"] == pytest.approx((tokens == 0).double().mean(0).tolist())
+    gap = result["excess_test_sequence"]
+    assert gap["oracle"]["excess_loss"] == pytest.approx(-gap["bayes_loss"])
+
+
+def test_bayes_optimal_beats_a_trained_model_on_held_out_prompts():
+    stream = PromptStream(MIXTURE, PRESET.prompt_format, PRESET.train.batch_size, PRESET.data_seed)
+    model = train(PRESET.model_config(P), PRESET.train, stream, progress=False).model
+    prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, 256, seed=PRESET.data_seed)
+    unigram = unigram_distribution(MIXTURE, PRESET.prompt_format, 256, PRESET.data_seed)
+    result = evaluate_predictors(
+        {"model": model_predictor(model, P), "bayes": bayes_predictor(MIXTURE), "unigram": unigram_predictor(unigram)},
+        prompts,
+        P,
+    )
+    for scope in ("excess_test_sequence", "excess_all_positions"):
+        assert result[scope]["model"]["excess_loss"] > 0
+        assert result[scope]["gap"] > 0
+    assert result["all_positions"]["bayes"]["accuracy"] >= result["all_positions"]["unigram"]["accuracy"]
+
+
+def test_unknown_reference_is_rejected():
+    prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, 4, seed=0)
+    with pytest.raises(ValueError, match="reference: 'bayes' is not among the predictors"):
+        evaluate_predictors({"unigram": unigram_predictor(torch.full((P,), 1.0 / P))}, prompts, P)
+
+
+def test_unknown_preset_is_rejected():
+    with pytest.raises(ValueError, match=r"preset: 'huge'; expected one of \['cpu-small', 'paper', 'tiny'\]"):
+        get_preset("huge")
+
+
+def test_paper_preset_has_the_paper_scale():
+    paper = get_preset("paper")
+    model = paper.model_config(16)
+    assert (model.num_layers, model.num_heads, model.width) == (16, 16, 1024)
+    assert paper.train.steps * paper.train.batch_size == 131_072
+
+
+def test_train_and_evaluate_commands(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert hmmtf.main(["train", "--preset", "tiny", "--steps", "3", "--run-dir", str(run_dir), "--no-progress"]) == 0
+    out = tmp_path / "evaluation"
+    assert hmmtf.main(["evaluate", str(run_dir / "checkpoint"), "--num-prompts", "16", "--out", str(out)]) == 0
+    report = json.loads((out / "evaluation.json").read_text())
+    assert report["step"] == 3 and report["num_prompts"] == 16
+    assert isinstance(report["command"], list)
+    assert report["train_summary"]["steps"] == 3
+    assert len(report["by_demonstrations"]["model"]["accuracy"]) == PRESET.prompt_format.num_demos + 1
+    assert (out / "in_context.png").stat().st_size > 0 and (out / "training_loss.png").stat().st_size > 0
