@@ -10,6 +10,7 @@ import sys
 
 import construction.commands
 import empirical.commands
+import empirical.markov_commands
 import hmm.commands
 
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     hmm.commands.register(subparsers)
     empirical.commands.register(subparsers)
+    empirical.markov_commands.register(subparsers)
     construction.commands.register(subparsers)
     return parser
 
