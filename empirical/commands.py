@@ -33,6 +33,8 @@ def build_mixture(preset: ExperimentPreset) -> hmm.Mixture:
 
 
 def run_train(args) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
     preset = get_preset(args.preset)
     if args.steps is not None:
         steps = args.steps
@@ -124,6 +126,7 @@ def register(subparsers) -> None:
     parser.add_argument("--steps", type=int, help="override the preset's number of steps (the schedule follows)")
     parser.add_argument("--device", help="default: this rank's CUDA device, else CPU")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (the paper preset does)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
     parser.set_defaults(run=run_train)
 

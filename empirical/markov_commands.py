@@ -1,8 +1,8 @@
 """Subcommand of the Markov-chain study (registered in :mod:`hmmtf`):
 
 ``hmmtf markov-sweep`` trains single-layer (tied / untied embeddings) and two-layer RoFormers on a
-grid of binary Markov chains and writes ``results.json``, ``phase_diagram.png`` and
-``loss_curves.png`` (see :mod:`empirical.markov_sweep` and ``docs/markov.md``).
+grid of binary Markov chains and writes ``results.json``, ``phase_diagram.png``,
+``loss_curves.png`` and ``plateau_survival.png`` (see :mod:`empirical.markov_sweep` and ``docs/markov.md``).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def run_markov_sweep(args) -> int:
                            wall_seconds=time.perf_counter() - started)
     for cell in document["cells"]:
         print(f"{cell['architecture']:>15}  p={cell['p']:<5} q={cell['q']:<5} trapped {cell['trapped']}/{cell['seeds']}")
-    print(f"wrote {args.out}/results.json, phase_diagram.png, loss_curves.png in {document['wall_seconds']:.0f} s")
+    print(f"wrote results.json and figures to {args.out} in {document['wall_seconds']:.0f} s")
     return 0
 
 

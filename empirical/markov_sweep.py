@@ -82,15 +82,15 @@ class MarkovSweepConfig:
     betas (0.9, 0.95), cosine schedule); sizes are scaled down to fit a CPU.
     """
 
-    p_values: tuple[float, ...] = (0.15, 0.4, 0.7, 0.95)
-    q_values: tuple[float, ...] = (0.15, 0.4, 0.7, 0.95)
+    p_values: tuple[float, ...] = (0.2, 0.5, 0.9)
+    q_values: tuple[float, ...] = (0.2, 0.5, 0.9)
     architectures: tuple[str, ...] = tuple(ARCHITECTURES)
-    seeds: int = 3
+    seeds: int = 4
     width: int = 8
     num_heads: int = 1
     sequence_length: int = 64
     batch_size: int = 32
-    steps: int = 600
+    steps: int = 500
     learning_rate: float = 2e-3
     warmup_steps: int = 20
     weight_decay: float = 1e-3
@@ -428,6 +428,38 @@ def plot_loss_curves(runs: list[dict], cells: list[tuple[float, float]], archite
     plt.close(figure)
 
 
+def plateau_survival(runs: list[dict], steps: list[int]) -> list[float]:
+    """Fraction of ``runs`` still on the unigram plateau after each of ``steps``: those whose
+    :func:`escape_step` is later than the step, or None."""
+    return [sum(run["escape_step"] is None or run["escape_step"] > step for run in runs) / len(runs)
+            for step in steps]
+
+
+def plot_plateau_survival(runs: list[dict], config: MarkovSweepConfig, path: Path) -> None:
+    """One panel per architecture: fraction of runs still on the unigram plateau vs training
+    step, pooled over the cells with ``p + q < 1`` and, separately, ``p + q > 1``. The trapped
+    fraction of a budget of ``s`` steps is read off at ``s``: a plateau that lasts longer than
+    the budget looks like a trap."""
+    steps = list(range(0, config.steps + 1, config.log_every))
+    figure, axes = plt.subplots(1, len(config.architectures), figsize=(4.2 * len(config.architectures), 3.4),
+                                constrained_layout=True, squeeze=False, sharey=True)
+    for axis, architecture in zip(axes[0], config.architectures):
+        for label, side, colour in (("p + q < 1", lambda run: run["p"] + run["q"] < 1, "tab:blue"),
+                                    ("p + q > 1", lambda run: run["p"] + run["q"] > 1, "tab:red")):
+            members = [run for run in runs if run["architecture"] == architecture and side(run)]
+            if members:
+                axis.step(steps, plateau_survival(members, steps), where="post", color=colour,
+                          label=f"{label} ({len(members)} runs)")
+        axis.set_title(architecture)
+        axis.set_xlabel("training step")
+        axis.set_ylim(-0.03, 1.03)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    axes[0, 0].set_ylabel("fraction still on the unigram plateau")
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
 def loss_curve_cells(config: MarkovSweepConfig) -> list[tuple[float, float]]:
     """Two cells to draw: the trained cell with the largest unigram-bigram gap on each side of
     ``p + q = 1`` (where one exists)."""
@@ -441,8 +473,8 @@ def loss_curve_cells(config: MarkovSweepConfig) -> list[tuple[float, float]]:
 
 def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *, command: list[str],
                 wall_seconds: float) -> dict:
-    """Write ``results.json`` (config, command, criterion, cells, runs), ``phase_diagram.png`` and
-    ``loss_curves.png`` to ``directory``; return the JSON document."""
+    """Write ``results.json`` (config, command, criterion, cells, runs), ``phase_diagram.png``,
+    ``loss_curves.png`` and ``plateau_survival.png`` to ``directory``; return the JSON document."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cells = aggregate_cells(runs)
@@ -459,4 +491,5 @@ def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *,
     (directory / "results.json").write_text(json.dumps(document, indent=1) + "\n")
     plot_phase_diagram(cells, config, directory / "phase_diagram.png")
     plot_loss_curves(runs, loss_curve_cells(config), config.architectures, directory / "loss_curves.png")
+    plot_plateau_survival(runs, config, directory / "plateau_survival.png")
     return document

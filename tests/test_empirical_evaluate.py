@@ -18,14 +18,6 @@ MIXTURE = hmm.mixture_preset(PRESET.mixture, seed=PRESET.mixture_seed)
 P = MIXTURE.num_tokens
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def oracle_predictor(tokens: torch.Tensor) -> torch.Tensor:
     """Cheats: one-hot on the true next token (the delimiter row stays uniform)."""
     probs = torch.full((*tokens.shape, P), 1.0 / P, dtype=torch.float64)

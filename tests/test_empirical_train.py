@@ -28,16 +28,6 @@ from empirical.train import (
 MODEL = RoFormerConfig(vocab_size=6, num_layers=2, num_heads=2, width=16)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Models this small gain nothing from threads, and on a shared 2-core machine extra threads
-    only add contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def random_batch(step: int, rows: int = 8, length: int = 12) -> Batch:
     """Tokens 0..4 with a learnable rule (next = current + 1 mod 5) half of the time; targets
     ignored at a row-dependent number of leading positions, so ranks count different numbers."""
