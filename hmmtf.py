@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import bounds.commands
 import construction.commands
 import empirical.commands
 import empirical.markov_commands
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     empirical.commands.register(subparsers)
     empirical.markov_commands.register(subparsers)
     construction.commands.register(subparsers)
+    bounds.commands.register(subparsers)
     return parser
 
 

@@ -1,0 +1,111 @@
+"""Subcommands of the ``bounds`` package (registered in :mod:`hmmtf`).
+
+``hmmtf main`` is the README's main job: the verification run of :mod:`bounds.verify` on built-in
+defaults (about 2 minutes on 2 cores); options enlarge the suite. It prints the table, the
+verdicts, and writes ``report.json`` and the five figures into ``--out``
+(default ``figures/verification``). Exit code 1 when a check that holds by derivation fails
+(a stage against its reference, the triangle inequality, the tight Lemma 5, the construction
+bound); a reconstructed bound that fails is a finding, printed and recorded, exit code 0.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bounds.figures import write_figures
+from bounds.lemma1 import Lemma1Config
+from bounds.suites import SuiteSpec
+from bounds.verify import VerifyConfig, build_table, derivations_hold, format_table, measure, verdict_lines, write_report
+
+
+def _rank(text: str) -> int | None:
+    """``full`` -> None (full-rank transition), else a positive integer."""
+    if text == "full":
+        return None
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"--ranks: {text!r}; expected positive integers or 'full'")
+    return value
+
+
+def config_from_args(args) -> VerifyConfig:
+    """The :class:`VerifyConfig` named by the command line."""
+    suite = SuiteSpec(
+        gammas=tuple(args.gammas),
+        ranks=tuple(_rank(text) for text in args.ranks),
+        concentrations=tuple(args.concentrations),
+        seeds=args.seeds,
+        num_states=args.states,
+        num_tokens=args.tokens,
+    )
+    lemma1 = Lemma1Config(
+        lengths=tuple(range(1, args.max_memory + 1)),
+        num_sequences=args.sequences,
+        burn_in=max(40, args.max_memory),
+    )
+    return VerifyConfig(
+        suite=suite,
+        lemma1=lemma1,
+        L=args.L,
+        T=args.T,
+        num_demos=args.demos,
+        demo_length=args.demo_length,
+        test_length=args.test_length,
+        prompts=args.prompts,
+        sweep_prompts=args.sweep_prompts,
+    )
+
+
+def run_main(args) -> int:
+    """The verification run (module docstring)."""
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    config = config_from_args(args)
+    report, members = measure(config, progress=not args.no_progress)
+    report["table"] = build_table(report, members)
+    out = Path(args.out)
+    report["figures"] = write_figures(report, out)
+    report["verdicts"] = verdict_lines(report)
+    report["command"] = " ".join(shlex.quote(part) for part in sys.argv)
+    report["options"] = {key: value for key, value in vars(args).items() if key != "run"}
+    report["runtime_seconds"] = time.perf_counter() - start
+    write_report(report, out / "report.json")
+    print(format_table(report["table"]))
+    print()
+    print("\n".join(report["verdicts"]))
+    print(f"\nreport: {out / 'report.json'}; figures: {', '.join(report['figures'])}")
+    print(f"runtime: {report['runtime_seconds']:.1f} s")
+    return 0 if derivations_hold(report["table"]) else 1
+
+
+def register(subparsers) -> None:
+    """Add ``main`` to the ``hmmtf`` parser."""
+    defaults = VerifyConfig()
+    parser = subparsers.add_parser(
+        "main", help="verification run: Lemma 1 and Theorem 1 measured term by term beside their bounds"
+    )
+    parser.add_argument("--gammas", type=float, nargs="+", default=list(defaults.suite.gammas), help="observability knobs g")
+    parser.add_argument("--ranks", nargs="+", default=["2", "full"], help="transition ranks d ('full' = S)")
+    parser.add_argument(
+        "--concentrations", type=float, nargs="+", default=list(defaults.suite.concentrations), help="transition Dirichlet concentrations"
+    )
+    parser.add_argument("--seeds", type=int, default=defaults.suite.seeds, help="HMMs per cell (alternately fit / held-out)")
+    parser.add_argument("--states", type=int, default=defaults.suite.num_states, help="hidden states S (<= tokens)")
+    parser.add_argument("--tokens", type=int, default=defaults.suite.num_tokens, help="tokens p")
+    parser.add_argument("--max-memory", type=int, default=max(defaults.lemma1.lengths), help="Lemma 1: largest L measured")
+    parser.add_argument("--sequences", type=int, default=defaults.lemma1.num_sequences, help="Lemma 1: sequences per HMM")
+    parser.add_argument("--L", type=int, default=defaults.L, help="Theorem 1: history length of the network")
+    parser.add_argument("--T", type=int, default=defaults.T, help="Theorem 1: gradient-descent layers")
+    parser.add_argument("--demos", type=int, default=defaults.num_demos, help="Theorem 1: demonstrations per prompt")
+    parser.add_argument("--demo-length", type=int, default=defaults.demo_length, help="tokens per demonstration")
+    parser.add_argument("--test-length", type=int, default=defaults.test_length, help="tokens of the test sequence")
+    parser.add_argument("--prompts", type=int, default=defaults.prompts, help="Theorem 1: prompts per HMM run through the network")
+    parser.add_argument("--sweep-prompts", type=int, default=defaults.sweep_prompts, help="prompts per HMM and N' in the N' sweep")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--out", default="figures/verification", help="directory of report.json and the figures")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(run=run_main)

@@ -1,0 +1,215 @@
+"""The five figures of the verification run, drawn from the report dict alone (the JSON).
+
+1. ``lemma1_decay.png``: ``E|P - P_L|_1`` vs L (log scale), one panel per gamma, fitted lines and
+   the Lemma 1 bound ``d exp(-gamma^4 L / C)`` with the fitted C.
+2. ``decay_rate_vs_gamma4.png``: fitted decay rate vs gamma^4 per prior, beside the rate
+   ``gamma^4 / C`` the bound guarantees.
+3. ``theorem1_terms.png``: approximation vs L, generalization vs N', optimization vs T,
+   construction vs beta, each beside its bound.
+4. ``gd_convergence.png``: ``||W_t - W_hat||_F / ||W_hat||_F`` vs t / kappa beside Lemma 5.
+5. ``construction_vs_beta.png``: construction error vs beta beside the leak formula and the bound.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after selecting the file-only backend)
+import numpy as np  # noqa: E402
+
+from bounds import formulas  # noqa: E402
+
+GAMMA_COLORS = plt.get_cmap("viridis")
+CONCENTRATION_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+
+
+def _gamma_color(gamma: float, gammas: list[float]):
+    return GAMMA_COLORS(np.searchsorted(sorted(gammas), gamma) / max(len(gammas) - 1, 1) * 0.85)
+
+
+def lemma1_decay(report: dict, path: Path) -> None:
+    """Figure 1 (module docstring), stationary prior."""
+    lengths = np.array(report["lemma1"]["lengths"], dtype=float)
+    C = report["lemma1"]["fits"]["stationary"]["C"]
+    knobs = sorted({entry["gamma_knob"] for entry in report["suite"]})
+    fig, axes = plt.subplots(1, len(knobs), figsize=(4.2 * len(knobs), 4.2), sharey=True, squeeze=False)
+    for ax, knob in zip(axes[0], knobs):
+        members = [entry for entry in report["suite"] if entry["gamma_knob"] == knob]
+        cells = sorted({(entry["rank"], entry["transition_concentration"]) for entry in members})
+        for entry in members:
+            result = entry["lemma1"]["stationary"]
+            color = CONCENTRATION_COLORS[cells.index((entry["rank"], entry["transition_concentration"])) % 4]
+            style = "-" if entry["half"] == "fit" else "--"
+            rate = result["decay_rate"]
+            label = f"d={entry['rank']}, c={entry['transition_concentration']:g}, {entry['half']}: " + (
+                "r too fast" if rate is None else f"r={rate:.2g}"
+            )
+            ax.semilogy(lengths, np.maximum(result["errors"], 1e-18), style, marker="o", ms=3, color=color, label=label)
+            if rate is not None:
+                ax.semilogy(lengths, np.exp(result["decay_intercept"] - rate * lengths), ":", color=color, lw=1)
+        gamma = members[0]["gamma"]
+        for rank in sorted({entry["rank"] for entry in members}):
+            bound = [formulas.lemma1_bound(gamma, rank, length, C) for length in lengths]
+            ax.semilogy(lengths, bound, "k-" if rank == min(e["rank"] for e in members) else "k-.", lw=1.5,
+                        label=f"Lemma 1 bound d={rank}, C={C:.2g}")
+        ax.axhline(1e-12, color="grey", lw=0.8)
+        ax.set_title(f"gamma = {gamma:.2g} (gamma^4 = {gamma**4:.2g})")
+        ax.set_xlabel("memory length L (tokens)")
+        ax.legend(fontsize=6, loc="lower left")
+    axes[0][0].set_ylabel("E ||P - P_L||_1  (stationary prior)")
+    axes[0][0].set_ylim(1e-17, 10)
+    fig.suptitle("Lemma 1: error of the L-memory predictor vs L (dotted: fitted exp(a - rL); grey: rounding floor)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def decay_rate_vs_gamma4(report: dict, path: Path) -> None:
+    """Figure 2 (module docstring)."""
+    fits = report["lemma1"]["fits"]
+    fig, axes = plt.subplots(1, len(fits), figsize=(4.6 * len(fits), 4.4), sharey=True, squeeze=False)
+    concentrations = sorted({entry["transition_concentration"] for entry in report["suite"]})
+    for ax, (prior, fit) in zip(axes[0], fits.items()):
+        for entry in report["suite"]:
+            rate = entry["lemma1"][prior]["decay_rate"]
+            if rate is None:
+                continue
+            color = CONCENTRATION_COLORS[concentrations.index(entry["transition_concentration"]) % 4]
+            marker = "o" if entry["rank"] < entry["num_states"] else "s"
+            face = color if entry["half"] == "fit" else "none"
+            ax.loglog(entry["gamma"] ** 4, rate, marker, color=color, mfc=face, ms=6)
+        grid = np.logspace(np.log10(min(e["gamma"] for e in report["suite"]) ** 4 / 1.5), 0, 50)
+        ax.loglog(grid, grid / fit["C"], "k-", label=f"bound's rate gamma^4 / C, C = {fit['C']:.2g}")
+        for c, color in zip(concentrations, CONCENTRATION_COLORS):
+            ax.plot([], [], "o", color=color, label=f"transition concentration {c:g}")
+        ax.plot([], [], "o", color="grey", label="rank d < S (circle), full rank (square)")
+        ax.plot([], [], "o", color="grey", mfc="none", label="held-out (open), fit (filled)")
+        holds = fit["held_out_members"] - len(fit["held_out_failures"])
+        ax.set_title(
+            f"prior b0 = {prior}: rate/gamma^4 in [{fit['min_rate_over_gamma4']:.2g}, {fit['max_rate_over_gamma4']:.2g}]\n"
+            f"fitted C holds on {holds}/{fit['held_out_members']} held-out HMMs",
+            fontsize=9,
+        )
+        ax.set_xlabel("gamma^4")
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0][0].set_ylabel("fitted decay rate r of E||P - P_L||_1 (per token of L)")
+    fig.suptitle("Lemma 1: measured decay rate vs gamma^4 (the bound needs r >= gamma^4 / C: points above the line)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def theorem1_terms(report: dict, path: Path) -> None:
+    """Figure 3 (module docstring)."""
+    config = report["config"]
+    p, L = config["suite"]["num_tokens"], config["L"]
+    C = report["lemma1"]["fits"]["stationary"]["C"]
+    C_g = report["generalization"]["C_g"]
+    knobs = sorted({entry["gamma_knob"] for entry in report["suite"]})
+    lengths = np.array(report["lemma1"]["lengths"], dtype=float)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8.5))
+    ax = axes[0, 0]
+    for knob in knobs:
+        members = [e for e in report["suite"] if e["gamma_knob"] == knob]
+        color = _gamma_color(knob, knobs)
+        measured = np.mean([e["lemma1"]["stationary"]["errors"] for e in members], axis=0)
+        bound = np.mean([[formulas.lemma1_bound(e["gamma"], e["rank"], n, C) for n in lengths] for e in members], axis=0)
+        ax.semilogy(lengths, measured, "o-", color=color, ms=3, label=f"gamma={knob:g} measured")
+        ax.semilogy(lengths, bound, "--", color=color, label=f"gamma={knob:g} bound")
+    ax.set(xlabel="memory length L (tokens)", ylabel="l1 error (mean over HMMs)", title="approximation |P - P_L| vs L")
+    ax.legend(fontsize=7, ncol=2)
+    ax = axes[0, 1]
+    for knob in knobs:
+        members = [e for e in report["suite"] if e["gamma_knob"] == knob]
+        color = _gamma_color(knob, knobs)
+        n = np.array([row["n_samples"] for row in members[0]["generalization_sweep"]])
+        measured = np.mean([[row["generalization"] for row in e["generalization_sweep"]] for e in members], axis=0)
+        bound = np.mean([[formulas.generalization_bound(p, L, e["lambda_min"], k, C_g) for k in n] for e in members], axis=0)
+        ax.loglog(n, measured, "o-", color=color, ms=3, label=f"gamma={knob:g} measured")
+        ax.loglog(n, bound, "--", color=color, label=f"gamma={knob:g} C_g sqrt(pL/(lambda N'))")
+    ax.set(xlabel="in-context samples N'", ylabel="l1 error (mean over HMMs and prompts)",
+           title=f"generalization |W*x - W_hat x| vs N' (C_g = {C_g:.2g}, fit half)")
+    ax.legend(fontsize=7, ncol=2)
+    ax = axes[1, 0]
+    for index, curve in enumerate(report["optimization_curves"][:4]):
+        color = f"C{index}"
+        t = np.arange(len(curve["prediction_gap"]))
+        ax.semilogy(t, np.maximum(curve["prediction_gap"], 1e-18), "-", color=color, label=f"measured, kappa={curve['kappa']:.3g}")
+        ax.semilogy(t, curve["bound"], "--", color=color, label="tight bound (1-1/kappa)^T")
+        ax.semilogy(t, curve["bound_paper"], ":", color=color, label="paper exp(-T/(2 kappa))")
+    ax.set(xlabel="gradient-descent steps T", ylabel="l1 error", title="optimization |W_hat x - W_T x| vs T")
+    ax.set_ylim(1e-16, None)
+    ax.legend(fontsize=6, ncol=2)
+    ax = axes[1, 1]
+    for index, curve in enumerate(report["construction_curves"]):
+        rows = curve["rows"]
+        beta = [row["beta"] for row in rows]
+        ax.semilogy(beta, [row["measured_l1"] for row in rows], "o-", color=f"C{index}", ms=3, label=f"measured, N={curve['num_columns']}")
+        ax.semilogy(beta, [row["bound"] for row in rows], "--", color=f"C{index}", label="bound p A eps(beta)")
+    ax.set(xlabel="softmax scale beta", ylabel="l1 error", title="construction |W_T x - TF| vs beta")
+    ax.legend(fontsize=7)
+    fig.suptitle(f"Theorem 1 terms beside their bounds (p={p}, L={L}, T={config['T']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def gd_convergence(report: dict, path: Path) -> None:
+    """Figure 4 (module docstring)."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for index, curve in enumerate(report["optimization_curves"]):
+        kappa = curve["kappa"]
+        t = np.arange(len(curve["relative_distance"]))
+        ax.semilogy(t / kappa, curve["relative_distance"], "-", color=f"C{index % 10}", label=f"prompt {index}, kappa={kappa:.3g}")
+        ax.semilogy(t / kappa, (1 - 1 / kappa) ** t, "--", color=f"C{index % 10}", lw=0.8)
+    grid = np.linspace(0, max(len(c["relative_distance"]) / c["kappa"] for c in report["optimization_curves"]), 100)
+    ax.semilogy(grid, np.exp(-grid / 2), "k:", lw=2, label="paper rate exp(-T/(2 kappa))")
+    ax.set(xlabel="T / kappa (steps per condition number)", ylabel="||W_T - W_hat||_F / ||W_hat||_F",
+           title="GD convergence (solid) beside the tight Lemma 5 rate (1 - 1/kappa)^T (dashed)")
+    ax.set_ylim(1e-16, 2)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def construction_vs_beta(report: dict, path: Path) -> None:
+    """Figure 5 (module docstring)."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    p = report["config"]["suite"]["num_tokens"]
+    for index, curve in enumerate(report["construction_curves"]):
+        rows = curve["rows"]
+        beta = [row["beta"] for row in rows]
+        color = f"C{index}"
+        ax.semilogy(beta, [row["measured_max"] for row in rows], "o-", color=color, ms=4,
+                    label=f"measured max_k |(TF - W_T x)_k|, N={curve['num_columns']}")
+        ax.semilogy(beta, [row["leak"] for row in rows], "s:", color=color, ms=3, label="leak formula eps(beta) (one layer)")
+        ax.semilogy(beta, [row["bound"] / p for row in rows], "--", color=color, label="bound A eps(beta) per coordinate")
+    ax.axhline(1e-16, color="grey", lw=0.8)
+    ax.set(xlabel="softmax scale beta", ylabel="error per output coordinate",
+           title="Construction error vs beta: measured, leak formula, end-to-end bound")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+FIGURES = {
+    "lemma1_decay.png": lemma1_decay,
+    "decay_rate_vs_gamma4.png": decay_rate_vs_gamma4,
+    "theorem1_terms.png": theorem1_terms,
+    "gd_convergence.png": gd_convergence,
+    "construction_vs_beta.png": construction_vs_beta,
+}
+
+
+def write_figures(report: dict, directory: Path) -> list[str]:
+    """Draw every figure of :data:`FIGURES` into ``directory``; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, draw in FIGURES.items():
+        draw(report, directory / name)
+        paths.append(str(directory / name))
+    return paths

@@ -1,0 +1,85 @@
+"""Fitting the unknown constants from measurements, on one half of a suite, checked on the other.
+
+Protocol (the same for Lemma 1's C and the generalization constant C_g):
+
+1. For every HMM of the suite, the smallest constant that makes its bound hold at every measured
+   point: for Lemma 1 ``C_i = max_L gamma^4 L / log(d / err_i(L))``
+   (:func:`smallest_lemma1_constant`), for a bound linear in its constant
+   ``C_i = max_points measured / form`` (:func:`smallest_scale`).
+2. The universal constant is the largest ``C_i`` over the **fit** half: the smallest constant
+   that makes the bound hold on every fit-half HMM.
+3. The bound with that constant is checked on every **held-out** HMM; each one with
+   ``C_i > C_fit`` is a failure of the claimed universality and is reported with its parameters.
+
+Points at or below :data:`ROUNDING_FLOOR` are left out: the two predictors are computed
+separately in float64, so an error there is rounding, not the decay being measured (and would
+inflate C: ``gamma^4 L / log(d / 1e-16)`` grows with L).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bounds.formulas import lemma1_constant
+
+ROUNDING_FLOOR = 1e-12
+"""Errors at or below this are float64 rounding of two separately computed predictors."""
+
+
+def _resolved(lengths, errors) -> tuple[np.ndarray, np.ndarray]:
+    """``lengths, errors`` as float arrays restricted to errors above :data:`ROUNDING_FLOOR`."""
+    lengths = np.asarray(lengths, dtype=float)
+    errors = np.asarray(errors, dtype=float)
+    if lengths.shape != errors.shape or lengths.ndim != 1:
+        raise ValueError(f"lengths/errors: shapes {lengths.shape}, {errors.shape}; expected equal 1-d shapes")
+    keep = errors > ROUNDING_FLOOR
+    return lengths[keep], errors[keep]
+
+
+def smallest_lemma1_constant(gamma: float, d: float, lengths, errors) -> float:
+    """``max_L gamma^4 L / log(d / err(L))`` over resolved points (``inf`` if some ``err >= d``)."""
+    lengths, errors = _resolved(lengths, errors)
+    if lengths.size == 0:
+        raise ValueError("errors: all at or below the rounding floor; expected at least one resolved point")
+    return max(lemma1_constant(gamma, d, length, value) for length, value in zip(lengths, errors))
+
+
+def decay_fit(lengths, errors) -> tuple[float, float] | None:
+    """Least-squares line ``log err(L) = a - r L`` over resolved points: ``(r, a)``; ``None`` when
+    fewer than 2 points are resolved (the error reaches rounding by the second L: too fast to measure)."""
+    lengths, errors = _resolved(lengths, errors)
+    if lengths.size < 2:
+        return None
+    slope, intercept = np.polyfit(lengths, np.log(errors), 1)
+    return float(-slope), float(intercept)
+
+
+def smallest_scale(measured, form) -> float:
+    """``max measured / form``: the smallest C with ``measured <= C form`` at every point."""
+    measured = np.asarray(measured, dtype=float)
+    form = np.asarray(form, dtype=float)
+    if measured.shape != form.shape or measured.size == 0 or not (form > 0).all():
+        raise ValueError(f"measured/form: shapes {measured.shape}, {form.shape}; expected equal non-empty shapes, form > 0")
+    return float((measured / form).max())
+
+
+def fit_and_check(constants: list[float], halves: list[str]) -> dict:
+    """Universal constant from the fit half, verdict on the held-out half (module docstring).
+
+    Returns ``{"constant", "fit_members", "held_out_members", "held_out_failures"}`` where the
+    member lists are indices into ``constants`` and a failure is a held-out index whose own
+    smallest constant exceeds the fitted one.
+    """
+    if len(constants) != len(halves):
+        raise ValueError(f"constants/halves: lengths {len(constants)}, {len(halves)}; expected equal lengths")
+    fit = [i for i, half in enumerate(halves) if half == "fit"]
+    held = [i for i, half in enumerate(halves) if half == "held-out"]
+    if not fit or not held or len(fit) + len(held) != len(halves):
+        raise ValueError(f"halves: {sorted(set(halves))}; expected only 'fit' and 'held-out', both present")
+    constant = max(constants[i] for i in fit)
+    failures = [i for i in held if not constants[i] <= constant]
+    return {
+        "constant": constant,
+        "fit_members": fit,
+        "held_out_members": held,
+        "held_out_failures": failures,
+    }

@@ -1,0 +1,168 @@
+"""Every bound of Lemma 1 and Theorem 1 as a numeric function and as a sympy expression.
+
+All error terms are reported in the **l1 norm** of a difference of distributions over the p next
+tokens. A bound stated in another norm is converted with ``||v||_1 <= sqrt(p) ||v||_2`` or
+``||v||_1 <= p ||v||_inf`` (each conversion is named where it is used).
+
+Lemma 1 (reconstructed, CONSTRUCTION.md)::
+
+    E ||P(.|o_1..o_t) - P_L(.|o_{t-L+1..t})||_1 <= d exp(-gamma^4 L / C)             (lemma1_bound)
+
+For one measured error ``e`` at one L the smallest C that makes it hold is
+``C(L) = gamma^4 L / log(d / e)`` (``e < d``; no C works when ``e >= d``)          (lemma1_constant)
+
+Generalization (least squares from N' in-context samples; the constant ``C_g`` is fitted)::
+
+    E ||W* x - W_hat x||_1 <= C_g sqrt(p L / (lambda N'))                          (generalization_bound)
+
+Optimization (Lemma 5, our tight form; derivation in :func:`optimization_bound`)::
+
+    ||(W_hat - W_T) x||_1 <= sqrt(p) ||W_hat||_F sqrt(L) (1 - 1/kappa)^T             (optimization_bound)
+    the paper's form, converted the same way: sqrt(p) sqrt(L) B_W exp(-T / (2 kappa))  (optimization_bound_paper)
+
+Construction (softmax leak x amplification, :mod:`construction.leak`, a bound per output
+coordinate, hence the factor p)::
+
+    ||W_T x - TF||_1 <= p A eps,   eps = 2 sum_{k=1}^{N-1} exp(-beta (1 - cos k theta))  (construction_bound)
+
+Theorem 1 network size (our construction, m = 1)::
+
+    layers = (L - 1) + 1 + T + 1,  heads per GD / read-out layer = 2p,
+    width  = p^2 L + (p + 1)(L + 1) + p + 4                                       (network_counts)
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import sympy
+
+from construction import Layout, build_layout, construction_error_bound
+
+
+def _symbolic_forms() -> dict[str, sympy.Expr]:
+    """The formulas of the module docstring as sympy expressions (symbol names as in :func:`symbolic_value`)."""
+    gamma, d, L, C, e = sympy.symbols("gamma d L C e", positive=True)
+    p, n_samples, lam, C_g = sympy.symbols("p Nprime lambda C_g", positive=True)
+    kappa, T, B_W = sympy.symbols("kappa T B_W", positive=True)
+    beta, theta, N, A, k = sympy.symbols("beta theta N A k", positive=True)
+    return {
+        "lemma1_bound": d * sympy.exp(-(gamma**4) * L / C),
+        "lemma1_constant": gamma**4 * L / sympy.log(d / e),
+        "generalization_bound": C_g * sympy.sqrt(p * L / (lam * n_samples)),
+        "optimization_bound": sympy.sqrt(p) * B_W * sympy.sqrt(L) * (1 - 1 / kappa) ** T,
+        "optimization_bound_paper": sympy.sqrt(p) * sympy.sqrt(L) * B_W * sympy.exp(-T / (2 * kappa)),
+        "construction_bound": p * A * 2 * sympy.Sum(sympy.exp(-beta * (1 - sympy.cos(k * theta))), (k, 1, N - 1)),
+        "layers": (L - 1) + 1 + T + 1,
+        "heads_per_gd_layer": 2 * p,
+        "width": p**2 * L + (p + 1) * (L + 1) + p + 4,
+    }
+
+
+SYMBOLIC = _symbolic_forms()
+"""name -> sympy expression of every formula in the module docstring."""
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name}: {value!r}; expected a number > 0")
+
+
+def lemma1_bound(gamma: float, d: float, L: float, C: float) -> float:
+    """``d exp(-gamma^4 L / C)`` (Lemma 1, reconstructed)."""
+    _check_positive("C", C)
+    return d * math.exp(-(gamma**4) * L / C)
+
+
+def lemma1_constant(gamma: float, d: float, L: float, error: float) -> float:
+    """``gamma^4 L / log(d / e)``: the smallest C with ``e <= d exp(-gamma^4 L / C)``; ``inf`` if ``e >= d``."""
+    _check_positive("error", error)
+    if error >= d:
+        return math.inf
+    return gamma**4 * L / math.log(d / error)
+
+
+def generalization_bound(p: int, L: int, lambda_min: float, n_samples: float, C_g: float) -> float:
+    """``C_g sqrt(p L / (lambda N'))``; lambda = smallest nonzero eigenvalue of ``E[x x^T]``."""
+    _check_positive("lambda_min", lambda_min)
+    _check_positive("n_samples", n_samples)
+    return C_g * math.sqrt(p * L / (lambda_min * n_samples))
+
+
+def optimization_bound(p: int, L: int, weight_norm: float, kappa: float, T: int) -> float:
+    """Tight Lemma 5: ``||(W_hat - W_T) x||_1 <= sqrt(p) ||W_hat||_F sqrt(L) (1 - 1/kappa)^T``.
+
+    Derivation. GD on ``(1/2N) sum_j ||y_j - W x_j||^2`` with Hessian ``H = X^T X / N`` is
+    ``W_{t+1} = W_t - eta (W_t H - Y^T X / N)``. From ``W_0 = 0`` every iterate lies in the row space
+    of X (each update is a combination of the ``x_j``), and so does the min-norm solution W_hat,
+    which solves ``W_hat H = Y^T X / N``. Hence ``W_{t+1} - W_hat = (W_t - W_hat)(I - eta H)`` and
+    ``W_T - W_hat = -W_hat (I - eta H)^T``. On the row space the eigenvalues of ``I - eta H`` with
+    ``eta = 1/lambda_max`` lie in ``[0, 1 - lambda_min+/lambda_max] = [0, 1 - 1/kappa]``
+    (``lambda_min+`` = smallest *nonzero* eigenvalue: the one-hot design is singular for L >= 2), so
+    ``||W_T - W_hat||_F <= ||W_hat||_F (1 - 1/kappa)^T``, and with ``||x||_2 = sqrt(L)`` (L one-hot
+    blocks) ``||(W_T - W_hat) x||_2 <= ||W_T - W_hat||_2 ||x||_2``. The factor ``sqrt(p)`` converts the
+    p-vector's 2-norm to its l1 norm.
+    """
+    _check_kappa(kappa)
+    return math.sqrt(p) * weight_norm * math.sqrt(L) * (1.0 - 1.0 / kappa) ** T
+
+
+def optimization_bound_paper(p: int, L: int, weight_norm: float, kappa: float, T: int) -> float:
+    """Paper's Lemma 5 form ``sqrt(L) B_W exp(-T / (2 kappa))`` with ``B_W = ||W_hat||_F``, times sqrt(p) (l1)."""
+    _check_kappa(kappa)
+    return math.sqrt(p) * math.sqrt(L) * weight_norm * math.exp(-T / (2.0 * kappa))
+
+
+def _check_kappa(kappa: float) -> None:
+    if not kappa >= 1:
+        raise ValueError(f"kappa: {kappa!r}; expected a condition number >= 1")
+
+
+def construction_bound(
+    p: int, beta: float, theta: float, N: int, layout: Layout, doubling: bool, T: int, eta: float, penalty: float
+) -> float:
+    """``p * construction_error_bound``: :func:`construction.construction_error_bound` bounds every
+    output coordinate ``|(TF - W_T x)_k|`` (its read-out step bounds row k), so the l1 norm of the
+    p-vector is at most p times it."""
+    return p * construction_error_bound(beta, theta, N, layout, doubling, T, eta, penalty)
+
+
+class NetworkCounts(NamedTuple):
+    """Size of the Theorem 1 network (m = 1, sequential history layers)."""
+
+    layers: int
+    heads_per_gd_layer: int
+    width: int
+
+
+def network_counts(p: int, L: int, T: int) -> NetworkCounts:
+    """``(L-1) + 1 + T + 1`` layers, ``2p`` heads per GD layer, width of :func:`construction.build_layout`."""
+    return NetworkCounts(layers=(L - 1) + 1 + T + 1, heads_per_gd_layer=2 * p, width=build_layout(p, L).width)
+
+
+def contraction_below_paper_rate() -> bool:
+    """Sympy proof that ``(1 - 1/kappa)^T <= exp(-T / (2 kappa))`` for kappa >= 1, T >= 0.
+
+    With ``u = 1/kappa`` in (0, 1] it suffices that ``h(u) = -u/2 - log(1 - u) >= 0`` on [0, 1)
+    (then ``(1-u)^T = exp(T log(1-u)) <= exp(-T u / 2)``; at u = 1 the left side is 0). ``h(0) = 0``
+    and ``h'(u) = 1/(1-u) - 1/2 > 0`` on [0, 1): sympy checks both, so the tight bound is never
+    above the paper's form.
+    """
+    u = sympy.symbols("u", real=True)
+    h = -u / 2 - sympy.log(1 - u)
+    starts_at_zero = sympy.simplify(h.subs(u, 0)) == 0
+    slope = sympy.diff(h, u)
+    never_decreasing = sympy.solveset(slope <= 0, u, sympy.Interval.Ropen(0, 1)) == sympy.S.EmptySet
+    return bool(starts_at_zero and never_decreasing)
+
+
+def symbolic_value(name: str, **values: float) -> float:
+    """Evaluate ``SYMBOLIC[name]`` at ``values`` (keyword = symbol name, e.g. ``gamma=0.5, Nprime=40``)."""
+    if name not in SYMBOLIC:
+        raise ValueError(f"name: {name!r}; expected one of {sorted(SYMBOLIC)}")
+    expression = SYMBOLIC[name]
+    missing = sorted(symbol.name for symbol in expression.free_symbols if symbol.name not in values)
+    if missing:
+        raise ValueError(f"values: {sorted(values)}; expected a value for every symbol of {name}, missing {missing}")
+    substitutions = {symbol: values[symbol.name] for symbol in expression.free_symbols}
+    return float(expression.subs(substitutions).doit().evalf(30))

@@ -1,0 +1,252 @@
+"""Theorem 1 measured term by term on prompts from one HMM, and each construction stage checked.
+
+Decomposition at the test position of a prompt ``demo_1, p, ..., demo_n, p, o_1..o_t`` (one HMM,
+started in its stationary law), all distances in l1 over the p next tokens::
+
+    P       = P(o_{t+1} | o_1..o_t)            exact filtering of the test segment
+    P_L     = P_L(o_{t+1} | o_{t-L+1..t})      memory predictor, stationary prior (t >= L)
+    W* x    population least squares of e(o_{t+1}) on the one-hot history x (below)
+    W_hat x min-norm least squares from the prompt's N' samples (construction.reference)
+    W_T x   T gradient-descent iterates, eta = 1/lambda_max (construction.parameters_for_prompt)
+    TF      the hand-built network's prediction (construction.build_network)
+
+    approximation |P - P_L|, linearization |P_L - W* x|, generalization |W* x - W_hat x|,
+    optimization |W_hat x - W_T x|, construction |W_T x - TF|, total |P - TF|
+
+and ``total <= sum of the five`` by the triangle inequality.
+
+**Population regression** W*. At stationarity the windows ``o_{t-L+1..t}`` (t >= L) have the
+law of the first L tokens, ``P(w) = exp(log_likelihood(w))``, and ``E[e(o_{t+1}) | window] = P_L``
+(stationary prior). The least squares of ``e(o_{t+1})`` on x is therefore the weighted least
+squares of ``P_L(w)`` on ``x(w)`` with weights ``P(w)``, computed **exactly** by enumerating the
+``p^L`` windows (no sample needed): ``W* = least_squares(sqrt(P) x, sqrt(P) P_L)`` (min-norm; the
+design is singular for L >= 2 but ``W* x`` is unique on the support). ``Sigma = E[x x^T]`` gives
+the ``lambda`` of the generalization bound: its smallest nonzero eigenvalue.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import torch
+
+import hmm
+from bounds import formulas
+from construction import build_layout, build_network, layer_leak, parameters_for_prompt, reference
+from hmm.memory import least_squares, memory_predictor, one_hot_history
+
+EIGENVALUE_TOLERANCE = 1e-10
+"""Eigenvalues below this times the largest count as zero (the singular one-hot design)."""
+
+STAGE_ROUNDING = 1e-15
+"""float64 rounding allowed on top of ``r eps`` when a stage copies a 0/1 block."""
+
+MAX_WINDOWS = 100_000
+"""Largest ``p^L`` enumerated for the population regression."""
+
+
+def spectrum(matrix: np.ndarray) -> tuple[float, float]:
+    """``(lambda_max, lambda_min+)`` of a symmetric PSD matrix; lambda_min+ = smallest nonzero eigenvalue."""
+    eigenvalues = np.linalg.eigvalsh(matrix)
+    top = float(eigenvalues[-1])
+    if not top > 0:
+        raise ValueError(f"matrix: largest eigenvalue {top}; expected a nonzero PSD matrix")
+    return top, float(eigenvalues[eigenvalues > EIGENVALUE_TOLERANCE * top][0])
+
+
+def population_regression(model: hmm.HMM, L: int) -> tuple[np.ndarray, float]:
+    """``(W* (p, pL), lambda_min+ of E[x x^T])`` by enumerating the p^L windows (module docstring)."""
+    p = model.num_tokens
+    if p**L > MAX_WINDOWS:
+        raise ValueError(f"L: {L}; expected p^L <= {MAX_WINDOWS} windows to enumerate (p = {p})")
+    if not torch.allclose(model.initial, hmm.stationary_distribution(model.transition), atol=1e-12):
+        raise ValueError("model: initial law is not stationary; expected initial='stationary'")
+    windows = torch.tensor(list(itertools.product(range(p), repeat=L)))
+    probability = hmm.log_likelihood(model, windows).exp()
+    x = one_hot_history(windows, L, p)[:, -1]
+    memory = hmm.next_token_probs(model, windows)[:, -1]
+    root = probability.sqrt()[:, None]
+    W_star = least_squares(root * x, root * memory).numpy()
+    covariance = (x.T @ (probability[:, None] * x)).numpy()
+    return W_star, spectrum(covariance)[1]
+
+
+def l1(vector: np.ndarray) -> float:
+    return float(np.abs(vector).sum())
+
+
+def test_segment(tokens: np.ndarray, p: int) -> np.ndarray:
+    """The tokens after the last delimiter ``p``."""
+    return tokens[np.flatnonzero(tokens == p)[-1] + 1 :]
+
+
+def regression_terms(model: hmm.HMM, tokens: np.ndarray, L: int, W_star: np.ndarray) -> dict:
+    """Approximation, linearization and generalization of one prompt, and its ``X, Y, x_test``."""
+    p = model.num_tokens
+    test = torch.as_tensor(test_segment(tokens, p))
+    if test.numel() <= L:
+        raise ValueError(f"tokens: test segment of {test.numel()} tokens; expected more than L = {L}")
+    exact = hmm.next_token_probs(model, test)[-1].numpy()
+    memory = memory_predictor(model, test, L, "stationary")[-1].numpy()
+    X, Y, x_test = reference.regression_problem(tokens, p, L)
+    W_hat = reference.min_norm_solution(X, Y)
+    return {
+        "exact": exact,
+        "memory": memory,
+        "linear": W_star @ x_test,
+        "estimated": W_hat @ x_test,
+        "W_hat": W_hat,
+        "X": X,
+        "Y": Y,
+        "x_test": x_test,
+        "approximation": l1(exact - memory),
+        "linearization": l1(memory - W_star @ x_test),
+        "generalization": l1(W_star @ x_test - W_hat @ x_test),
+        "n_samples": X.shape[0],
+    }
+
+
+def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, T: int, W_star: np.ndarray) -> dict:
+    """Every term and the deterministic bounds of one prompt, with its stage checks (JSON-ready)."""
+    p = model.num_tokens
+    N = len(tokens) + 1
+    terms = regression_terms(model, tokens, L, W_star)
+    params = parameters_for_prompt(tokens, p, L, T)
+    iterates = reference.gd_iterates(terms["X"], terms["Y"], params.eta, T, N)
+    network = build_network(p, L, T, **params._asdict())
+    trace = network.forward(tokens)
+    transformer = trace.prediction.numpy()
+    gd_prediction = iterates[-1] @ terms["x_test"]
+    lambda_max, lambda_min = spectrum(reference.hessian(terms["X"], N))
+    kappa = lambda_max / lambda_min
+    weight_norm = float(np.linalg.norm(terms["W_hat"]))
+    optimization = l1(terms["estimated"] - gd_prediction)
+    construction_measured = l1(gd_prediction - transformer)
+    return {
+        "num_columns": N,
+        "n_samples": terms["n_samples"],
+        "approximation": terms["approximation"],
+        "linearization": terms["linearization"],
+        "generalization": terms["generalization"],
+        "optimization": optimization,
+        "construction": construction_measured,
+        "total": l1(terms["exact"] - transformer),
+        "kappa": kappa,
+        "weight_norm": weight_norm,
+        "eta": params.eta,
+        "beta": params.beta,
+        "theta": params.theta,
+        "optimization_bound": formulas.optimization_bound(p, L, weight_norm, kappa, T),
+        "optimization_bound_paper": formulas.optimization_bound_paper(p, L, weight_norm, kappa, T),
+        "construction_bound": p * network.error_bound(N),
+        "stages": stage_checks(trace, network, tokens, iterates),
+    }
+
+
+def stage_checks(trace, network, tokens: np.ndarray, iterates: np.ndarray) -> dict:
+    """Max deviation of every stage from :mod:`construction.reference` and what it may be.
+
+    * history block r (after the label layer): ``r eps`` + rounding (construction.leak);
+    * label ``future.1``: ``eps`` + rounding;
+    * GD iterates ``W_t`` (every t, every entry, copy held by the last column): the construction
+      error bound B. Its amplification is at least ``T x forcing / eps``, and the row errors obey
+      ``||Delta_t||_2 <= t x forcing`` (construction.leak), so every entry is within B;
+    * read-out ``W_T x_test`` per coordinate: B.
+    """
+    layout = network.layout
+    p, L, T = layout.num_tokens, layout.history_length, network.steps
+    N = len(tokens) + 1
+    eps = layer_leak(network.beta, network.theta, N)
+    bound = network.error_bound(N)
+    history = reference.history(tokens, p, L)
+    checks = {}
+    for r in range(1, L):
+        deviation = np.abs(trace.slot(f"history.{r}", "label").numpy().T - history[:, r]).max()
+        checks[f"history.{r}"] = (float(deviation), r * eps + STAGE_ROUNDING)
+    future = reference.future(tokens, p, 1)[:, 0]
+    checks["label"] = (float(np.abs(trace.slot("future.1", "label").numpy().T - future).max()), eps + STAGE_ROUNDING)
+    worst = 0.0
+    for t in range(1, T + 1):
+        weights = np.stack([trace.slot(f"weights.{k}", f"gd.{t}").numpy()[:, -1] for k in range(p)])
+        worst = max(worst, float(np.abs(weights - iterates[t]).max()))
+    checks["gd"] = (worst, bound)
+    readout = np.abs(trace.prediction.numpy() - iterates[-1] @ reference.regression_problem(tokens, p, L)[2]).max()
+    checks["readout"] = (float(readout), bound)
+    return {name: {"deviation": deviation, "allowed": allowed} for name, (deviation, allowed) in checks.items()}
+
+
+def sample_prompt_tokens(model: hmm.HMM, count: int, fmt: hmm.PromptFormat, seed: int) -> list[np.ndarray]:
+    """``count`` prompts of format ``fmt`` from the single HMM ``model``."""
+    prompts = hmm.sample_prompts(hmm.Mixture.single(model), count, fmt, seed=seed)
+    return [row.numpy() for row in prompts.tokens]
+
+
+def generalization_sweep(
+    model: hmm.HMM, L: int, W_star: np.ndarray, demo_counts, demo_length: int, test_length: int, prompts: int, seed: int
+) -> list[dict]:
+    """Mean generalization term ``|W* x - W_hat x|_1`` and mean N' for each number of demonstrations."""
+    rows = []
+    for offset, num_demos in enumerate(demo_counts):
+        fmt = hmm.PromptFormat(num_demos, demo_length, test_length)
+        terms = [regression_terms(model, tokens, L, W_star) for tokens in sample_prompt_tokens(model, prompts, fmt, seed + offset)]
+        rows.append(
+            {
+                "num_demos": num_demos,
+                "n_samples": float(np.mean([term["n_samples"] for term in terms])),
+                "generalization": float(np.mean([term["generalization"] for term in terms])),
+            }
+        )
+    return rows
+
+
+def optimization_curve(tokens: np.ndarray, p: int, L: int, steps: int) -> dict:
+    """GD convergence of one prompt for t = 0..steps beside Lemma 5 (tight and paper forms).
+
+    Returns kappa, the relative distance ``||W_t - W_hat||_F / ||W_hat||_F``, the prediction gap
+    ``|(W_hat - W_t) x_test|_1`` and the two bounds of :mod:`bounds.formulas` at every t.
+    """
+    N = len(tokens) + 1
+    X, Y, x_test = reference.regression_problem(tokens, p, L)
+    eta = parameters_for_prompt(tokens, p, L, steps).eta
+    iterates = reference.gd_iterates(X, Y, eta, steps, N)
+    W_hat = reference.min_norm_solution(X, Y)
+    lambda_max, lambda_min = spectrum(reference.hessian(X, N))
+    kappa = lambda_max / lambda_min
+    weight_norm = float(np.linalg.norm(W_hat))
+    ts = range(steps + 1)
+    return {
+        "kappa": kappa,
+        "relative_distance": [float(np.linalg.norm(iterates[t] - W_hat) / weight_norm) for t in ts],
+        "prediction_gap": [l1((W_hat - iterates[t]) @ x_test) for t in ts],
+        "bound": [formulas.optimization_bound(p, L, weight_norm, kappa, t) for t in ts],
+        "bound_paper": [formulas.optimization_bound_paper(p, L, weight_norm, kappa, t) for t in ts],
+    }
+
+
+def construction_curve(tokens: np.ndarray, p: int, L: int, T: int, leaks) -> dict:
+    """Construction error ``|W_T x - TF|`` of one prompt at the betas where the leading leak term
+    ``2 exp(-beta (1 - cos theta))`` equals each value of ``leaks``, beside the leak formula and
+    the bound ``p eps A``; eta and theta from :func:`construction.parameters_for_prompt`."""
+    N = len(tokens) + 1
+    params = parameters_for_prompt(tokens, p, L, T)
+    expected = reference.prediction(tokens, p, L, params.eta, T)
+    layout = build_layout(p, L)
+    rows = []
+    for leak in leaks:
+        beta = math.log(2.0 / leak) / (1.0 - math.cos(params.theta))
+        network = build_network(p, L, T, params.eta, beta, params.theta, penalty=params.penalty, allow_leak=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the leak is what is being measured
+            prediction = network.forward(tokens).prediction.numpy()
+        rows.append(
+            {
+                "beta": beta,
+                "leak": layer_leak(beta, params.theta, N),
+                "measured_l1": l1(prediction - expected),
+                "measured_max": float(np.abs(prediction - expected).max()),
+                "bound": formulas.construction_bound(p, beta, params.theta, N, layout, False, T, params.eta, params.penalty),
+            }
+        )
+    return {"num_columns": N, "theta": params.theta, "rows": rows}

@@ -1,0 +1,279 @@
+"""The main job: build the construction for a suite of HMMs, check every stage, measure every term.
+
+Steps (docs/bounds.md states every formula):
+
+1. Suite (:mod:`bounds.suites`), with fit / held-out halves.
+2. Lemma 1 (:mod:`bounds.lemma1`): ``E|P - P_L|`` vs L for three priors; per HMM the smallest C,
+   the decay rate, rate / gamma^4; universal C fitted on the fit half, checked on the held-out half.
+3. Generalization vs N' (:func:`bounds.theorem1.generalization_sweep`): ``C_g`` fitted the same way.
+4. Theorem 1 on ``prompts`` prompts per HMM (:func:`bounds.theorem1.decompose_prompt`): the five
+   terms, the total, the deterministic bounds and the stage checks of the hand-built network.
+5. GD convergence vs T and construction error vs beta on a few prompts.
+6. The table: one row per claim, with the unit it is checked on; ``figures`` writes the PNGs.
+
+A row's *measured* and *bound* are those of the unit (prompt or HMM) with the largest
+measured / bound ratio, so ``holds`` is decided by the numbers shown.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+import hmm
+from bounds import formulas, lemma1, theorem1
+from bounds.fitting import fit_and_check, smallest_scale
+from bounds.lemma1 import Lemma1Config
+from bounds.suites import SuiteMember, SuiteSpec, build_suite
+
+TERMS = ("approximation", "linearization", "generalization", "optimization", "construction")
+"""The five measured terms of Theorem 1's decomposition (bounds.theorem1)."""
+
+CORRECTNESS_PREFIXES = ("stage ", "total <= sum of the 5", "optimization |W_hat x - W_T x| (tight)", "construction ")
+"""Rows that hold by derivation: a failure there is a bug, not a finding (exit code 1)."""
+
+LINEARIZATION_ZERO = 1e-12
+"""The paper assumes ``P_L = W x`` exactly; a linearization error above this (rounding) breaks it."""
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """Sizes of the verification run; the defaults are the main job's (about 2 minutes on 2 cores)."""
+
+    suite: SuiteSpec = field(default_factory=SuiteSpec)
+    lemma1: Lemma1Config = field(default_factory=Lemma1Config)
+    L: int = 3
+    T: int = 20
+    num_demos: int = 8
+    demo_length: int = 20
+    test_length: int = 20
+    prompts: int = 3
+    sweep_demos: tuple[int, ...] = (2, 4, 8, 16, 32)
+    sweep_prompts: int = 8
+    curve_steps: int = 200
+    curve_prompts: int = 8
+    leaks: tuple[float, ...] = tuple(10.0**-k for k in range(1, 13))
+    construction_prompts: int = 2
+    seed: int = 2026
+
+    def __post_init__(self) -> None:
+        if self.test_length <= self.L:
+            raise ValueError(f"test_length: {self.test_length}; expected > L = {self.L} (P_L must differ from P)")
+        if self.demo_length < self.L + 1:
+            raise ValueError(f"demo_length: {self.demo_length}; expected >= L + 1 = {self.L + 1}")
+
+
+def as_json(config: VerifyConfig) -> dict:
+    return dataclasses.asdict(config)
+
+
+def generalization_fit(members: list[SuiteMember], sweeps: list[list[dict]], p: int, L: int, lambdas: list[float]) -> dict:
+    """``C_g`` from the fit half of the N' sweeps (bounds.fitting), verdict on the held-out half."""
+    constants = []
+    for sweep, lam in zip(sweeps, lambdas):
+        measured = [row["generalization"] for row in sweep]
+        form = [formulas.generalization_bound(p, L, lam, row["n_samples"], 1.0) for row in sweep]
+        constants.append(smallest_scale(measured, form))
+    verdict = fit_and_check(constants, [member.half for member in members])
+    return {
+        "C_g": verdict["constant"],
+        "smallest_C_g": constants,
+        "held_out_members": len(verdict["held_out_members"]),
+        "held_out_failures": [{**members[i].describe(), "smallest_C_g": constants[i]} for i in verdict["held_out_failures"]],
+    }
+
+
+def table_row(term: str, measured: list[float], bounds: list[float], units: str) -> dict:
+    """One claim ``measured <= bound`` over its units; the shown pair is the worst ratio's."""
+    measured_array, bound_array = np.asarray(measured, dtype=float), np.asarray(bounds, dtype=float)
+    holds = measured_array <= bound_array
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(bound_array > 0, measured_array / bound_array, np.where(measured_array > 0, np.inf, 0.0))
+    worst = int(np.argmax(ratio))
+    return {
+        "term": term,
+        "mean_measured": float(measured_array.mean()),
+        "measured": float(measured_array[worst]),
+        "bound": float(bound_array[worst]),
+        "holds": int(holds.sum()),
+        "units": int(holds.size),
+        "over": units,
+    }
+
+
+def mean_by_member(prompts: list[dict], key: str, members: list[int]) -> list[float]:
+    """Mean of ``key`` over the prompts of each member index in ``members``."""
+    return [float(np.mean([row[key] for row in prompts if row["member"] == index])) for index in members]
+
+
+def build_table(report: dict, members: list[SuiteMember]) -> list[dict]:
+    """Every claim of Lemma 1 and Theorem 1 as a table row (module docstring)."""
+    config, prompts = report["config"], report["theorem1"]["prompts"]
+    p, L = config["suite"]["num_tokens"], config["L"]
+    held = [member.index for member in members if member.half == "held-out"]
+    C = report["lemma1"]["fits"]["stationary"]["C"]
+    C_g = report["generalization"]["C_g"]
+    lambdas = [entry["lambda_min"] for entry in report["suite"]]
+    approximation_bound = [formulas.lemma1_bound(members[i].gamma, members[i].rank, L, C) for i in held]
+    n_samples = mean_by_member(prompts, "n_samples", held)
+    generalization_bound = [formulas.generalization_bound(p, L, lambdas[i], n, C_g) for i, n in zip(held, n_samples)]
+    theorem_bound = [
+        a + g + o + c
+        for a, g, o, c in zip(
+            approximation_bound,
+            generalization_bound,
+            mean_by_member(prompts, "optimization_bound", held),
+            mean_by_member(prompts, "construction_bound", held),
+        )
+    ]
+    rows = []
+    for prior, fit in report["lemma1"]["fits"].items():
+        smallest = [report["suite"][i]["lemma1"][prior]["smallest_C"] for i in held]
+        rows.append(table_row(f"Lemma 1 smallest C ({prior} prior) <= fitted C", smallest, [fit["C"]] * len(held), "held-out HMMs"))
+    rows += [
+        table_row("approximation |P - P_L| (Lemma 1)", mean_by_member(prompts, "approximation", held), approximation_bound, "held-out HMMs"),
+        table_row(
+            "linearization |P_L - W*x| (paper: 0)",
+            [row["linearization"] for row in prompts],
+            [LINEARIZATION_ZERO] * len(prompts),
+            "prompts",
+        ),
+        table_row(
+            "generalization |W*x - W_hat x|", mean_by_member(prompts, "generalization", held), generalization_bound, "held-out HMMs"
+        ),
+        table_row(
+            "optimization |W_hat x - W_T x| (tight)",
+            [row["optimization"] for row in prompts],
+            [row["optimization_bound"] for row in prompts],
+            "prompts",
+        ),
+        table_row(
+            "optimization (paper form)",
+            [row["optimization"] for row in prompts],
+            [row["optimization_bound_paper"] for row in prompts],
+            "prompts",
+        ),
+        table_row(
+            "construction |W_T x - TF|",
+            [row["construction"] for row in prompts],
+            [row["construction_bound"] for row in prompts],
+            "prompts",
+        ),
+        table_row("total |P - TF| <= sum of bounds", mean_by_member(prompts, "total", held), theorem_bound, "held-out HMMs"),
+        table_row(
+            "total <= sum of the 5 measured terms",
+            [row["total"] for row in prompts],
+            [sum(row[key] for key in TERMS) for row in prompts],
+            "prompts",
+        ),
+    ]
+    for stage in prompts[0]["stages"]:
+        rows.append(
+            table_row(
+                f"stage {stage} vs reference",
+                [row["stages"][stage]["deviation"] for row in prompts],
+                [row["stages"][stage]["allowed"] for row in prompts],
+                "prompts",
+            )
+        )
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """The printed table; every number is the JSON row's, formatted ``.3g``."""
+    header = f"{'term':<48} {'mean':>10} {'measured':>10} {'bound':>10}  {'holds':>9}  over"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        verdict = f"{row['holds']}/{row['units']}"
+        lines.append(
+            f"{row['term']:<48} {row['mean_measured']:>10.3g} {row['measured']:>10.3g} {row['bound']:>10.3g}  "
+            f"{verdict:>9}  {row['over']}"
+        )
+    return "\n".join(lines)
+
+
+def measure(config: VerifyConfig, progress: bool = True) -> tuple[dict, list[SuiteMember]]:
+    """Steps 1-5 of the module docstring: the JSON-ready report (without the table) and the suite."""
+    members = build_suite(config.suite, base_seed=config.seed)
+    p, L = config.suite.num_tokens, config.L
+    lemma1_results = lemma1.measure_suite(members, config.lemma1, progress)
+    populations = [theorem1.population_regression(member.model, L) for member in members]
+    fmt = hmm.PromptFormat(config.num_demos, config.demo_length, config.test_length)
+    sweeps, prompts = [], []
+    for member, (W_star, _) in tqdm(list(zip(members, populations)), desc="Theorem 1: terms per prompt", disable=not progress):
+        seed = config.seed + 1000 * (member.index + 1)
+        sweeps.append(
+            theorem1.generalization_sweep(
+                member.model, L, W_star, config.sweep_demos, config.demo_length, config.test_length, config.sweep_prompts, seed
+            )
+        )
+        for tokens in theorem1.sample_prompt_tokens(member.model, config.prompts, fmt, seed + 999):
+            prompts.append({"member": member.index, **theorem1.decompose_prompt(member.model, tokens, L, config.T, W_star)})
+    curve_tokens = [
+        theorem1.sample_prompt_tokens(members[i].model, 1, fmt, config.seed + 7 * i)[0]
+        for i in np.linspace(0, len(members) - 1, config.curve_prompts).round().astype(int)
+    ]
+    optimization_curves = [theorem1.optimization_curve(tokens, p, L, config.curve_steps) for tokens in curve_tokens]
+    construction_curves = [
+        theorem1.construction_curve(tokens, p, L, config.T, config.leaks)
+        for tokens in tqdm(curve_tokens[: config.construction_prompts], desc="construction error vs beta", disable=not progress)
+    ]
+    lambdas = [lam for _, lam in populations]
+    suite = [
+        {**member.describe(), "lambda_min": lam, "lemma1": result, "generalization_sweep": sweep}
+        for member, lam, result, sweep in zip(members, lambdas, lemma1_results, sweeps)
+    ]
+    counts = formulas.network_counts(p, L, config.T)
+    return {
+        "config": as_json(config),
+        "suite": suite,
+        "lemma1": {"lengths": list(config.lemma1.lengths), "fits": lemma1.fit_constants(members, lemma1_results)},
+        "generalization": generalization_fit(members, sweeps, p, L, lambdas),
+        "theorem1": {"L": L, "T": config.T, "prompts": prompts},
+        "optimization_curves": optimization_curves,
+        "construction_curves": construction_curves,
+        "network_counts": counts._asdict(),
+        "contraction_below_paper_rate": formulas.contraction_below_paper_rate(),
+    }, members
+
+
+def write_report(report: dict, path: Path) -> None:
+    """JSON with ``allow_nan`` (an infinite smallest C is written as Infinity)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1, default=float))
+
+
+def verdict_lines(report: dict) -> list[str]:
+    """One sentence per claim, with numbers, for the console and docs/bounds.md."""
+    lines = []
+    for prior, fit in report["lemma1"]["fits"].items():
+        failures = ", ".join(f"{f['name']} (gamma={f['gamma']:.2g}, d={f['rank']}, c={f['transition_concentration']:g}, "
+                             f"seed={f['seed']}: C_i={f['smallest_C']:.3g})" for f in fit["held_out_failures"])
+        lines.append(
+            f"Lemma 1 [{prior}]: C = {fit['C']:.3g} (fit half, {fit['fit_members']} HMMs); held-out: "
+            f"{fit['held_out_members'] - len(fit['held_out_failures'])}/{fit['held_out_members']} hold"
+            + (f"; fails on {failures}" if failures else "")
+            + f". rate/gamma^4 in [{fit['min_rate_over_gamma4']:.3g}, {fit['max_rate_over_gamma4']:.3g}]"
+            f" (slowest {fit['slowest_member']['name']}, rate {fit['slowest_member']['decay_rate']:.3g})"
+        )
+    gen = report["generalization"]
+    failures = ", ".join(f"{f['name']} (C_g,i={f['smallest_C_g']:.3g})" for f in gen["held_out_failures"])
+    lines.append(
+        f"Generalization: C_g = {gen['C_g']:.3g} (fit half); held-out: "
+        f"{gen['held_out_members'] - len(gen['held_out_failures'])}/{gen['held_out_members']} hold"
+        + (f"; fails on {failures}" if failures else "")
+    )
+    lines.append(
+        "Lemma 5: (1 - 1/kappa)^T <= exp(-T/(2 kappa)) proved by sympy: "
+        + ("yes" if report["contraction_below_paper_rate"] else "NO")
+    )
+    return lines
+
+
+def derivations_hold(rows: list[dict]) -> bool:
+    """Whether every row of :data:`CORRECTNESS_PREFIXES` holds on every unit."""
+    return all(row["holds"] == row["units"] for row in rows if row["term"].startswith(CORRECTNESS_PREFIXES))
