@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the file-only backend)
@@ -131,7 +132,10 @@ def theorem1_terms(report: dict, path: Path) -> None:
         ax.loglog(n, bound, "--", color=color, label=f"gamma={knob:g} C_g sqrt(pL/(lambda N'))")
     ax.set(xlabel="in-context samples N'", ylabel="l1 error (mean over HMMs and prompts)",
            title=f"generalization |W*x - W_hat x| vs N' (C_g = {C_g:.2g}, fit half)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xticks(n, [f"{value:g}" for value in n])
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.legend(fontsize=6, ncol=2, loc="lower left")
     ax = axes[1, 0]
     for index, curve in enumerate(report["optimization_curves"][:4]):
         color = f"C{index}"
@@ -146,7 +150,7 @@ def theorem1_terms(report: dict, path: Path) -> None:
     for index, curve in enumerate(report["construction_curves"]):
         rows = curve["rows"]
         beta = [row["beta"] for row in rows]
-        ax.semilogy(beta, [row["measured_l1"] for row in rows], "o-", color=f"C{index}", ms=3, label=f"measured, N={curve['num_columns']}")
+        ax.semilogy(beta, [row["measured_l1"] for row in rows], "o-", color=f"C{index}", ms=3, label=f"prompt {index} measured, N={curve['num_columns']}")
         ax.semilogy(beta, [row["bound"] for row in rows], "--", color=f"C{index}", label="bound p A eps(beta)")
     ax.set(xlabel="softmax scale beta", ylabel="l1 error", title="construction |W_T x - TF| vs beta")
     ax.legend(fontsize=7)
@@ -184,7 +188,7 @@ def construction_vs_beta(report: dict, path: Path) -> None:
         beta = [row["beta"] for row in rows]
         color = f"C{index}"
         ax.semilogy(beta, [row["measured_max"] for row in rows], "o-", color=color, ms=4,
-                    label=f"measured max_k |(TF - W_T x)_k|, N={curve['num_columns']}")
+                    label=f"prompt {index}: measured max_k |(TF - W_T x)_k|, N={curve['num_columns']}")
         ax.semilogy(beta, [row["leak"] for row in rows], "s:", color=color, ms=3, label="leak formula eps(beta) (one layer)")
         ax.semilogy(beta, [row["bound"] / p for row in rows], "--", color=color, label="bound A eps(beta) per coordinate")
     ax.axhline(1e-16, color="grey", lw=0.8)

@@ -1,0 +1,74 @@
+"""Theorem 1's decomposition on real prompts and the main job's report on a tiny configuration."""
+import json
+import re
+
+import pytest
+
+import hmm
+import hmmtf
+from bounds import theorem1
+from bounds.suites import build_member
+from bounds.verify import TERMS
+
+TINY = [
+    "main", "--gammas", "0.5", "0.9", "--ranks", "2", "--concentrations", "1.0", "--seeds", "2",
+    "--states", "3", "--tokens", "4", "--max-memory", "6", "--sequences", "100", "--L", "2", "--T", "4",
+    "--demos", "3", "--demo-length", "8", "--test-length", "5", "--prompts", "1", "--sweep-prompts", "2",
+    "--threads", "1", "--no-progress",
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_terms_add_up_to_at_least_the_total(seed):
+    member = build_member(0, 3, 4, 0.5 + 0.1 * seed, 2, 1.0, seed=seed, half="fit")
+    L, T = 2, 6
+    W_star, lam = theorem1.population_regression(member.model, L)
+    assert lam > 0
+    fmt = hmm.PromptFormat(4, 10, 6)
+    for tokens in theorem1.sample_prompt_tokens(member.model, 2, fmt, seed):
+        row = theorem1.decompose_prompt(member.model, tokens, L, T, W_star)
+        assert row["total"] <= sum(row[key] for key in TERMS) * (1 + 1e-12)
+        assert row["total"] > 0 and all(row[key] >= 0 for key in TERMS)
+        assert row["optimization"] <= row["optimization_bound"] <= row["optimization_bound_paper"]
+        assert row["construction"] <= row["construction_bound"]
+        for stage in row["stages"].values():
+            assert stage["deviation"] <= stage["allowed"]
+
+
+def test_population_regression_is_exact_for_L_1():
+    """For L = 1 the memory predictor is linear in e(o_t): W* x = P_L, linearization 0."""
+    member = build_member(0, 3, 4, 0.7, 2, 1.0, seed=3, half="fit")
+    W_star, _ = theorem1.population_regression(member.model, 1)
+    tokens = theorem1.sample_prompt_tokens(member.model, 1, hmm.PromptFormat(3, 6, 5), 0)[0]
+    assert theorem1.regression_terms(member.model, tokens, 1, W_star)["linearization"] < 1e-14
+    assert theorem1.regression_terms(member.model, tokens, 2, theorem1.population_regression(member.model, 2)[0])[
+        "linearization"
+    ] > 1e-6
+
+
+def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, capsys):
+    code = hmmtf.main([*TINY, "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert code == 0
+    for key in ("config", "suite", "lemma1", "generalization", "theorem1", "optimization_curves", "construction_curves",
+                "network_counts", "table", "verdicts", "figures", "command", "options", "runtime_seconds"):
+        assert key in report
+    assert len(report["suite"]) == 4 and len(report["theorem1"]["prompts"]) == 4
+    for path in report["figures"]:
+        assert (tmp_path / path.split("/")[-1]).stat().st_size > 10_000
+    lines = printed.splitlines()
+    for row in report["table"]:
+        (line,) = [text for text in lines if text.startswith(row["term"])]
+        numbers = re.split(r"\s+", line[len(row["term"]):].strip())
+        assert [float(numbers[0]), float(numbers[1]), float(numbers[2])] == [
+            float(f"{row[key]:.3g}") for key in ("mean_measured", "measured", "bound")
+        ]
+        assert numbers[3] == f"{row['holds']}/{row['units']}"
+        # The shown pair is the worst measured/bound ratio: it holds iff every unit does.
+        assert (row["holds"] == row["units"]) == (row["measured"] <= row["bound"])
+    for verdict in report["verdicts"]:
+        assert verdict in printed
+    stationary = report["lemma1"]["fits"]["stationary"]
+    fit_constants = [m["lemma1"]["stationary"]["smallest_C"] for m in report["suite"] if m["half"] == "fit"]
+    assert stationary["C"] == max(fit_constants)
