@@ -22,7 +22,7 @@ import math
 import os
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -207,6 +207,16 @@ def accumulate_gradients(trained: torch.nn.Module, global_batch: Batch, context:
     return local_sum.detach(), global_count
 
 
+def _keep_metrics_until(path: Path, step: int) -> None:
+    """Drop the log records after ``step`` (written by a run that stopped after its last
+    checkpoint), so that a resumed run's log reads like an uninterrupted one."""
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
 class TrainResult(NamedTuple):
     model: RoFormer
     """The trained (unwrapped) model."""
@@ -282,58 +292,60 @@ def train(
             config = {"train": train_config.to_dict(), "task": task or {}, "step": step, "command": sys.argv}
             save_checkpoint(checkpoint_dir, model, optimizer, config)
 
-    log_file = None
-    if run_dir is not None and context.rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        log_file = open(run_dir / METRICS_FILE, "a")
-    bar = tqdm(total=stop_at, initial=start, disable=not progress or context.rank != 0, desc="train", unit="step")
+    log_path = run_dir / METRICS_FILE if run_dir is not None and context.rank == 0 else None
+    if log_path is not None:
+        _keep_metrics_until(log_path, start)
     last_loss = float("nan")
     clock = time.perf_counter()
     tokens_since_log, counted_since_log = 0, 0
     loss_since_log = torch.zeros((), device=device)
+    started = time.perf_counter()
     model.train()
-    for step in range(start, stop_at):
-        global_batch = batch_fn(step)
-        if global_batch.inputs.shape[0] != train_config.batch_size:
-            raise ValueError(
-                f"batch_fn: step {step} returned {global_batch.inputs.shape[0]} rows; "
-                f"expected batch_size = {train_config.batch_size}"
-            )
-        lr = learning_rate(train_config, step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        local_sum, global_count = accumulate_gradients(trained, global_batch, context, device, train_config.precision)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        tokens_since_log += global_batch.inputs.numel()
-        counted_since_log += global_count
-        loss_since_log += local_sum
+    with ExitStack() as stack:
+        log_file = stack.enter_context(open(log_path, "a")) if log_path is not None else None
+        bar = stack.enter_context(
+            tqdm(total=stop_at, initial=start, disable=not progress or context.rank != 0, desc="train", unit="step")
+        )
+        for step in range(start, stop_at):
+            global_batch = batch_fn(step)
+            if global_batch.inputs.shape[0] != train_config.batch_size:
+                raise ValueError(
+                    f"batch_fn: step {step} returned {global_batch.inputs.shape[0]} rows; "
+                    f"expected batch_size = {train_config.batch_size}"
+                )
+            lr = learning_rate(train_config, step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            local_sum, global_count = accumulate_gradients(trained, global_batch, context, device, train_config.precision)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            tokens_since_log += global_batch.inputs.numel()
+            counted_since_log += global_count
+            loss_since_log += local_sum
 
-        completed = step + 1
-        if completed % train_config.log_every == 0 or completed == stop_at:
-            if context.world_size > 1:
-                dist.all_reduce(loss_since_log)
-            last_loss = loss_since_log.item() / counted_since_log
-            elapsed = time.perf_counter() - clock
-            record = {
-                "step": completed,
-                "loss": last_loss,
-                "tokens": (step + 1) * global_batch.inputs.numel(),
-                "lr": lr,
-                "grad_norm": float(grad_norm),
-                "tokens_per_s": tokens_since_log / elapsed,
-            }
-            if log_file is not None:
-                log_file.write(json.dumps(record) + "\n")
-                log_file.flush()
-            bar.set_postfix(loss=f"{last_loss:.4f}")
-            clock, tokens_since_log, counted_since_log = time.perf_counter(), 0, 0
-            loss_since_log.zero_()
-        if completed == stop_at or (train_config.checkpoint_every and completed % train_config.checkpoint_every == 0):
-            save(completed)
-        bar.update(1)
-    bar.close()
-    if log_file is not None:
-        log_file.close()
+            completed = step + 1
+            if completed % train_config.log_every == 0 or completed == stop_at:
+                if context.world_size > 1:
+                    dist.all_reduce(loss_since_log)
+                last_loss = loss_since_log.item() / counted_since_log
+                elapsed = time.perf_counter() - clock
+                record = {
+                    "step": completed,
+                    "loss": last_loss,
+                    "tokens": (step + 1) * global_batch.inputs.numel(),
+                    "lr": lr,
+                    "grad_norm": float(grad_norm),
+                    "tokens_per_s": tokens_since_log / elapsed,
+                    "elapsed_s": time.perf_counter() - started,
+                }
+                if log_file is not None:
+                    log_file.write(json.dumps(record) + "\n")
+                    log_file.flush()
+                bar.set_postfix(loss=f"{last_loss:.4f}")
+                clock, tokens_since_log, counted_since_log = time.perf_counter(), 0, 0
+                loss_since_log.zero_()
+            if completed == stop_at or (train_config.checkpoint_every and completed % train_config.checkpoint_every == 0):
+                save(completed)
+            bar.update(1)
     return TrainResult(model, stop_at, last_loss)

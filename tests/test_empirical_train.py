@@ -73,13 +73,15 @@ def test_resume_is_bit_exact(tmp_path):
     first = train(MODEL, config, random_batch, tmp_path / "resumed", stop_at=3, progress=False)
     assert first.step == 3
     assert load_checkpoint(tmp_path / "resumed" / CHECKPOINT_DIR).config["step"] == 3
+    with open(tmp_path / "resumed" / METRICS_FILE, "a") as log:  # as if it had died after step 4
+        log.write(json.dumps({"step": 4, "loss": 0.0}) + "\n")
     resumed = train(MODEL, config, random_batch, tmp_path / "resumed", progress=False)
     assert resumed.step == 8
     for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
         assert torch.equal(a, b), name
     logs = [[json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
             for run in ("straight", "resumed")]
-    assert [r["loss"] for r in logs[0]] == [r["loss"] for r in logs[1]]
+    assert [(r["step"], r["loss"]) for r in logs[0]] == [(r["step"], r["loss"]) for r in logs[1]]
     saved = [load_checkpoint(tmp_path / run / CHECKPOINT_DIR).optimizer_state for run in ("straight", "resumed")]
     for index, state in saved[0]["state"].items():
         for key, value in state.items():
