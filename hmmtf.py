@@ -1,18 +1,19 @@
 """Command-line entry point: ``hmmtf SUBCOMMAND [options]``.
 
-Each package contributes its subcommands through a ``register(subparsers)`` function in its
-``commands`` module; this file only assembles them. ``hmmtf main`` is the README's main job.
+Each package contributes its subcommands through ``register(subparsers)`` functions (in its
+``commands`` modules); this file only assembles them. ``hmmtf main`` is the README's main job.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 import bounds.commands
 import construction.commands
+import empirical.calibrate
 import empirical.commands
 import empirical.markov_commands
-import hmm.commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    hmm.commands.register(subparsers)
     empirical.commands.register(subparsers)
+    empirical.calibrate.register(subparsers)
     empirical.markov_commands.register(subparsers)
     construction.commands.register(subparsers)
     bounds.commands.register(subparsers)
@@ -34,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run the subcommand. ``args.command_line`` is
+    the command as a shell line, recorded by every subcommand next to the data it writes."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["hmmtf", *argv])
     return int(args.run(args) or 0)
 
 

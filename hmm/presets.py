@@ -2,11 +2,11 @@
 ``paper`` (8192 HMMs x 128 states x 16 tokens, as in arXiv 2506.01919, Appendix B).
 
 Why Dirichlet(0.1) rows: with concentration 1 the 64 tasks of ``cpu-small`` are nearly
-indistinguishable in context (Bayes-optimal top-1 accuracy 0.140 with no demonstration, 0.159 with
-six); with 0.1 rows are sparse, tasks differ and the in-context signal is large (0.267 -> 0.382,
-loss 1.885 -> 1.648 nats). Measured by ``hmmtf hmm-report --preset cpu-small`` (concentration
-sweep in ``docs/hmm.md``). Each chain starts in its stationary distribution, so every
-demonstration is a stationary segment and no position in a segment is special.
+indistinguishable in context (Bayes-optimal top-1 accuracy 0.125 with no demonstration, 0.157 with
+six); with 0.1 rows are sparse, tasks differ and the in-context signal is large (0.285 -> 0.380,
+loss 1.858 -> 1.625 nats). Measured by ``hmmtf calibrate --preset cpu-small``
+(``figures/calibration/cpu-small.json``; table in ``docs/hmm.md``). Each chain starts in its
+stationary distribution, so every demonstration is a stationary segment.
 """
 from __future__ import annotations
 
