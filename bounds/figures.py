@@ -153,6 +153,7 @@ def theorem1_terms(report: dict, path: Path) -> None:
         ax.semilogy(beta, [row["measured_l1"] for row in rows], "o-", color=f"C{index}", ms=3, label=f"prompt {index} measured, N={curve['num_columns']}")
         ax.semilogy(beta, [row["bound"] for row in rows], "--", color=f"C{index}", label="bound p A eps(beta)")
     ax.set(xlabel="softmax scale beta", ylabel="l1 error", title="construction |W_T x - TF| vs beta")
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     ax.legend(fontsize=7)
     fig.suptitle(f"Theorem 1 terms beside their bounds (p={p}, L={L}, T={config['T']})")
     fig.tight_layout()
@@ -194,6 +195,7 @@ def construction_vs_beta(report: dict, path: Path) -> None:
     ax.axhline(1e-16, color="grey", lw=0.8)
     ax.set(xlabel="softmax scale beta", ylabel="error per output coordinate",
            title="Construction error vs beta: measured, leak formula, end-to-end bound")
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
