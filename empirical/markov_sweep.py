@@ -14,7 +14,11 @@ sequences of that chain, then measures where the run ended on held-out sequences
 * the transition probabilities read back from the predictions and their memory coordinate
   (:func:`empirical.markov_chains.memory_coordinate`: 0 unigram, 1 bigram);
 * attention scores per layer and head (:func:`attention_scores`): previous-token and
-  induction-style.
+  induction-style;
+* the escape step (:func:`escape_step`): when the training loss first fell below the midpoint of
+  the two lines. Runs that sit on the unigram plateau longer than the training budget count as
+  trapped, so the trapped fraction of a budget is read off the survival curve of escape steps
+  (:func:`plateau_survival`).
 
 Cells with ``p + q = 1`` are skipped: there the chain is i.i.d., both lines coincide and no run can
 be told apart from either solution.
@@ -41,7 +45,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from empirical.data import EVAL_STREAM, TRAIN_STREAM, stream_seed  # noqa: E402
-from empirical.evaluate import model_predictor  # noqa: E402
 from empirical.markov_chains import (  # noqa: E402
     MEMORY_NORM_TOLERANCE,
     binary_kernel,
@@ -82,8 +85,8 @@ class MarkovSweepConfig:
     betas (0.9, 0.95), cosine schedule); sizes are scaled down to fit a CPU.
     """
 
-    p_values: tuple[float, ...] = (0.2, 0.5, 0.9)
-    q_values: tuple[float, ...] = (0.2, 0.5, 0.9)
+    p_values: tuple[float, ...] = (0.1, 0.5, 0.9)
+    q_values: tuple[float, ...] = (0.1, 0.5, 0.9)
     architectures: tuple[str, ...] = tuple(ARCHITECTURES)
     seeds: int = 4
     width: int = 8
@@ -203,9 +206,9 @@ def induction_targets(tokens: torch.Tensor) -> torch.Tensor:
     return torch.where(valid, previous + 1, -1)
 
 
-@torch.no_grad()
-def attention_scores(model: RoFormer, tokens: torch.Tensor) -> dict:
-    """Per layer and head, from the attention weights ``A[t, s]`` on ``tokens (B, N)``::
+def attention_scores(cache: dict[str, torch.Tensor], tokens: torch.Tensor) -> dict:
+    """Per layer and head, from the attention weights ``A[t, s]`` recorded in ``cache`` (from
+    :meth:`RoFormer.run_with_cache` on ``tokens (B, N)``)::
 
         previous_token[l][h] = mean over (b, t >= 1) of A[t, t - 1]
         induction[l][h]      = mean over (b, t) with a target of A[t, s(t) + 1]
@@ -214,14 +217,13 @@ def attention_scores(model: RoFormer, tokens: torch.Tensor) -> dict:
     with ``s(t) + 1`` from :func:`induction_targets`. ``uniform_induction`` is what a head that
     spreads its weight evenly over the causal window scores; an induction head scores near 1.
     """
-    model.eval()
-    _, cache = model.run_with_cache(tokens)
     targets = induction_targets(tokens)
     has_target = targets >= 0
     length = tokens.shape[1]
     uniform = (1.0 / torch.arange(1, length + 1, dtype=torch.float64)).expand_as(targets)
     result = {"previous_token": [], "induction": [], "uniform_induction": float(uniform[has_target].mean())}
-    for layer in range(model.config.num_layers):
+    num_layers = sum(name.endswith("attn.hook_pattern") for name in cache)
+    for layer in range(num_layers):
         pattern = cache[f"blocks.{layer}.attn.hook_pattern"].double()
         previous = pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
         gathered = pattern.gather(-1, targets.clamp_min(0)[:, None, :, None].expand(-1, pattern.shape[1], -1, 1))
@@ -251,10 +253,14 @@ def summarise_predictions(probabilities: torch.Tensor, tokens: torch.Tensor, p: 
     }
 
 
+@torch.no_grad()
 def evaluate_run(model: RoFormer, p: float, q: float, tokens: torch.Tensor) -> dict:
-    """:func:`summarise_predictions` of a trained model on ``tokens``, plus its attention scores."""
-    probabilities = model_predictor(model, VOCAB_SIZE)(tokens)
-    return {**summarise_predictions(probabilities, tokens, p, q), "attention": attention_scores(model, tokens)}
+    """:func:`summarise_predictions` of a trained model on ``tokens``, plus its attention scores,
+    from one recording forward pass."""
+    model.eval()
+    logits, cache = model.run_with_cache(tokens)
+    probabilities = logits.double().softmax(-1)
+    return {**summarise_predictions(probabilities, tokens, p, q), "attention": attention_scores(cache, tokens)}
 
 
 def escape_step(curve: dict, p: float, q: float) -> int | None:

@@ -20,6 +20,7 @@ from empirical.markov_sweep import (
     induction_targets,
     is_memoryless,
     is_trapped,
+    plateau_survival,
     relative_excess,
     summarise_predictions,
     train_and_evaluate,
@@ -115,7 +116,8 @@ def test_uniform_attention_scores_the_uniform_baseline():
             block.attn.qkv.weight[:8].zero_()
             block.attn.qkv.bias[:8].zero_()
     tokens = held_out_sequences(binary_kernel(0.3, 0.6), 16, 20, seed=1)
-    scores = attention_scores(model, tokens)
+    _, cache = model.run_with_cache(tokens)
+    scores = attention_scores(cache, tokens)
     uniform_previous = float(np.mean([1 / (t + 1) for t in range(1, 20)]))
     assert np.allclose(scores["previous_token"], uniform_previous, atol=1e-6)
     assert np.allclose(scores["induction"], scores["uniform_induction"], atol=1e-6)
@@ -146,6 +148,12 @@ def test_one_short_run_is_wired_through_the_training_loop(tmp_path):
     assert saved["config"]["init_std"] == 0.05
     assert (tmp_path / "phase_diagram.png").stat().st_size > 0
     assert (tmp_path / "loss_curves.png").stat().st_size > 0
+    assert (tmp_path / "plateau_survival.png").stat().st_size > 0
+
+
+def test_plateau_survival_counts_runs_not_yet_escaped():
+    runs = [{"escape_step": 10}, {"escape_step": 30}, {"escape_step": None}, {"escape_step": 20}]
+    assert plateau_survival(runs, [0, 10, 20, 30, 100]) == [1.0, 0.75, 0.5, 0.25, 0.25]
 
 
 def test_init_std_reaches_the_model():
