@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from tqdm import tqdm
 
 import hmm
 from empirical.data import prompt_batch
@@ -33,7 +34,12 @@ Predictor = Callable[[torch.Tensor], torch.Tensor]
 """``predictor(tokens (B, N)) -> (B, N, p)`` float64 next-token probabilities over HMM tokens."""
 
 EVAL_BATCH = 256
-"""Prompts per forward pass of the model during evaluation."""
+"""Prompts per forward pass of the model (and per Bayes-optimal call) during evaluation."""
+
+
+def _chunks(tokens: torch.Tensor, name: str):
+    """``tokens`` in blocks of :data:`EVAL_BATCH` prompts, with a progress bar."""
+    return tqdm(tokens.split(EVAL_BATCH), desc=f"evaluate {name}", unit="batch", leave=False)
 
 
 def model_predictor(model: RoFormer, num_tokens: int, device: torch.device | str = "cpu") -> Predictor:
@@ -42,11 +48,10 @@ def model_predictor(model: RoFormer, num_tokens: int, device: torch.device | str
     @torch.no_grad()
     def predict(tokens: torch.Tensor) -> torch.Tensor:
         model.eval()
-        chunks = [
+        return torch.cat([
             model(chunk.to(device))[..., :num_tokens].double().softmax(-1).cpu()
-            for chunk in tokens.split(EVAL_BATCH)
-        ]
-        return torch.cat(chunks)
+            for chunk in _chunks(tokens, "model")
+        ])
 
     return predict
 
@@ -55,7 +60,9 @@ def bayes_predictor(mixture: hmm.Mixture) -> Predictor:
     """The exact posterior predictive of the mixture (:func:`hmm.bayes_predictive`)."""
 
     def predict(tokens: torch.Tensor) -> torch.Tensor:
-        return hmm.bayes_predictive(mixture, tokens).next_token.double().cpu()
+        return torch.cat([
+            hmm.bayes_predictive(mixture, chunk).next_token.double().cpu() for chunk in _chunks(tokens, "Bayes")
+        ])
 
     return predict
 

@@ -83,8 +83,8 @@ PRESETS: dict[str, ExperimentPreset] = {
         num_layers=4,
         num_heads=4,
         width=64,
-        train=TrainConfig(steps=600, batch_size=32, learning_rate=3e-3, warmup_steps=30, log_every=20,
-                          checkpoint_every=100),
+        train=TrainConfig(steps=3000, batch_size=32, learning_rate=3e-3, warmup_steps=150, log_every=25,
+                          checkpoint_every=500),
         eval_prompts=1024,
     ),
     "paper": ExperimentPreset(
