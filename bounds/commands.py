@@ -17,7 +17,7 @@ import torch
 from bounds.figures import write_figures
 from bounds.lemma1 import Lemma1Config
 from bounds.suites import SuiteSpec
-from bounds.verify import VerifyConfig, build_table, derivations_hold, format_table, measure, verdict_lines, write_report
+from bounds.verify import VerifyConfig, build_table, derivations_hold, format_table, lemma1_lines, measure, verdict_lines, write_report
 
 
 def _rank(text: str) -> int | None:
@@ -72,6 +72,8 @@ def run_main(args) -> int:
     report["options"] = {key: value for key, value in vars(args).items() if key not in ("run", "command_line")}
     report["runtime_seconds"] = time.perf_counter() - start
     write_report(report, out / "report.json")
+    print("\n".join(lemma1_lines(report)))
+    print()
     print(format_table(report["table"]))
     print()
     print("\n".join(report["verdicts"]))

@@ -66,6 +66,7 @@ class SuiteMember:
 
     @property
     def name(self) -> str:
+        """``g{gamma knob}-d{rank}-c{concentration}-s{seed}``, e.g. ``g0.9-d2-c0.1-s2053``."""
         return f"g{self.knob:g}-d{self.rank}-c{self.concentration:g}-s{self.seed}"
 
     def describe(self) -> dict:

@@ -74,10 +74,11 @@ def population_regression(model: hmm.HMM, L: int) -> tuple[np.ndarray, float]:
 
 
 def l1(vector: np.ndarray) -> float:
+    """``||v||_1``, the norm of every reported term."""
     return float(np.abs(vector).sum())
 
 
-def test_segment(tokens: np.ndarray, p: int) -> np.ndarray:
+def final_segment(tokens: np.ndarray, p: int) -> np.ndarray:
     """The tokens after the last delimiter ``p``."""
     return tokens[np.flatnonzero(tokens == p)[-1] + 1 :]
 
@@ -85,7 +86,7 @@ def test_segment(tokens: np.ndarray, p: int) -> np.ndarray:
 def regression_terms(model: hmm.HMM, tokens: np.ndarray, L: int, W_star: np.ndarray) -> dict:
     """Approximation, linearization and generalization of one prompt, and its ``X, Y, x_test``."""
     p = model.num_tokens
-    test = torch.as_tensor(test_segment(tokens, p))
+    test = torch.as_tensor(final_segment(tokens, p))
     if test.numel() <= L:
         raise ValueError(f"tokens: test segment of {test.numel()} tokens; expected more than L = {L}")
     exact = hmm.next_token_probs(model, test)[-1].numpy()

@@ -47,7 +47,7 @@ LINEARIZATION_ZERO = 1e-12
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    """Sizes of the verification run; the defaults are the main job's (about 2 minutes on 2 cores)."""
+    """Sizes of the verification run; the defaults are the main job's (about 1.5 minutes on 2 cores)."""
 
     suite: SuiteSpec = field(default_factory=SuiteSpec)
     lemma1: Lemma1Config = field(default_factory=Lemma1Config)
@@ -70,10 +70,6 @@ class VerifyConfig:
             raise ValueError(f"test_length: {self.test_length}; expected > L = {self.L} (P_L must differ from P)")
         if self.demo_length < self.L + 1:
             raise ValueError(f"demo_length: {self.demo_length}; expected >= L + 1 = {self.L + 1}")
-
-
-def as_json(config: VerifyConfig) -> dict:
-    return dataclasses.asdict(config)
 
 
 def generalization_fit(members: list[SuiteMember], sweeps: list[list[dict]], p: int, L: int, lambdas: list[float]) -> dict:
@@ -234,7 +230,7 @@ def measure(config: VerifyConfig, progress: bool = True) -> tuple[dict, list[Sui
     ]
     counts = formulas.network_counts(p, L, config.T)
     return {
-        "config": as_json(config),
+        "config": dataclasses.asdict(config),
         "suite": suite,
         "lemma1": {"lengths": list(config.lemma1.lengths), "fits": lemma1.fit_constants(members, lemma1_results)},
         "generalization": generalization_fit(members, sweeps, p, L, lambdas),
@@ -276,6 +272,27 @@ def verdict_lines(report: dict) -> list[str]:
         "Lemma 5: (1 - 1/kappa)^T <= exp(-T/(2 kappa)) proved by sympy: "
         + ("yes" if report["contraction_below_paper_rate"] else "NO")
     )
+    counts = report["network_counts"]
+    lines.append(
+        f"Theorem 1 network (p={report['config']['suite']['num_tokens']}, L={report['config']['L']}, "
+        f"T={report['config']['T']}): {counts['layers']} layers = (L-1)+1+T+1, "
+        f"{counts['heads_per_gd_layer']} heads per GD layer = 2p, width {counts['width']}"
+    )
+    return lines
+
+
+def lemma1_lines(report: dict) -> list[str]:
+    """Per HMM and prior: gamma^4, decay rate r, r / gamma^4 and the smallest C (Lemma 1)."""
+    priors = list(report["lemma1"]["fits"])
+    header = f"{'HMM':<22}{'half':>9}{'gamma^4':>9}" + "".join(f"{f'r, r/g^4, C_i [{prior}]':>36}" for prior in priors)
+    lines = [header]
+    for entry in report["suite"]:
+        cells = []
+        for prior in priors:
+            result = entry["lemma1"][prior]
+            rate = "too fast" if result["decay_rate"] is None else f"{result['decay_rate']:.3g}, {result['rate_over_gamma4']:.3g}"
+            cells.append(f"{rate + ', ' + format(result['smallest_C'], '.3g'):>36}")
+        lines.append(f"{entry['name']:<22}{entry['half']:>9}{entry['gamma'] ** 4:>9.3g}" + "".join(cells))
     return lines
 
 
