@@ -1,17 +1,18 @@
 """Suites of HMMs with controlled observability gamma, transition rank d and mixing.
 
-Every member is ``hmm.random_hmm(S, p, rank=d, observability=g, emission_concentration=None,
-transition_concentration=c, initial="stationary", seed=seed)``: emission ``O = g D + (1-g) U``
+Every member is ``hmm.random_hmm(S, p, transition=T_d, observability=g, emission_concentration=None,
+transition_concentration=c, initial="stationary", seed=seed)``, with ``T_d`` of rank d from
+``hmm.low_rank_transition`` (or drawn by ``random_hmm`` itself for full rank): emission ``O = g D + (1-g) U``
 (D deterministic, U uniform rows), whose gamma equals the knob g exactly when ``S <= p``
 (:func:`hmm.observable_emission`; re-measured here with :func:`hmm.observability.observability`).
 The chain starts in its stationary law, so every position of a sampled sequence has the same
 marginal law and the L-memory predictor with the stationary prior is the exact conditional law
 of the next token given the last L tokens.
 
-Transition factors ``T = left @ right`` (``psi(s) = left[s]``) feed the G-optimal prior: for a
-rank-d member they are the factors of :func:`hmm.low_rank_transition` drawn from the same seed
-(``random_hmm`` draws them first; :func:`build_member` checks the product equals the transition);
-for a full-rank member (``d = S``) we take ``left = T``, ``right = I``.
+Transition factors ``T = left @ right`` (``psi(s) = left[s]``) feed the G-optimal prior: a
+rank-d member's transition is drawn by :func:`hmm.low_rank_transition` and handed to
+``random_hmm`` with its factors kept; for a full-rank member (``d = S``) we take ``left = T``,
+``right = I``.
 
 Fit / held-out split: within every (gamma, d, c) cell, seeds alternate between the ``fit`` half
 (even seed index) and the ``held-out`` half (odd), so both halves cover every cell.
@@ -88,22 +89,20 @@ def build_member(
     index: int, S: int, p: int, knob: float, rank: int | None, concentration: float, seed: int, half: str
 ) -> SuiteMember:
     """The HMM of the module docstring, its factors and its exactly measured gamma."""
+    factors = None if rank is None else hmm.low_rank_transition((), S, rank, concentration, seed)
     model = hmm.random_hmm(
         S,
         p,
         transition_concentration=concentration,
         emission_concentration=None,
-        rank=rank,
+        transition=None if factors is None else factors.transition,
         observability=knob,
         initial="stationary",
         seed=seed,
     )
-    if rank is None:
+    if factors is None:
         left, right = model.transition, torch.eye(S, dtype=torch.float64)
     else:
-        factors = hmm.low_rank_transition((), S, rank, concentration, seed)
-        if not torch.equal(factors.transition, model.transition):
-            raise RuntimeError(f"seed {seed}: low_rank_transition no longer reproduces random_hmm's transition")
         left, right = factors.left, factors.right
     measured = observability(model.emission)
     return SuiteMember(

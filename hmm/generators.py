@@ -88,6 +88,7 @@ def random_hmm(
     transition_concentration: float = 1.0,
     emission_concentration: float | None = 1.0,
     rank: int | None = None,
+    transition: torch.Tensor | None = None,
     observability: float | None = None,
     initial: str = "stationary",
     seed=None,
@@ -101,6 +102,8 @@ def random_hmm(
             it is the concentration of the noise part, and ``None`` makes the noise uniform so that
             gamma equals ``observability`` exactly when ``S <= p`` (see :func:`observable_emission`).
         rank: nonnegative rank of the transition (``T = U V``); ``None`` for full rank.
+        transition: a transition to use as it is instead of drawing one (e.g. the ``transition``
+            of :func:`low_rank_transition`, when the caller needs its factors); excludes ``rank``.
         observability: the knob ``g`` of :func:`observable_emission`; ``None`` for plain
             Dirichlet emissions.
         initial: ``"stationary"`` (the chain starts in its stationary law), ``"uniform"`` or
@@ -109,7 +112,10 @@ def random_hmm(
     if num_states < 1 or num_tokens < 1:
         raise ValueError(f"num_states, num_tokens: {num_states}, {num_tokens}; expected both >= 1")
     rng = as_generator(seed)
-    if rank is None:
+    if transition is not None:
+        if rank is not None:
+            raise ValueError(f"rank: {rank}; expected None when a transition is given (its rank is fixed)")
+    elif rank is None:
         transition = dirichlet_rows((*batch, num_states, num_states), transition_concentration, rng)
     else:
         transition = low_rank_transition(batch, num_states, rank, transition_concentration, rng).transition

@@ -86,3 +86,11 @@ def test_bad_generator_and_prompt_arguments():
         hmm.mixture_preset("huge")
     with pytest.raises(ValueError, match=r"weights: row \(\) sums to 2"):
         hmm.Mixture(hmm.random_hmm(2, 2, batch=(2,), seed=0), torch.tensor([1.0, 1.0], dtype=torch.float64))
+
+
+def test_random_hmm_uses_a_given_transition_and_refuses_a_rank_beside_it():
+    factors = hmm.low_rank_transition((), 5, 2, seed=0)
+    model = hmm.random_hmm(5, 3, transition=factors.transition, seed=1)
+    assert torch.equal(model.transition, factors.transition)
+    with pytest.raises(ValueError, match=r"rank: 2; expected None when a transition is given"):
+        hmm.random_hmm(5, 3, transition=factors.transition, rank=2)
