@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -53,12 +52,13 @@ def run_train(args) -> int:
         stream,
         run_dir,
         task=preset.task(),
+        command=args.command_line,
         device=device,
         progress=not args.no_progress,
     )
     if distributed_context().rank == 0:
         summary = {
-            "command": sys.argv,
+            "command": args.command_line,
             "preset": preset.name,
             "steps": result.step,
             "wall_time_s": time.perf_counter() - started,
@@ -96,7 +96,7 @@ def run_evaluate(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     train_summary = run_dir / TRAIN_SUMMARY_FILE
     report = {
-        "command": sys.argv,
+        "command": args.command_line,
         "checkpoint": str(checkpoint_dir),
         "step": saved.config["step"],
         "task": saved.config["task"],

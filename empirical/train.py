@@ -20,6 +20,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from contextlib import ExitStack, nullcontext
@@ -233,6 +234,7 @@ def train(
     run_dir: Path | None = None,
     *,
     task: dict | None = None,
+    command: str | None = None,
     stop_at: int | None = None,
     device: torch.device | str | None = None,
     progress: bool = True,
@@ -245,6 +247,7 @@ def train(
             and keeps its own rows).
         run_dir: where ``checkpoint/`` and ``metrics.jsonl`` go; None trains without writing.
         task: JSON-serialisable description of the data (stored in the checkpoint for evaluation).
+        command: the command line recorded in the checkpoint (default: this process's argv).
         stop_at: stop after this many completed steps (default ``train_config.steps``); the
             schedule still runs to ``train_config.steps``, so a later call resumes it.
         device: defaults to CUDA when available.
@@ -289,7 +292,8 @@ def train(
 
     def save(step: int) -> None:
         if checkpoint_dir is not None and context.rank == 0:
-            config = {"train": train_config.to_dict(), "task": task or {}, "step": step, "command": sys.argv}
+            config = {"train": train_config.to_dict(), "task": task or {}, "step": step,
+                      "command": command or shlex.join(sys.argv)}
             save_checkpoint(checkpoint_dir, model, optimizer, config)
 
     log_path = run_dir / METRICS_FILE if run_dir is not None and context.rank == 0 else None

@@ -90,7 +90,8 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
     assert hmmtf.main(["evaluate", str(run_dir / "checkpoint"), "--num-prompts", "16", "--out", str(out)]) == 0
     report = json.loads((out / "evaluation.json").read_text())
     assert report["step"] == 3 and report["num_prompts"] == 16
-    assert isinstance(report["command"], list)
+    assert report["command"] == f"hmmtf evaluate {run_dir / 'checkpoint'} --num-prompts 16 --out {out}"
+    assert report["train_summary"]["command"] == f"hmmtf train --preset tiny --steps 3 --run-dir {run_dir} --no-progress"
     assert report["train_summary"]["steps"] == 3
     assert len(report["by_demonstrations"]["model"]["accuracy"]) == PRESET.prompt_format.num_demos + 1
     assert (out / "in_context.png").stat().st_size > 0 and (out / "training_loss.png").stat().st_size > 0
