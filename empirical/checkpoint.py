@@ -87,6 +87,8 @@ def load_checkpoint(directory: Path, device: torch.device | str = "cpu") -> Chec
     model.to(device)
     optimizer_state = None
     if (directory / OPTIMIZER_FILE).is_file():
-        tensors = load_file(str(directory / OPTIMIZER_FILE), device=str(device))
+        # On the CPU: ``Optimizer.load_state_dict`` moves the moments to their parameters' device
+        # and keeps AdamW's ``step`` counters on the CPU, where non-capturable AdamW expects them.
+        tensors = load_file(str(directory / OPTIMIZER_FILE), device="cpu")
         optimizer_state = _unflatten_optimizer_state(tensors, config["optimizer_param_groups"])
     return Checkpoint(model, config, optimizer_state)

@@ -41,7 +41,8 @@ def run_train(args) -> int:
         preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, steps=steps, warmup_steps=warmup))
     if args.compile:
         preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, compile=True))
-    device = torch.device(args.device) if args.device else init_distributed()
+    default_device = init_distributed()
+    device = torch.device(args.device) if args.device else default_device
     run_dir = Path(args.run_dir or Path("runs") / preset.name)
     mixture = build_mixture(preset)
     stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
