@@ -6,7 +6,6 @@ grid of binary Markov chains and writes ``results.json``, ``phase_diagram.png``,
 """
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ def run_markov_sweep(args) -> int:
         sequence_length=args.sequence_length,
         batch_size=args.batch_size,
         steps=args.steps,
+        warmup_steps=args.warmup_steps,
         learning_rate=args.learning_rate,
         init_std=args.init_std,
         data_seed=args.data_seed,
@@ -32,7 +32,7 @@ def run_markov_sweep(args) -> int:
     )
     started = time.perf_counter()
     runs = run_sweep(config, progress=not args.no_progress)
-    document = write_sweep(runs, config, Path(args.out), command=["hmmtf", *sys.argv[1:]],
+    document = write_sweep(runs, config, Path(args.out), command=args.command_line,
                            wall_seconds=time.perf_counter() - started)
     for cell in document["cells"]:
         print(f"{cell['architecture']:>15}  p={cell['p']:<5} q={cell['q']:<5} trapped {cell['trapped']}/{cell['seeds']}")
@@ -58,6 +58,7 @@ def register(subparsers) -> None:
     parser.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length)
     parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     parser.add_argument("--steps", type=int, default=DEFAULTS.steps)
+    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps)
     parser.add_argument("--learning-rate", type=float, default=DEFAULTS.learning_rate)
     parser.add_argument("--init-std", type=float, default=DEFAULTS.init_std,
                         help="std of every weight matrix at initialisation (default: %(default)s)")

@@ -477,10 +477,11 @@ def loss_curve_cells(config: MarkovSweepConfig) -> list[tuple[float, float]]:
     return chosen
 
 
-def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *, command: list[str],
+def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *, command: str,
                 wall_seconds: float) -> dict:
-    """Write ``results.json`` (config, command, criterion, cells, runs), ``phase_diagram.png``,
-    ``loss_curves.png`` and ``plateau_survival.png`` to ``directory``; return the JSON document."""
+    """Write ``results.json`` (config, ``command`` = the command line that ran the sweep,
+    criterion, cells, runs), ``phase_diagram.png``, ``loss_curves.png`` and
+    ``plateau_survival.png`` to ``directory``; return the JSON document."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cells = aggregate_cells(runs)

@@ -28,6 +28,7 @@ from empirical.markov_sweep import (
     write_sweep,
 )
 from empirical.model import RoFormer, RoFormerConfig
+import hmmtf
 
 
 def planted_run(architecture: str, p: float, q: float, seed: int, relative: float) -> dict:
@@ -142,13 +143,25 @@ def test_one_short_run_is_wired_through_the_training_loop(tmp_path):
     assert len(run["attention"]["induction"]) == 2
     assert run["excess"] >= 0
     assert run["final_loss"] == pytest.approx(reference_losses(binary_kernel(0.9, 0.8)).bigram + run["excess"])
-    document = write_sweep([run], config, tmp_path, command=["hmmtf", "markov-sweep"], wall_seconds=1.0)
+    document = write_sweep([run], config, tmp_path, command="hmmtf markov-sweep", wall_seconds=1.0)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["cells"] == document["cells"] and saved["cells"][0]["seeds"] == 1
     assert saved["config"]["init_std"] == 0.05
+    assert saved["command"] == "hmmtf markov-sweep"
     assert (tmp_path / "phase_diagram.png").stat().st_size > 0
     assert (tmp_path / "loss_curves.png").stat().st_size > 0
     assert (tmp_path / "plateau_survival.png").stat().st_size > 0
+
+
+def test_command_line_runs_a_tiny_sweep(tmp_path):
+    """``hmmtf markov-sweep`` end to end (one worker process, one cell, 20 steps)."""
+    argv = ["markov-sweep", "--out", str(tmp_path), "--p-values", "0.9", "--q-values", "0.8", "--seeds", "1",
+            "--steps", "20", "--warmup-steps", "2", "--architectures", "1-layer-untied", "--workers", "1",
+            "--no-progress"]
+    assert hmmtf.main(argv) == 0
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["command"] == "hmmtf " + " ".join(argv)
+    assert [(c["architecture"], c["p"], c["q"], c["seeds"]) for c in saved["cells"]] == [("1-layer-untied", 0.9, 0.8, 1)]
 
 
 def test_plateau_survival_counts_runs_not_yet_escaped():
