@@ -15,13 +15,14 @@ stream, pre-softmax attention logits and attention weights.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from empirical.configs import JSONConfig
 
 INIT_STD = 0.02
 """Standard deviation of the normal initialisation of every weight matrix (GPT-2)."""
@@ -45,7 +46,7 @@ HOOK_NAMES = (
 
 
 @dataclass(frozen=True)
-class RoFormerConfig:
+class RoFormerConfig(JSONConfig):
     """Shape of a :class:`RoFormer`; validated on construction.
 
     Args:
@@ -92,18 +93,6 @@ class RoFormerConfig:
     def head_dim(self) -> int:
         """``d_head = width / num_heads``."""
         return self.width // self.num_heads
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "RoFormerConfig":
-        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"model config: unknown keys {unknown}; expected a subset of {sorted(known)}")
-        return cls(**values)
 
 
 def rotary_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:

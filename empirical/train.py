@@ -16,7 +16,6 @@ of the global mean whatever the split of counted targets across ranks.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -34,6 +33,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from empirical.checkpoint import load_checkpoint, save_checkpoint
+from empirical.configs import JSONConfig
 from empirical.model import RoFormer, RoFormerConfig
 
 IGNORE_INDEX = -100
@@ -57,7 +57,7 @@ BatchFunction = Callable[[int], Batch]
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(JSONConfig):
     """Hyper-parameters of :func:`train`; validated on construction.
 
     Learning rate at step ``s`` (0-based), with ``w = warmup_steps`` and ``S = steps``::
@@ -107,18 +107,6 @@ class TrainConfig:
             raise ValueError(f"grad_clip: {self.grad_clip!r}; expected a number > 0")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: {self.precision!r}; expected one of {PRECISIONS}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "TrainConfig":
-        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"train config: unknown keys {unknown}; expected a subset of {sorted(known)}")
-        return cls(**values)
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
