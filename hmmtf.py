@@ -11,6 +11,7 @@ import sys
 
 import bounds.commands
 import construction.commands
+import empirical.analysis_commands
 import empirical.calibrate
 import empirical.commands
 import empirical.markov_commands
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     empirical.commands.register(subparsers)
     empirical.calibrate.register(subparsers)
     empirical.markov_commands.register(subparsers)
+    empirical.analysis_commands.register(subparsers)
     construction.commands.register(subparsers)
     bounds.commands.register(subparsers)
     return parser

@@ -1,0 +1,190 @@
+"""Analysis of networks: probes find a planted linear feature and not a shuffled one; the shuffle
+metric is exactly 0 for a position-free network and large for a positional one; the hand-built
+network's offset profiles; refusals; ``hmmtf analyze`` end to end on a tiny trained model."""
+import json
+
+import pytest
+import torch
+
+import hmm
+import hmmtf
+from empirical.analysis_networks import hand_built_trace, hand_built_weights
+from empirical.analysis_offsets import (
+    best_matching_heads,
+    composed_history_attention,
+    layer_attention,
+    offset_profile,
+    profile_similarity,
+)
+from empirical.analysis_probes import bootstrap_interval, check_distance, probe_accuracy, probe_targets
+from empirical.analysis_shuffle import random_derangements, shuffle_change, shuffle_demonstrations, shuffle_pairs
+
+FORMAT = hmm.PROMPT_FORMATS["tiny"]
+MIXTURE = hmm.mixture_preset("tiny")
+
+
+def planted_stream(num_prompts: int, positions: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gaussian features (16 dims) whose label is the argmax of a fixed linear map of them (4 classes)."""
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.randn(num_prompts * positions, 16, generator=generator)
+    planted = torch.randn(16, 4, generator=torch.Generator().manual_seed(99))
+    labels = (features @ planted).argmax(1)
+    groups = torch.arange(num_prompts).repeat_interleave(positions)
+    return features, labels, groups
+
+
+def test_probe_finds_a_planted_linear_feature():
+    train_x, train_y, _ = planted_stream(100, 20, seed=0)
+    test_x, test_y, groups = planted_stream(50, 20, seed=1)
+    result = probe_accuracy(train_x, train_y, test_x, test_y, groups)
+    assert result.accuracy > 0.95
+    assert result.ci_low <= result.accuracy <= result.ci_high
+    assert result.ci_high - result.ci_low < 0.05
+
+
+def test_probe_on_shuffled_labels_stays_at_chance():
+    train_x, train_y, _ = planted_stream(100, 20, seed=0)
+    test_x, test_y, groups = planted_stream(50, 20, seed=1)
+    shuffled = train_y[torch.randperm(len(train_y), generator=torch.Generator().manual_seed(3))]
+    result = probe_accuracy(train_x, shuffled, test_x, test_y, groups)
+    chance = float(torch.bincount(test_y).max()) / len(test_y)
+    assert result.ci_low < chance + 0.02
+    assert result.accuracy < chance + 0.05
+
+
+def test_bootstrap_interval_of_grouped_outcomes():
+    # Half the prompts all right, half all wrong: accuracy 0.5, and the interval reflects 20
+    # independent prompts (width about 2 * 1.96 * sqrt(0.25 / 20) = 0.44), not 400 positions.
+    correct = torch.tensor([True] * 200 + [False] * 200)
+    groups = torch.arange(20).repeat_interleave(20)
+    low, high = bootstrap_interval(correct, groups)
+    assert 0.2 < low < 0.35 and 0.65 < high < 0.8
+
+
+def test_probe_targets_are_read_at_the_right_positions():
+    prompts = hmm.sample_prompts(MIXTURE, 3, FORMAT, seed=0)
+    targets = probe_targets(prompts, 2)
+    positions = torch.nonzero(FORMAT.position_in_segment >= 2).squeeze(1)
+    assert torch.equal(targets["token 2 back"].view(3, -1), prompts.tokens[:, positions - 2])
+    assert torch.equal(targets["state"].view(3, -1), prompts.states[:, positions])
+    assert torch.equal(targets["task"].view(3, -1)[:, 0], prompts.task_ids)
+    assert bool((targets["token 1 back"] < MIXTURE.delimiter).all())
+
+
+def test_shuffled_prompt_moves_whole_demonstrations():
+    prompts = hmm.sample_prompts(MIXTURE, 5, FORMAT, seed=1)
+    orders = random_derangements(5, FORMAT.num_demos, torch.Generator().manual_seed(0))
+    assert bool((orders != torch.arange(FORMAT.num_demos)).all())
+    shuffled, move = shuffle_demonstrations(prompts.tokens, FORMAT, orders)
+    assert torch.equal(shuffled.gather(1, move), prompts.tokens)
+    stride = FORMAT.demo_length + 1
+    for b in range(5):
+        for slot, old in enumerate(orders[b].tolist()):
+            assert torch.equal(shuffled[b, slot * stride:(slot + 1) * stride], prompts.tokens[b, old * stride:(old + 1) * stride])
+    test = FORMAT.test_positions
+    assert torch.equal(shuffled[:, test], prompts.tokens[:, test])
+
+
+def content_scores(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A position-free network: logit = table[token_i, token_j] (2 heads)."""
+    table = torch.randn(2, MIXTURE.delimiter + 1, MIXTURE.delimiter + 1, generator=torch.Generator().manual_seed(5))
+    return {"content": table[:, tokens[:, :, None], tokens[:, None, :]].permute(1, 0, 2, 3)}
+
+
+def positional_scores(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A purely positional network: logit = -(i - j) / 4 (1 head)."""
+    index = torch.arange(tokens.shape[1], dtype=torch.float64)
+    offsets = -(index[:, None] - index[None, :]) / 4
+    return {"position": offsets.expand(tokens.shape[0], 1, -1, -1)}
+
+
+def uniform_prompts(num_prompts: int, seed: int) -> torch.Tensor:
+    """Prompts of the tiny format with uniformly random tokens (so no prompt has constant logits)."""
+    tokens = torch.randint(MIXTURE.num_tokens, (num_prompts, FORMAT.length), generator=torch.Generator().manual_seed(seed))
+    return tokens.masked_fill(FORMAT.is_delimiter, MIXTURE.delimiter)
+
+
+def test_shuffle_metric_is_zero_without_positions_and_large_with_them():
+    tokens = uniform_prompts(16, seed=2)
+    orders = random_derangements(16, FORMAT.num_demos, torch.Generator().manual_seed(1))
+    for min_context in (0, 3):
+        content = shuffle_change(content_scores, tokens, FORMAT, orders, (min_context,))[min_context]["content"]
+        assert content.shape == (16, 2)
+        assert bool((content == 0).all())
+        position = shuffle_change(positional_scores, tokens, FORMAT, orders, (min_context,))[min_context]["position"]
+        # Every demonstration moves by a multiple of 9 positions, so every key's logit changes by
+        # at least 9/4, about 1.5 times the logits' spread over the pairs (1.49 with all pairs).
+        assert bool((position > 1.2).all())
+
+
+def test_hand_built_history_layers_put_all_mass_at_offset_minus_r():
+    prompts = hmm.sample_prompts(MIXTURE, 1, FORMAT, seed=3)
+    trace = hand_built_trace(prompts.tokens[0], MIXTURE.num_tokens, max_distance=3)
+    names = ["history.1", "history.2", "history.3"]
+    queries = ~FORMAT.is_delimiter & (torch.arange(FORMAT.length) >= 4)
+    weights = hand_built_weights(trace)
+    composed = composed_history_attention([trace.attn_weights[name][0] for name in names])
+    for r, (name, matrix) in enumerate(zip(names, composed), start=1):
+        direct = offset_profile(layer_attention(weights, name), queries, 4)[0]
+        assert direct[0] == pytest.approx(1.0, abs=1e-6)
+        chained = offset_profile(matrix[None, 1:, 1:], queries, 4)[0]
+        assert chained[r - 1] == pytest.approx(1.0, abs=1e-6)
+        assert float(chained.sum()) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_best_matching_head_is_the_planted_one():
+    trained = torch.full((2, 3, 5), 0.2, dtype=torch.float64)
+    trained[1, 2] = torch.tensor([0.0, 0.0, 0.9, 0.0, 0.1], dtype=torch.float64)
+    reference = {"history.3": torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0], dtype=torch.float64)}
+    match = best_matching_heads(reference, trained)["history.3"]
+    assert (match["layer"], match["head"]) == (2, 2)
+    assert match["similarity"] == pytest.approx(0.9)
+    assert float(profile_similarity(reference["history.3"], reference["history.3"])) == 1.0
+
+
+def test_bad_inputs_are_refused_with_the_argument_named():
+    with pytest.raises(ValueError, match=r"layer: 'history.9'; expected one of \['history.1'\]"):
+        layer_attention({"history.1": torch.zeros(1, 2, 2)}, "history.9")
+    with pytest.raises(ValueError, match=r"k: 0; expected an integer in 1..7"):
+        check_distance(0, FORMAT)
+    with pytest.raises(ValueError, match=r"k: 8; expected an integer in 1..7"):
+        probe_targets(hmm.sample_prompts(MIXTURE, 1, FORMAT, seed=0), 8)
+    with pytest.raises(ValueError, match=r"max_offset: 9; expected an integer in 1..8"):
+        offset_profile(torch.eye(9)[None], torch.ones(9, dtype=torch.bool), 9)
+    with pytest.raises(ValueError, match=r"min_context: 8; expected an integer in 0..7"):
+        shuffle_pairs(FORMAT, 8)
+    with pytest.raises(ValueError, match=r"num_demos: 1; expected at least 2"):
+        random_derangements(3, 1, torch.Generator())
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("tiny-run")
+    assert hmmtf.main(["train", "--preset", "tiny", "--steps", "40", "--run-dir", str(run_dir), "--no-progress"]) == 0
+    return run_dir / "checkpoint"
+
+
+def test_analyze_command_end_to_end(tiny_checkpoint, tmp_path):
+    argv = ["analyze", str(tiny_checkpoint), "--out", str(tmp_path), "--probe-train-prompts", "48",
+            "--probe-test-prompts", "24", "--shuffle-prompts", "16", "--hand-built-prompts", "8",
+            "--max-distance", "3", "--max-offset", "4", "--batch-size", "16"]
+    assert hmmtf.main(argv) == 0
+    report = json.loads((tmp_path / "analysis.json").read_text())
+    assert report["command"] == "hmmtf " + " ".join(argv)
+    for name in ("shuffle", "probes_task_state", "probes_previous_tokens", "attention_trained",
+                 "attention_hand_built_vs_trained", "offset_profiles"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+    # Hand-built: o_{t-k} is exact from history layer k on and not before it.
+    hand = report["probes"]["hand-built"]
+    for k in (1, 2, 3):
+        assert hand[f"token {k} back"][f"history.{k}"]["accuracy"] == 1.0
+        assert hand[f"token {k} back"]["embedding"]["accuracy"] < 0.9
+    # Hand-built shuffle: history layers are positional; with in-segment pairs (min_context = 3 =
+    # its window) the GD and read-out logits see only content and do not change.
+    shuffle = report["shuffle"]["hand-built"]["min_context=3"]
+    assert shuffle["history.1"]["mean"] > 0.5
+    for layer in ("gd.1", "gd.2", "readout"):
+        assert shuffle[layer]["mean"] < 1e-9
+    assert set(report["probes"]["trained"]) == {"task", "state", "token 1 back", "token 2 back", "token 3 back"}
+    assert len(report["offsets"]["trained"]) == 2 and len(report["offsets"]["trained"][0][0]) == 5
+    assert report["claims"]["shuffle"]["min_context=0"]["lower_layers"] == ["layer 1"]
