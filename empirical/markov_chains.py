@@ -64,7 +64,7 @@ def binary_kernel(p: float, q: float) -> np.ndarray:
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name}: {value!r} is outside [0, 1]; expected a switching probability")
     if p + q == 0.0:
-        raise ValueError(f"p, q: both are 0 (p + q = 0); expected p + q > 0 for a unique stationary distribution")
+        raise ValueError("p, q: both are 0 (p + q = 0); expected p + q > 0 for a unique stationary distribution")
     return np.array([[1.0 - p, p], [q, 1.0 - q]], dtype=np.float64)
 
 
