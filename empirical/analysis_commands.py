@@ -30,6 +30,7 @@ from empirical.analysis_figures import (
 )
 from empirical.analysis_networks import (
     HAND_BUILT_STEPS,
+    hand_built_composed_history,
     hand_built_scores,
     hand_built_streams,
     hand_built_trace,
@@ -39,7 +40,7 @@ from empirical.analysis_networks import (
     roformer_scores,
     roformer_streams,
 )
-from empirical.analysis_offsets import best_matching_heads, composed_history_attention, offset_profile
+from empirical.analysis_offsets import best_matching_heads, offset_profile
 from empirical.analysis_probes import probe_accuracy, probe_positions, probe_targets
 from empirical.analysis_shuffle import ScoresFunction, random_derangements, shuffle_change
 from empirical.checkpoint import load_checkpoint
@@ -95,27 +96,27 @@ def shuffle_section(scores: ScoresFunction, tokens: torch.Tensor, prompt_format:
 
 def probe_section(train_streams: dict[str, torch.Tensor], test_streams: dict[str, torch.Tensor],
                   train_targets: dict[str, torch.Tensor], test_targets: dict[str, torch.Tensor],
-                  test_groups: torch.Tensor, description: str) -> dict[str, dict[str, dict]]:
-    """``{target: {stream name: ProbeResult as dict}}`` for every target and every stream."""
+                  test_groups: torch.Tensor, device: torch.device, description: str) -> dict[str, dict[str, dict]]:
+    """``{target: {stream name: ProbeResult as dict}}`` for every target and every stream (fits on
+    ``device``)."""
     results: dict[str, dict[str, dict]] = {target: {} for target in train_targets}
     jobs = [(target, name) for target in train_targets for name in train_streams]
     for target, name in tqdm(jobs, desc=description, unit="probe", leave=False):
         result = probe_accuracy(train_streams[name], train_targets[target], test_streams[name],
-                                test_targets[target], test_groups)
+                                test_targets[target], test_groups, device)
         results[target][name] = result._asdict()
     return results
 
 
-def hand_built_profiles(trace, query_positions: torch.Tensor, max_offset: int) -> dict[str, dict[str, list]]:
+def hand_built_profiles(trace, query_positions: torch.Tensor, max_offset: int) -> dict[str, dict[str, torch.Tensor]]:
     """Offset profiles of the hand-built history and label layers: ``direct`` (each layer's own
-    attention) and ``composed`` (history layers: :func:`composed_history_attention`)."""
+    attention) and ``composed`` (history layers: :func:`hand_built_composed_history`)."""
     weights = hand_built_weights(trace)
-    history_names = [name for name in trace.layer_names if name.startswith("history.")]
-    composed = composed_history_attention([trace.attn_weights[name][0] for name in history_names])
+    composed = hand_built_composed_history(trace)
     direct = {name: offset_profile(weights[name][:1], query_positions, max_offset)[0]
-              for name in history_names + ["label"]}
-    composed_profiles = {name: offset_profile(matrix[None, 1:, 1:], query_positions, max_offset)[0]
-                         for name, matrix in zip(history_names, composed)}
+              for name in [*composed, "label"]}
+    composed_profiles = {name: offset_profile(matrix[None], query_positions, max_offset)[0]
+                         for name, matrix in composed.items()}
     return {"direct": direct, "composed": composed_profiles}
 
 
@@ -159,15 +160,92 @@ def claims_summary(report: dict, num_layers: int, max_distance: int) -> dict:
     }
 
 
+def shuffle_report(networks: dict[str, RoFormer], hand_built_tokens: torch.Tensor, tokens: torch.Tensor,
+                   prompt_format: hmm.PromptFormat, num_tokens: int, args, device: torch.device) -> dict:
+    """:func:`shuffle_section` of both RoFormers on ``tokens`` and of the hand-built network on
+    ``hand_built_tokens``, for all pairs and for pairs with ``max_distance`` tokens of context."""
+    min_contexts = (0, args.max_distance)
+    report = {name: shuffle_section(roformer_scores(model, device), tokens, prompt_format, args.seed,
+                                    args.batch_size, min_contexts, f"shuffle {name}")
+              for name, model in networks.items()}
+    report["hand-built"] = shuffle_section(hand_built_scores(num_tokens, args.max_distance), hand_built_tokens,
+                                           prompt_format, args.seed, args.batch_size, min_contexts,
+                                           "shuffle hand-built")
+    return report
+
+
+def probe_report(networks: dict[str, RoFormer], train_prompts: hmm.Prompts, test_prompts: hmm.Prompts,
+                 hand_built_counts: tuple[int, int], num_tokens: int, args, device: torch.device) -> dict:
+    """:func:`probe_section` of both RoFormers, and of the hand-built network on the first
+    ``hand_built_counts = (train, test)`` prompts of each set."""
+    positions = probe_positions(train_prompts.format, args.max_distance)
+    per_prompt = int(positions.sum())
+    train_targets = probe_targets(train_prompts, args.max_distance)
+    test_targets = probe_targets(test_prompts, args.max_distance)
+    groups = torch.arange(len(test_prompts.tokens)).repeat_interleave(per_prompt)
+    report = {}
+    for name, model in networks.items():
+        report[name] = probe_section(
+            roformer_streams(model, train_prompts.tokens, positions, device, args.batch_size, f"streams {name}"),
+            roformer_streams(model, test_prompts.tokens, positions, device, args.batch_size, f"streams {name}"),
+            train_targets, test_targets, groups, device, f"probes {name}")
+    hand_train, hand_test = hand_built_counts
+    report["hand-built"] = probe_section(
+        hand_built_streams(train_prompts.tokens[:hand_train], positions, num_tokens, args.max_distance,
+                           "streams hand-built"),
+        hand_built_streams(test_prompts.tokens[:hand_test], positions, num_tokens, args.max_distance,
+                           "streams hand-built"),
+        {key: value[: hand_train * per_prompt] for key, value in train_targets.items()},
+        {key: value[: hand_test * per_prompt] for key, value in test_targets.items()},
+        groups[: hand_test * per_prompt], device, "probes hand-built")
+    return report
+
+
+def offset_report(networks: dict[str, RoFormer], tokens: torch.Tensor, hand_built_example, prompt_format: hmm.PromptFormat,
+                  args, device: torch.device) -> dict:
+    """Offset profiles of every RoFormer head over ``tokens`` (non-delimiter queries with
+    ``max_offset`` earlier positions), of the hand-built layers on one prompt (they depend on
+    positions only), and each hand-built history layer's best-matching trained head."""
+    query_positions = ~prompt_format.is_delimiter & (torch.arange(prompt_format.length) >= args.max_offset)
+    profiles = {name: roformer_offset_profiles(model, tokens, query_positions, args.max_offset, device,
+                                               args.batch_size, f"offsets {name}")
+                for name, model in networks.items()}
+    hand_profiles = hand_built_profiles(hand_built_example, query_positions, args.max_offset)
+    return {
+        "offsets": [-offset for offset in range(args.max_offset + 1)] + ["other"],
+        **{name: profile.tolist() for name, profile in profiles.items()},
+        "hand-built": {kind: {name: profile.tolist() for name, profile in by_layer.items()}
+                       for kind, by_layer in hand_profiles.items()},
+        "best_match_composed": best_matching_heads(hand_profiles["composed"], profiles["trained"]),
+        # The label layer attends ahead, which a causal head cannot: only history layers are matched.
+        "best_match_direct": best_matching_heads(
+            {name: profile for name, profile in hand_profiles["direct"].items() if name.startswith("history.")},
+            profiles["trained"]),
+    }
+
+
+def write_figures(report: dict, model: RoFormer, example: torch.Tensor, example_trace,
+                  prompt_format: hmm.PromptFormat, out: Path, device: torch.device) -> None:
+    """The six figures of :mod:`empirical.analysis_figures` into ``out``."""
+    trained_patterns = roformer_patterns(model, example[None], device)[0]
+    plot_shuffle(report["shuffle"], out / "shuffle.png")
+    plot_task_state_probes(report["probes"], out / "probes_task_state.png")
+    plot_previous_token_probes(report["probes"], report["settings"]["max_distance"], out / "probes_previous_tokens.png")
+    plot_trained_attention(trained_patterns, example, prompt_format, out / "attention_trained.png")
+    plot_attention_comparison(hand_built_weights(example_trace), list(hand_built_composed_history(example_trace).values()),
+                              trained_patterns, report["offsets"]["best_match_composed"],
+                              out / "attention_hand_built_vs_trained.png")
+    plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
+
+
 def run_analyze(args) -> int:
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(Path(args.checkpoint), device)
     preset = preset_from_task(saved.config["task"])
-    prompt_format, max_distance, max_offset = preset.prompt_format, args.max_distance, args.max_offset
+    prompt_format = preset.prompt_format
     mixture = build_mixture(preset)
-    positions = probe_positions(prompt_format, max_distance)
 
     def prompts(stream: int, count: int) -> hmm.Prompts:
         return hmm.sample_prompts(mixture, count, prompt_format, seed=stream_seed(preset.data_seed, stream, 0))
@@ -176,72 +254,28 @@ def run_analyze(args) -> int:
     test_prompts = prompts(PROBE_TEST_STREAM, args.probe_test_prompts)
     shuffle_tokens = prompts(SHUFFLE_STREAM, args.shuffle_prompts).tokens
     networks = {"trained": saved.model, "random-init": random_init_like(saved.model, args.seed).to(device)}
-    num_tokens = mixture.num_tokens
-    hand_train = train_prompts.tokens[: args.hand_built_prompts]
-    hand_test = test_prompts.tokens[: max(args.hand_built_prompts // 2, 1)]
-
-    report = {"command": args.command_line, "checkpoint": str(args.checkpoint), "step": saved.config["step"],
-              "task": saved.config["task"], "model": saved.config["model"], "device": str(device),
-              "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
-              "probe_positions_per_prompt": int(positions.sum()),
-              "hand_built": {"history_length": max_distance + 1, "gd_steps": HAND_BUILT_STEPS,
-                             "probe_train_prompts": len(hand_train), "probe_test_prompts": len(hand_test),
-                             "shuffle_prompts": len(hand_test)}}
-
-    min_contexts = (0, max_distance)
-    report["shuffle"] = {name: shuffle_section(roformer_scores(model, device), shuffle_tokens, prompt_format,
-                                               args.seed, args.batch_size, min_contexts, f"shuffle {name}")
-                         for name, model in networks.items()}
-    report["shuffle"]["hand-built"] = shuffle_section(
-        hand_built_scores(num_tokens, max_distance), shuffle_tokens[: len(hand_test)], prompt_format,
-        args.seed, args.batch_size, min_contexts, "shuffle hand-built")
-
-    train_targets, test_targets = probe_targets(train_prompts, max_distance), probe_targets(test_prompts, max_distance)
-    groups = torch.arange(len(test_prompts.tokens)).repeat_interleave(int(positions.sum()))
-    report["probes"] = {}
-    for name, model in networks.items():
-        report["probes"][name] = probe_section(
-            roformer_streams(model, train_prompts.tokens, positions, device, args.batch_size, f"streams {name}"),
-            roformer_streams(model, test_prompts.tokens, positions, device, args.batch_size, f"streams {name}"),
-            train_targets, test_targets, groups, f"probes {name}")
-    hand_train_targets = {key: value[: len(hand_train) * int(positions.sum())] for key, value in train_targets.items()}
-    hand_test_targets = {key: value[: len(hand_test) * int(positions.sum())] for key, value in test_targets.items()}
-    report["probes"]["hand-built"] = probe_section(
-        hand_built_streams(hand_train, positions, num_tokens, max_distance, "streams hand-built"),
-        hand_built_streams(hand_test, positions, num_tokens, max_distance, "streams hand-built"),
-        hand_train_targets, hand_test_targets, groups[: len(hand_test_targets["task"])], "probes hand-built")
-
-    query_positions = ~prompt_format.is_delimiter & (torch.arange(prompt_format.length) >= max_offset)
-    trained_profiles = {name: roformer_offset_profiles(model, test_prompts.tokens, query_positions, max_offset, device,
-                                                       args.batch_size, f"offsets {name}")
-                        for name, model in networks.items()}
+    hand_built_counts = (args.hand_built_prompts, max(args.hand_built_prompts // 2, 1))
     example = test_prompts.tokens[0]
-    example_trace = hand_built_trace(example, num_tokens, max_distance)
-    hand_profiles = hand_built_profiles(example_trace, query_positions, max_offset)
-    report["offsets"] = {
-        "offsets": list(range(-1, -max_offset - 1, -1)) + ["other"],
-        "trained": trained_profiles["trained"].tolist(),
-        "random-init": trained_profiles["random-init"].tolist(),
-        "hand-built": {kind: {name: profile.tolist() for name, profile in profiles.items()}
-                       for kind, profiles in hand_profiles.items()},
-        "best_match_composed": best_matching_heads(hand_profiles["composed"], trained_profiles["trained"]),
-        "best_match_direct": best_matching_heads(hand_profiles["direct"], trained_profiles["trained"]),
-    }
-    report["claims"] = claims_summary(report, saved.model.config.num_layers, max_distance)
+    example_trace = hand_built_trace(example, mixture.num_tokens, args.max_distance)
 
+    report = {
+        "command": args.command_line, "checkpoint": str(args.checkpoint), "step": saved.config["step"],
+        "task": saved.config["task"], "model": saved.config["model"], "device": str(device),
+        "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
+        "probe_positions_per_prompt": int(probe_positions(prompt_format, args.max_distance).sum()),
+        "hand_built": {"history_length": args.max_distance + 1, "gd_steps": HAND_BUILT_STEPS,
+                       "probe_train_prompts": hand_built_counts[0], "probe_test_prompts": hand_built_counts[1],
+                       "shuffle_prompts": hand_built_counts[1]},
+        "shuffle": shuffle_report(networks, shuffle_tokens[: hand_built_counts[1]], shuffle_tokens, prompt_format,
+                                  mixture.num_tokens, args, device),
+        "probes": probe_report(networks, train_prompts, test_prompts, hand_built_counts, mixture.num_tokens, args,
+                               device),
+        "offsets": offset_report(networks, test_prompts.tokens, example_trace, prompt_format, args, device),
+    }
+    report["claims"] = claims_summary(report, saved.model.config.num_layers, args.max_distance)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    trained_patterns = roformer_patterns(saved.model, example[None], device)[0]
-    hand_weights = hand_built_weights(example_trace)
-    composed = composed_history_attention(
-        [example_trace.attn_weights[name][0] for name in example_trace.layer_names if name.startswith("history.")])
-    plot_shuffle(report["shuffle"], out / "shuffle.png")
-    plot_task_state_probes(report["probes"], out / "probes_task_state.png")
-    plot_previous_token_probes(report["probes"], max_distance, out / "probes_previous_tokens.png")
-    plot_trained_attention(trained_patterns, example, prompt_format, out / "attention_trained.png")
-    plot_attention_comparison(hand_weights, [matrix[1:, 1:] for matrix in composed], trained_patterns,
-                              report["offsets"]["best_match_composed"], out / "attention_hand_built_vs_trained.png")
-    plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
+    write_figures(report, saved.model, example, example_trace, prompt_format, out, device)
     report["runtime_s"] = time.perf_counter() - started
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report["claims"]}, indent=1))
@@ -262,7 +296,7 @@ def register(subparsers) -> None:
     parser.add_argument("--hand-built-prompts", type=int, default=48,
                         help="probe-training prompts of the hand-built network (half as many to test and shuffle)")
     parser.add_argument("--max-distance", type=int, default=5, help="largest k of the o_{t-k} probes")
-    parser.add_argument("--max-offset", type=int, default=8, help="offsets -1..-max of the attention profiles")
+    parser.add_argument("--max-offset", type=int, default=8, help="offsets 0..-max of the attention profiles")
     parser.add_argument("--seed", type=int, default=0, help="random-init network and shuffles")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.set_defaults(run=run_analyze)

@@ -95,6 +95,9 @@ def plot_previous_token_probes(probes: dict[str, dict], max_distance: int, path:
         _probe_curve(axes[0], probes["trained"][target], f"k={k} trained", color)
         _probe_curve(axes[0], probes["random-init"][target], f"k={k} random-init", color, "--")
         _probe_curve(axes[1], probes["hand-built"][target], f"k={k}", color)
+    for axis, network in ((axes[0], "trained"), (axes[1], "hand-built")):
+        majority = next(iter(probes[network]["token 1 back"].values()))["majority"]
+        axis.axhline(majority, color="gray", linestyle=":", linewidth=1, label="majority class (k=1)")
     for axis, title in zip(axes, ("trained RoFormer (solid) vs random init (dashed)", "hand-built network")):
         axis.set_ylabel("probe accuracy for the token k steps back")
         axis.set_xlabel("residual stream after")
@@ -158,7 +161,7 @@ def plot_attention_comparison(hand_weights: dict[str, torch.Tensor], composed: l
                                 extent=(-window - 0.5, -0.5, -0.5, -window - 0.5))
             axis.set_title(title, fontsize=9)
             axis.set_xlabel("key (position from the end)", fontsize=8)
-            axis.set_ylabel("query", fontsize=8)
+            axis.set_ylabel("query (position from the end)", fontsize=8)
     figure.colorbar(image, ax=axes, shrink=0.5, label="attention weight")
     figure.suptitle(f"Hand-built history layers beside the best-matching trained heads (last {window} positions "
                     "of one prompt)")

@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 import construction
-from empirical.analysis_offsets import offset_profile
+from empirical.analysis_offsets import composed_history_attention, offset_profile
 from empirical.analysis_shuffle import ScoresFunction
 from empirical.model import RoFormer
 
@@ -107,11 +107,19 @@ def hand_built_weights(trace: construction.Trace) -> dict[str, torch.Tensor]:
     return {name: weights[:, 1:, 1:] for name, weights in trace.attn_weights.items()}
 
 
+def hand_built_composed_history(trace: construction.Trace) -> dict[str, torch.Tensor]:
+    """``{history.r: C_r (N, N)}``, :func:`composed_history_attention` of the trace's history
+    layers, composed over all columns and then restricted to prompt positions."""
+    names = [name for name in trace.layer_names if name.startswith("history.")]
+    composed = composed_history_attention([trace.attn_weights[name][0] for name in names])
+    return {name: matrix[1:, 1:] for name, matrix in zip(names, composed)}
+
+
 @torch.no_grad()
 def roformer_offset_profiles(model: RoFormer, tokens: torch.Tensor, query_positions: torch.Tensor, max_offset: int,
                              device: torch.device, batch_size: int, description: str) -> torch.Tensor:
-    """``(L, H, max_offset + 1)``: :func:`offset_profile` of every head over all ``tokens``."""
-    total = torch.zeros(model.config.num_layers, model.config.num_heads, max_offset + 1, dtype=torch.float64)
+    """``(L, H, max_offset + 2)``: :func:`offset_profile` of every head over all ``tokens``."""
+    total = torch.zeros(model.config.num_layers, model.config.num_heads, max_offset + 2, dtype=torch.float64)
     for batch in tqdm(tokens.split(batch_size), desc=description, unit="batch", leave=False):
         _, cache = model.run_with_cache(batch.to(device))
         for layer in range(model.config.num_layers):

@@ -1,10 +1,11 @@
 """Relative-offset attention profiles and the comparison of trained heads with the hand-built
 history layers.
 
-Offset profile of a head: for offsets ``d = 1..max_offset`` the mean attention mass that a query
-at position i puts on key ``i - d``, averaged over the chosen query positions and prompts; a last
-entry holds all remaining mass (offset 0, further back, or ahead in a non-causal network), so a
-profile sums to 1 and two profiles are comparable as distributions.
+Offset profile of a head: for offsets ``d = 0..max_offset`` the mean attention mass that a query
+at position i puts on key ``i - d`` (entry d; entry 0 is the query's own position), averaged over
+the chosen query positions and prompts; a last entry holds all remaining mass (further back, or
+ahead in a non-causal network), so a profile sums to 1 and two profiles are comparable as
+distributions.
 
 Similarity of two profiles ``a``, ``b``: ``1 - TV(a, b) = sum_d min(a_d, b_d)`` in [0, 1]; for a
 hand-built layer with all mass at one offset ``-d`` it is the trained head's mass at ``-d``.
@@ -28,9 +29,9 @@ def layer_attention(weights: dict[str, torch.Tensor], layer: str) -> torch.Tenso
 
 
 def offset_profile(pattern: torch.Tensor, query_positions: torch.Tensor, max_offset: int) -> torch.Tensor:
-    """``(H, max_offset + 1)`` float64: entry ``d - 1`` is the mean over prompts and query
-    positions of ``pattern[..., h, i, i - d]`` (0 where ``i - d < 0``), the last entry the rest
-    of the mass. ``pattern`` is ``(H, N, N)`` or ``(B, H, N, N)``, rows summing to 1."""
+    """``(H, max_offset + 2)`` float64: entry ``d`` (``d = 0..max_offset``) is the mean over prompts
+    and query positions of ``pattern[..., h, i, i - d]`` (0 where ``i - d < 0``), the last entry
+    the rest of the mass. ``pattern`` is ``(H, N, N)`` or ``(B, H, N, N)``, rows summing to 1."""
     length = pattern.shape[-1]
     if isinstance(max_offset, bool) or not isinstance(max_offset, int) or not 1 <= max_offset < length:
         raise ValueError(f"max_offset: {max_offset!r}; expected an integer in 1..{length - 1} (prompt of {length} positions)")
@@ -38,7 +39,7 @@ def offset_profile(pattern: torch.Tensor, query_positions: torch.Tensor, max_off
     queries = torch.nonzero(query_positions).squeeze(1).to(pattern.device)
     rows = batched[:, :, queries].double()
     masses = []
-    for offset in range(1, max_offset + 1):
+    for offset in range(max_offset + 1):
         keys = queries - offset
         valid = keys >= 0
         at_offset = rows.gather(3, keys.clamp_min(0)[None, None, :, None].expand(*rows.shape[:3], 1)).squeeze(3)
@@ -64,8 +65,8 @@ def profile_similarity(first: torch.Tensor, second: torch.Tensor) -> torch.Tenso
 
 
 def best_matching_heads(reference: dict[str, torch.Tensor], trained: torch.Tensor) -> dict[str, dict]:
-    """For each reference profile ``(K+1,)`` the trained head ``(layer, head)`` of ``trained
-    (L, H, K+1)`` with the largest :func:`profile_similarity`, its similarity and the whole
+    """For each reference profile ``(K+2,)`` the trained head ``(layer, head)`` of ``trained
+    (L, H, K+2)`` with the largest :func:`profile_similarity`, its similarity and the whole
     ``(L, H)`` similarity matrix (layers 1-based, as in the figures)."""
     matches = {}
     for name, profile in reference.items():

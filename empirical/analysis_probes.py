@@ -81,8 +81,9 @@ def standardise(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tensor, 
 def fit_logistic_probe(features: torch.Tensor, labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W (d, C), b (C,))`` minimising ``mean CE(softmax(x W + b), y) + lambda ||W||_F^2``
     (``lambda`` = :data:`PROBE_WEIGHT_DECAY`) by full-batch L-BFGS with strong-Wolfe line search."""
-    weight = torch.zeros(features.shape[1], num_classes, dtype=features.dtype, requires_grad=True)
-    bias = torch.zeros(num_classes, dtype=features.dtype, requires_grad=True)
+    weight = torch.zeros(features.shape[1], num_classes, dtype=features.dtype, device=features.device,
+                         requires_grad=True)
+    bias = torch.zeros(num_classes, dtype=features.dtype, device=features.device, requires_grad=True)
     optimizer = torch.optim.LBFGS([weight, bias], max_iter=PROBE_MAX_ITERATIONS, line_search_fn="strong_wolfe",
                                   tolerance_grad=1e-6, tolerance_change=1e-9, history_size=20)
 
@@ -117,13 +118,15 @@ def probe_accuracy(
     test_features: torch.Tensor,
     test_labels: torch.Tensor,
     test_groups: torch.Tensor,
+    device: torch.device | str = "cpu",
 ) -> ProbeResult:
     """Fit a probe on the training positions and measure it on the test positions (module
-    docstring); ``test_groups`` names the prompt of each test position, for the interval."""
-    train_x, test_x = standardise(train_features, test_features)
+    docstring); ``test_groups`` names the prompt of each test position, for the interval. The fit
+    runs on ``device`` (a paper-scale task probe has 8192 classes: use the GPU)."""
+    train_x, test_x = standardise(train_features.to(device), test_features.to(device))
     num_classes = int(max(train_labels.max(), test_labels.max())) + 1
-    weight, bias = fit_logistic_probe(train_x, train_labels, num_classes)
-    correct = (test_x @ weight + bias).argmax(1) == test_labels
+    weight, bias = fit_logistic_probe(train_x, train_labels.to(device), num_classes)
+    correct = ((test_x @ weight + bias).argmax(1).cpu() == test_labels)
     low, high = bootstrap_interval(correct, test_groups)
     majority_label = torch.bincount(train_labels, minlength=num_classes).argmax()
     return ProbeResult(

@@ -126,9 +126,9 @@ def test_hand_built_history_layers_put_all_mass_at_offset_minus_r():
     composed = composed_history_attention([trace.attn_weights[name][0] for name in names])
     for r, (name, matrix) in enumerate(zip(names, composed), start=1):
         direct = offset_profile(layer_attention(weights, name), queries, 4)[0]
-        assert direct[0] == pytest.approx(1.0, abs=1e-6)
+        assert direct[1] == pytest.approx(1.0, abs=1e-6)
         chained = offset_profile(matrix[None, 1:, 1:], queries, 4)[0]
-        assert chained[r - 1] == pytest.approx(1.0, abs=1e-6)
+        assert chained[r] == pytest.approx(1.0, abs=1e-6)
         assert float(chained.sum()) == pytest.approx(1.0, abs=1e-9)
 
 
@@ -186,5 +186,5 @@ def test_analyze_command_end_to_end(tiny_checkpoint, tmp_path):
     for layer in ("gd.1", "gd.2", "readout"):
         assert shuffle[layer]["mean"] < 1e-9
     assert set(report["probes"]["trained"]) == {"task", "state", "token 1 back", "token 2 back", "token 3 back"}
-    assert len(report["offsets"]["trained"]) == 2 and len(report["offsets"]["trained"][0][0]) == 5
+    assert len(report["offsets"]["trained"]) == 2 and len(report["offsets"]["trained"][0][0]) == 6
     assert report["claims"]["shuffle"]["min_context=0"]["lower_layers"] == ["layer 1"]
