@@ -58,6 +58,7 @@ class ExperimentPreset:
             "kind": "hmm-mixture",
             "preset": self.name,
             "mixture": self.mixture,
+            "mixture_spec": dataclasses.asdict(hmm.MIXTURE_SPECS[self.mixture]),
             "mixture_seed": self.mixture_seed,
             "prompt_format": dataclasses.asdict(self.prompt_format),
             "data_seed": self.data_seed,
@@ -109,9 +110,20 @@ def get_preset(name: str) -> ExperimentPreset:
 
 
 def preset_from_task(task: dict) -> ExperimentPreset:
-    """The preset a checkpoint's ``task`` was trained on, with the seeds and format it stored."""
+    """The preset a checkpoint's ``task`` was trained on, with the seeds and format it stored.
+
+    The checkpoint names its mixture preset and also stores that preset's full spec; if the named
+    preset has changed since (other sizes or concentrations), rebuilding it would silently give
+    the model a different mixture, so that is refused.
+    """
     if task.get("kind") != "hmm-mixture":
         raise ValueError(f"task: kind {task.get('kind')!r}; expected 'hmm-mixture' (a checkpoint of `hmmtf train`)")
+    current = dataclasses.asdict(hmm.MIXTURE_SPECS[task["mixture"]])
+    if task.get("mixture_spec") != current:
+        raise ValueError(
+            f"task: trained on mixture {task['mixture']!r} with spec {task.get('mixture_spec')}, but that preset is now "
+            f"{current}; expected the spec the checkpoint was trained on (retrain, or use the code version that trained it)"
+        )
     return dataclasses.replace(
         get_preset(task["preset"]),
         mixture=task["mixture"],

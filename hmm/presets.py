@@ -43,7 +43,7 @@ class MixtureSpec:
 
 MIXTURE_SPECS: dict[str, MixtureSpec] = {
     "tiny": MixtureSpec(num_tasks=8, num_states=4, num_tokens=4),
-    "cpu-small": MixtureSpec(num_tasks=64, num_states=16, num_tokens=8),
+    "cpu-small": MixtureSpec(num_tasks=8, num_states=16, num_tokens=8),
     "paper": MixtureSpec(num_tasks=8192, num_states=128, num_tokens=16),
 }
 

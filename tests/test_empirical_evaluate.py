@@ -1,5 +1,6 @@
 """Evaluation: metric definitions against oracle predictors, Bayes-optimal beats a trained model,
 presets, and the ``train`` / ``evaluate`` commands end to end on the tiny preset."""
+import dataclasses
 import json
 import math
 
@@ -10,7 +11,7 @@ import hmm
 import hmmtf
 from empirical.data import PromptStream, held_out_prompts, unigram_distribution
 from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
-from empirical.presets import get_preset
+from empirical.presets import get_preset, preset_from_task
 from empirical.train import train
 
 PRESET = get_preset("tiny")
@@ -95,3 +96,12 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
     assert report["train_summary"]["steps"] == 3
     assert len(report["by_demonstrations"]["model"]["accuracy"]) == PRESET.prompt_format.num_demos + 1
     assert (out / "in_context.png").stat().st_size > 0 and (out / "training_loss.png").stat().st_size > 0
+
+
+def test_a_checkpoint_of_a_since_changed_mixture_preset_is_refused(monkeypatch):
+    task = get_preset("tiny").task()
+    assert preset_from_task(task).mixture == "tiny"
+    changed = dataclasses.replace(hmm.MIXTURE_SPECS["tiny"], num_tasks=3)
+    monkeypatch.setitem(hmm.MIXTURE_SPECS, "tiny", changed)
+    with pytest.raises(ValueError, match=r"task: trained on mixture 'tiny' with spec .*'num_tasks': 8.*but that preset is now .*'num_tasks': 3"):
+        preset_from_task(task)
