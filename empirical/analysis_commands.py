@@ -149,7 +149,7 @@ def claims_summary(report: dict, num_layers: int, max_distance: int) -> dict:
         previous[target] = {"accuracy_by_layer": values, "peak_layer": peak, "peak": results[peak],
                             "last_layer": results[-1]}
     return {
-        "layers_are_0_embedding_then_1_to_L": True,
+        "layer_index": "0 = embedding, l = residual stream after layer l",
         "shuffle": {variant: {"lower_layers": lower, "upper_layers": upper,
                               "lower_mean": sum(shuffle[name]["mean"] for name in lower) / len(lower),
                               "upper_mean": sum(shuffle[name]["mean"] for name in upper) / len(upper),
