@@ -57,9 +57,11 @@ REPORT_FILE = "analysis.json"
 
 
 def random_init_like(model: RoFormer, seed: int) -> RoFormer:
-    """A RoFormer of the same config with fresh initial weights (``torch.manual_seed(seed)``)."""
-    torch.manual_seed(seed)
-    return RoFormer(model.config)
+    """A RoFormer of the same config with fresh initial weights drawn after
+    ``torch.manual_seed(seed)`` (the caller's random state is restored afterwards)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return RoFormer(model.config)
 
 
 def summarise_shuffle(changes: dict[str, torch.Tensor]) -> dict[str, dict]:
