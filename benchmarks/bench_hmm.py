@@ -14,23 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from hmmlearn.hmm import CategoricalHMM
 from tqdm import tqdm
 
-import hmm
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def matmul_peak_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
-    """Best-of-``repeats`` rate of a ``size``-cubed matrix product: the roofline we compare with."""
-    a = torch.randn(size, size, dtype=dtype)
-    b = torch.randn(size, size, dtype=dtype)
-    a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
-    return 2 * size**3 / best / 1e9
+import hmm  # noqa: E402
+from benchmarks.roofline import matmul_peak  # noqa: E402
 
 
 def _timed(function) -> float:
@@ -116,13 +112,13 @@ def main() -> None:
     parser.add_argument("--hmmlearn-hmms", type=int, default=256, help="HMMs looped through hmmlearn (its rate is per token)")
     parser.add_argument("--length", type=int, default=256, help="tokens per sequence")
     parser.add_argument("--bayes-tasks", type=int, default=8192)
-    parser.add_argument("--bayes-prompts", type=int, default=64)
-    parser.add_argument("--bayes-length", type=int, default=64)
+    parser.add_argument("--bayes-prompts", type=int, default=256, help="prompts per evaluation batch (rows of each task's matrix product)")
+    parser.add_argument("--bayes-length", type=int, default=32)
     parser.add_argument("--skip-generation", action="store_true")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
 
-    peak = matmul_peak_gflops(torch.float64)
+    peak = matmul_peak(torch.device("cpu"), torch.float64, 2048) / 1e9
     results = {
         "machine": {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__},
         "matmul_peak_gflops_float64": peak,

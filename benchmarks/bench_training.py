@@ -28,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hmm  # noqa: E402
+from benchmarks.roofline import matmul_peak, synchronize  # noqa: E402
 from empirical.model import RoFormer  # noqa: E402
 from empirical.presets import PRESETS, get_preset  # noqa: E402
 from empirical.train import (  # noqa: E402
@@ -37,30 +38,6 @@ from empirical.train import (  # noqa: E402
     accumulate_gradients,
     build_optimizer,
 )
-
-PEAK_REPEATS = 10
-"""Matrix products timed for the peak; the fastest counts."""
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_peak(device: torch.device, dtype: torch.dtype, size: int) -> float:
-    """Best FLOP/s of ``size x size`` products: ``2 size^3 / seconds``."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(PEAK_REPEATS):
-        synchronize(device)
-        start = time.perf_counter()
-        a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
-
 
 def flops_per_token(model: RoFormer, context: int) -> float:
     """``6 (N_matrices + V W) + 12 L W N_ctx`` (module docstring)."""
