@@ -23,8 +23,10 @@ import torch
 from hmm.model import check_tokens
 from hmm.prompts import Mixture
 
-DEFAULT_CHUNK_BYTES = 64 << 20
-"""Bytes of per-chunk state (beliefs, predictions) for :func:`bayes_predictive`."""
+DEFAULT_CHUNK_BYTES = 4 << 20
+"""Bytes of per-chunk state (matrices, beliefs, predictions) for :func:`bayes_predictive`: small
+enough that a chunk's temporaries stay in cache between the tensor operations of one step
+(measured at K = 1024, S = 128, 256 prompts: 62 GFLOP/s at 4 MiB, 58 at 8, 51 at 16, 37 at 64)."""
 
 
 class BayesPrediction(NamedTuple):
