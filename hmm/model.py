@@ -143,11 +143,20 @@ class HMM:
         """A copy on ``device`` and/or in ``dtype`` (re-validated)."""
         return HMM(*(t.to(device=device, dtype=dtype) for t in (self.initial, self.transition, self.emission)))
 
+    @classmethod
+    def _derived(cls, initial: torch.Tensor, transition: torch.Tensor, emission: torch.Tensor) -> "HMM":
+        """An HMM made of views or slices of an already validated one: same rows, so no
+        re-validation (which costs several passes over the parameters, ~1 GB for the paper mixture)."""
+        derived = object.__new__(cls)
+        for name, value in (("initial", initial), ("transition", transition), ("emission", emission)):
+            object.__setattr__(derived, name, value)
+        return derived
+
     def expand(self) -> "HMM":
         """The same HMM with all three tensors expanded to the full :attr:`batch_shape` (views)."""
         batch = self.batch_shape
         S, p = self.num_states, self.num_tokens
-        return HMM(self.initial.expand(*batch, S), self.transition.expand(*batch, S, S), self.emission.expand(*batch, S, p))
+        return HMM._derived(self.initial.expand(*batch, S), self.transition.expand(*batch, S, S), self.emission.expand(*batch, S, p))
 
     @cached_property
     def inverse_cdf_tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -167,7 +176,7 @@ class HMM:
     def __getitem__(self, index) -> "HMM":
         """Index the model batch, e.g. ``mixture[3]`` or ``mixture[:16]``."""
         full = self.expand()
-        return HMM(full.initial[index], full.transition[index], full.emission[index])
+        return HMM._derived(full.initial[index], full.transition[index], full.emission[index])
 
 
 def check_tokens(obs, num_tokens: int, name: str = "obs", *, allow_delimiter: bool = False) -> torch.Tensor:

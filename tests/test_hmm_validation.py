@@ -94,3 +94,14 @@ def test_random_hmm_uses_a_given_transition_and_refuses_a_rank_beside_it():
     assert torch.equal(model.transition, factors.transition)
     with pytest.raises(ValueError, match=r"rank: 2; expected None when a transition is given"):
         hmm.random_hmm(5, 3, transition=factors.transition, rank=2)
+
+
+def test_views_of_a_valid_hmm_are_not_validated_again(monkeypatch):
+    model = hmm.random_hmm(3, 2, batch=(4,), seed=0)
+    calls = []
+    monkeypatch.setattr(hmm.model, "check_stochastic", lambda *args, **kwargs: calls.append(args[1]))
+    model.expand()
+    picked = model[1:3]
+    assert calls == [] and picked.batch_shape == (2,)
+    hmm.HMM(picked.initial, picked.transition, picked.emission)  # a new HMM from raw tensors is checked
+    assert calls == ["initial", "transition", "emission"]
