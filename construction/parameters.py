@@ -17,7 +17,7 @@ import numpy as np
 from construction import reference
 from construction.layout import build_layout
 from construction.leak import choose_beta
-from construction.network import default_penalty
+from construction.network import check_prompt, default_penalty
 from construction.weights import max_shift
 
 
@@ -33,12 +33,22 @@ class Parameters(NamedTuple):
 def parameters_for_prompt(
     tokens, p: int, L: int, T: int, *, future_length: int = 1, doubling: bool = False, target: float = 1e-9
 ) -> Parameters:
-    """Parameters for one prompt (module docstring); ``build_network(p, L, T, **params._asdict(), ...)``."""
+    """Parameters for one prompt (module docstring); ``build_network(p, L, T, **params._asdict(), ...)``.
+
+    Raises ``ValueError`` for a prompt :func:`construction.network.check_prompt` refuses (no
+    delimiter, a token outside ``0..p``, a demonstration shorter than ``L + m``, a test sequence
+    shorter than L) or one that yields no regression sample (eta = 1/lambda_max needs N' >= 1).
+    """
+    layout = build_layout(p, L, future_length)
+    tokens = check_prompt(tokens, layout)
     num_columns = len(tokens) + 1
     X, _, _ = reference.regression_problem(tokens, p, L, future_length)
+    if X.shape[0] == 0:
+        raise ValueError(
+            f"tokens: N' = 0 regression samples; expected a demonstration of length >= L + m = {L + future_length}"
+        )
     eta = 1.0 / float(np.linalg.eigvalsh(reference.hessian(X, num_columns))[-1])
     theta = math.pi / (num_columns + max_shift(L, doubling))
     penalty = default_penalty(p, L)
-    layout = build_layout(p, L, future_length)
     beta = choose_beta(target, theta, num_columns, layout, doubling, T, eta, penalty)
     return Parameters(eta=eta, beta=beta, theta=theta, penalty=penalty)

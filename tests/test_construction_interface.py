@@ -202,3 +202,25 @@ def test_construction_info_exports(tmp_path, capsys):
     assert hmmtf.main(["construction-info", "--p", "2", "--L", "4", "--T", "2", "--doubling", "--export", str(path)]) == 0
     assert "history        2            1" in capsys.readouterr().out
     assert load_weights(path).doubling
+
+
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        ([0, 1, 2, 0, 1], r"tokens: no delimiter 3; expected"),  # was ZeroDivisionError
+        ([0, 1, 3, 2, 1, 0], r"demonstration 1 of length 2; expected every demonstration to have at least L\+m = 3"),
+        ([0, 1, 2, 3, 4, 1, 0], r"tokens: values in \[0, 4\]; expected tokens 0..2 and delimiter 3"),  # was IndexError
+    ],
+)
+def test_parameters_for_prompt_refuses_a_malformed_prompt(tokens, message):
+    with pytest.raises(ValueError, match=message):
+        parameters_for_prompt(np.array(tokens), P, L, T)
+
+
+def test_parameters_for_prompt_refuses_a_prompt_without_regression_samples(monkeypatch):
+    """check_prompt already implies N' >= 1; the guard stops a ZeroDivisionError should the two disagree."""
+    import construction.parameters
+
+    monkeypatch.setattr(construction.parameters, "check_prompt", lambda tokens, layout: np.asarray(tokens))
+    with pytest.raises(ValueError, match=r"tokens: N' = 0 regression samples; expected a demonstration of length >= L \+ m = 3"):
+        parameters_for_prompt(np.array([0, 1, 3, 2, 1, 0]), P, L, T)
