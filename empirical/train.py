@@ -269,6 +269,10 @@ def train(
         model.load_state_dict(saved.model.state_dict())
         optimizer.load_state_dict(saved.optimizer_state)
         start = saved.config["step"]
+        if stop_at < start:
+            raise ValueError(
+                f"stop_at: {stop_at}; the checkpoint in run_dir is at step {start}; expected stop_at >= {start}"
+            )
 
     trained: torch.nn.Module = model
     if context.world_size > 1:

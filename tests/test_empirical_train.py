@@ -177,3 +177,13 @@ def test_checkpoint_keeps_a_tied_model(tmp_path):
     for name, value in result.model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value), name
     assert math.isfinite(result.last_loss)
+
+
+def test_stop_at_before_the_checkpoint_is_rejected(tmp_path):
+    config = TrainConfig(steps=4, batch_size=8, log_every=1)
+    train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)
+    with pytest.raises(ValueError, match="stop_at: 2; the checkpoint in run_dir is at step 3; expected stop_at >= 3"):
+        train(MODEL, config, random_batch, tmp_path, stop_at=2, progress=False)
+    assert load_checkpoint(tmp_path / CHECKPOINT_DIR).config["step"] == 3
+    again = train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)  # nothing left to do
+    assert again.step == 3
