@@ -45,6 +45,8 @@ from construction.layout import Layout
 
 def layer_leak(beta: float, theta: float, num_columns: int) -> float:
     """Leak formula ``eps = 2 sum_{k=1}^{N-1} exp(-beta (1 - cos k theta))`` (module docstring)."""
+    if not beta >= 0:
+        raise ValueError(f"beta={beta!r}: expected a softmax scale >= 0")
     k = np.arange(1, num_columns)
     return float(2.0 * np.exp(-beta * (1.0 - np.cos(k * theta))).sum())
 
@@ -112,6 +114,10 @@ def choose_beta(
     """
     if not target > 0:
         raise ValueError(f"target={target}: expected a positive error")
+    if not 0 < theta < math.pi:
+        raise ValueError(f"theta={theta!r}: expected 0 < theta < pi")
+    if not num_columns >= 2:
+        raise ValueError(f"num_columns={num_columns!r}: expected at least 2 columns (a leading delimiter and a token)")
     gain = amplification(layout, doubling, steps, eta, penalty)
     high = math.log(2.0 * max(num_columns - 1, 1) * gain / target + 1.0) / (1.0 - math.cos(theta))
     low = 0.0

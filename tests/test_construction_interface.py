@@ -224,3 +224,24 @@ def test_parameters_for_prompt_refuses_a_prompt_without_regression_samples(monke
     monkeypatch.setattr(construction.parameters, "check_prompt", lambda tokens, layout: np.asarray(tokens))
     with pytest.raises(ValueError, match=r"tokens: N' = 0 regression samples; expected a demonstration of length >= L \+ m = 3"):
         parameters_for_prompt(np.array([0, 1, 3, 2, 1, 0]), P, L, T)
+
+
+@pytest.mark.parametrize(
+    "theta, num_columns, message",
+    [
+        (0.0, 10, r"theta=0.0: expected 0 < theta < pi"),
+        (math.pi, 10, r"theta=3.14159\d*: expected 0 < theta < pi"),
+        (-0.1, 10, r"theta=-0.1: expected 0 < theta < pi"),
+        (float("nan"), 10, r"theta=nan: expected 0 < theta < pi"),
+        (0.1, 1, r"num_columns=1: expected at least 2 columns"),
+    ],
+)
+def test_choose_beta_refuses_a_bad_angle_or_too_few_columns(theta, num_columns, message):
+    with pytest.raises(ValueError, match=message):
+        choose_beta(1e-9, theta, num_columns, build_layout(2, 1), False, 1, 1.0, 10.0)
+
+
+@pytest.mark.parametrize("beta, shown", [(-1.0, "-1.0"), (float("nan"), "nan")])
+def test_layer_leak_refuses_a_negative_or_nan_beta(beta, shown):
+    with pytest.raises(ValueError, match=rf"beta={shown}: expected a softmax scale >= 0"):
+        layer_leak(beta, 0.1, 6)
