@@ -17,6 +17,8 @@ inflate C: ``gamma^4 L / log(d / 1e-16)`` grows with L).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from bounds.formulas import lemma1_constant
@@ -25,12 +27,21 @@ ROUNDING_FLOOR = 1e-12
 """Errors at or below this are float64 rounding of two separately computed predictors."""
 
 
+def _check_finite(name: str, values: np.ndarray) -> None:
+    """Refuse NaN or infinite entries: a comparison with NaN is False, so one would be dropped silently."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise ValueError(f"{name}: {values[bad].tolist()} at indices {bad.tolist()}; expected finite values")
+
+
 def _resolved(lengths, errors) -> tuple[np.ndarray, np.ndarray]:
     """``lengths, errors`` as float arrays restricted to errors above :data:`ROUNDING_FLOOR`."""
     lengths = np.asarray(lengths, dtype=float)
     errors = np.asarray(errors, dtype=float)
     if lengths.shape != errors.shape or lengths.ndim != 1:
         raise ValueError(f"lengths/errors: shapes {lengths.shape}, {errors.shape}; expected equal 1-d shapes")
+    _check_finite("lengths", lengths)
+    _check_finite("errors", errors)
     keep = errors > ROUNDING_FLOOR
     return lengths[keep], errors[keep]
 
@@ -59,6 +70,8 @@ def smallest_scale(measured, form) -> float:
     form = np.asarray(form, dtype=float)
     if measured.shape != form.shape or measured.size == 0 or not (form > 0).all():
         raise ValueError(f"measured/form: shapes {measured.shape}, {form.shape}; expected equal non-empty shapes, form > 0")
+    _check_finite("measured", measured)
+    _check_finite("form", form)
     return float((measured / form).max())
 
 
@@ -67,10 +80,16 @@ def fit_and_check(constants: list[float], halves: list[str]) -> dict:
 
     Returns ``{"constant", "fit_members", "held_out_members", "held_out_failures"}`` where the
     member lists are indices into ``constants`` and a failure is a held-out index whose own
-    smallest constant exceeds the fitted one.
+    smallest constant exceeds the fitted one. A constant may be ``+inf`` (no finite constant fits
+    that HMM, see :func:`smallest_lemma1_constant`); NaN or ``-inf`` is refused.
     """
     if len(constants) != len(halves):
         raise ValueError(f"constants/halves: lengths {len(constants)}, {len(halves)}; expected equal lengths")
+    bad = [i for i, value in enumerate(constants) if not (math.isfinite(value) or value == math.inf)]
+    if bad:
+        raise ValueError(
+            f"constants: {[constants[i] for i in bad]} at indices {bad}; expected finite values (or +inf)"
+        )
     fit = [i for i, half in enumerate(halves) if half == "fit"]
     held = [i for i, half in enumerate(halves) if half == "held-out"]
     if not fit or not held or len(fit) + len(held) != len(halves):

@@ -72,3 +72,24 @@ def test_memory_error_decreases_with_L_for_every_prior():
     assert (errors > 0).all() and (np.diff(errors, axis=1) < 0).all()
     with pytest.raises(ValueError, match="burn_in"):
         lemma1.Lemma1Config(lengths=(1, 8), burn_in=6)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_errors_are_refused_not_dropped(bad):
+    """NaN > floor is False: a NaN error was silently left out (and inf would give C = 0 or inf)."""
+    errors = 0.3 * np.exp(-0.7 * LENGTHS)
+    errors[4] = bad
+    with pytest.raises(ValueError, match=r"errors: \[-?(nan|inf)\] at indices \[4\]; expected finite values"):
+        fitting.decay_fit(LENGTHS, errors)
+    with pytest.raises(ValueError, match=r"errors: .*expected finite values"):
+        fitting.smallest_lemma1_constant(0.5, 2, LENGTHS, errors)
+    with pytest.raises(ValueError, match=r"measured: .*expected finite values"):
+        fitting.smallest_scale(errors, np.ones_like(errors))
+    with pytest.raises(ValueError, match=r"form: .*expected finite values"):
+        fitting.smallest_scale(np.ones_like(errors), np.where(np.isnan(errors), np.inf, np.abs(errors)))
+
+
+def test_fit_and_check_refuses_a_nan_constant_but_accepts_inf():
+    with pytest.raises(ValueError, match=r"constants: \[nan\] at indices \[0\]; expected finite values"):
+        fitting.fit_and_check([float("nan"), 0.1], ["fit", "held-out"])
+    assert fitting.fit_and_check([0.2, float("inf")], ["fit", "held-out"])["held_out_failures"] == [1]
