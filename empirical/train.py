@@ -92,6 +92,11 @@ class TrainConfig(JSONConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}: {value!r}; expected an integer >= 0")
+        if self.checkpoint_every % self.log_every:
+            raise ValueError(
+                f"checkpoint_every: {self.checkpoint_every}; expected a multiple of log_every = {self.log_every} "
+                f"(or 0), so that periodic checkpoints fall on the boundaries of the log's averaging windows"
+            )
         if self.warmup_steps >= self.steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps}; expected fewer than steps = {self.steps}")
         if not self.learning_rate > 0:
@@ -196,13 +201,25 @@ def accumulate_gradients(trained: torch.nn.Module, global_batch: Batch, context:
     return local_sum.detach(), global_count
 
 
-def _keep_metrics_until(path: Path, step: int) -> None:
-    """Drop the log records after ``step`` (written by a run that stopped after its last
-    checkpoint), so that a resumed run's log reads like an uninterrupted one."""
+def _keep_metrics_until(path: Path, step: int, log_every: int, *, keep_partial: bool) -> None:
+    """Prepare the log of a run that resumes from its checkpoint at ``step``.
+
+    Drops the records after ``step`` (written by a run that stopped after its last checkpoint)
+    and, unless ``keep_partial``, the records at steps that are not multiples of ``log_every``:
+    those average a partial window, written when a run stopped at ``stop_at`` in mid-window. The
+    resumed run restores that window's sums from the checkpoint (see :func:`train`) and writes the
+    full window's record at the next multiple of ``log_every``, so that its log reads like an
+    uninterrupted run's. ``keep_partial`` is for a call that runs no step (``stop_at`` equals the
+    checkpoint's step) and for checkpoints saved without the window's sums.
+    """
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    records = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [
+        line for line in records
+        if (record_step := json.loads(line)["step"]) <= step and (keep_partial or record_step % log_every == 0)
+    ]
     path.write_text("".join(line + "\n" for line in kept))
 
 
@@ -212,7 +229,8 @@ class TrainResult(NamedTuple):
     step: int
     """Number of completed steps."""
     last_loss: float
-    """Mean loss (nats/token) over the steps since the last log line, NaN when no step ran."""
+    """Mean loss (nats/token) over the averaging window of the last log record (``log_every`` steps,
+    fewer at a ``stop_at`` in mid-window), NaN when no step ran."""
 
 
 def train(
@@ -259,6 +277,10 @@ def train(
         model = RoFormer(model_config).to(device)
     optimizer = build_optimizer(model, train_config)
     start = 0
+    # Sums of the log's averaging window at the checkpoint: (loss over this window's counted
+    # targets of the global batch, their number). Nonzero only for a checkpoint saved at a stop_at
+    # in mid-window; None for a checkpoint written without them.
+    window: dict | None = {"loss_sum": 0.0, "counted": 0}
     if checkpoint_dir is not None and checkpoint_dir.is_dir():
         saved = load_checkpoint(checkpoint_dir, device)
         if saved.config["model"] != model_config.to_dict() or saved.config["train"] != train_config.to_dict():
@@ -269,6 +291,7 @@ def train(
         model.load_state_dict(saved.model.state_dict())
         optimizer.load_state_dict(saved.optimizer_state)
         start = saved.config["step"]
+        window = saved.config.get("log_window")
         if stop_at < start:
             raise ValueError(
                 f"stop_at: {stop_at}; the checkpoint in run_dir is at step {start}; expected stop_at >= {start}"
@@ -282,19 +305,27 @@ def train(
     if train_config.compile:
         trained = torch.compile(trained)
 
-    def save(step: int) -> None:
+    def save(step: int, window_loss_sum: float, window_counted: int) -> None:
         if checkpoint_dir is not None and context.rank == 0:
             config = {"train": train_config.to_dict(), "task": task or {}, "step": step,
-                      "command": command or shlex.join(sys.argv)}
+                      "command": command or shlex.join(sys.argv),
+                      "log_window": {"loss_sum": window_loss_sum, "counted": window_counted}}
             save_checkpoint(checkpoint_dir, model, optimizer, config)
 
     log_path = run_dir / METRICS_FILE if run_dir is not None and context.rank == 0 else None
     if log_path is not None:
-        _keep_metrics_until(log_path, start)
+        _keep_metrics_until(log_path, start, train_config.log_every, keep_partial=window is None or start == stop_at)
     last_loss = float("nan")
     clock = time.perf_counter()
     tokens_since_log, counted_since_log = 0, 0
     loss_since_log = torch.zeros((), device=device)
+    if window is not None and start < stop_at:
+        # The window's loss sum is global (all-reduced before it was saved): rank 0 holds it and
+        # the other ranks add zero to it at the next all-reduce. float32 -> JSON -> float32 is exact.
+        counted_since_log = window["counted"]
+        if context.rank == 0:
+            loss_since_log.fill_(window["loss_sum"])
+    window_loss_sum, window_counted = 0.0, 0
     started = time.perf_counter()
     model.train()
     with ExitStack() as stack:
@@ -324,7 +355,10 @@ def train(
             if completed % train_config.log_every == 0 or completed == stop_at:
                 if context.world_size > 1:
                     dist.all_reduce(loss_since_log)
-                last_loss = loss_since_log.item() / counted_since_log
+                loss_sum = loss_since_log.item()
+                last_loss = loss_sum / counted_since_log
+                if completed % train_config.log_every:  # a stop in mid-window: its checkpoint keeps the sums
+                    window_loss_sum, window_counted = loss_sum, counted_since_log
                 elapsed = time.perf_counter() - clock
                 record = {
                     "step": completed,
@@ -342,6 +376,6 @@ def train(
                 clock, tokens_since_log, counted_since_log = time.perf_counter(), 0, 0
                 loss_since_log.zero_()
             if completed == stop_at or (train_config.checkpoint_every and completed % train_config.checkpoint_every == 0):
-                save(completed)
+                save(completed, window_loss_sum, window_counted)
             bar.update(1)
     return TrainResult(model, stop_at, last_loss)

@@ -187,3 +187,56 @@ def test_stop_at_before_the_checkpoint_is_rejected(tmp_path):
     assert load_checkpoint(tmp_path / CHECKPOINT_DIR).config["step"] == 3
     again = train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)  # nothing left to do
     assert again.step == 3
+
+
+@pytest.mark.parametrize("stops", [(3,), (3, 6), (4, 5)])
+def test_resume_in_mid_window_writes_the_log_of_an_uninterrupted_run(tmp_path, stops):
+    config = TrainConfig(steps=10, batch_size=8, learning_rate=3e-3, warmup_steps=2, log_every=4)
+    straight = train(MODEL, config, random_batch, tmp_path / "straight", progress=False)
+    for stop in stops:
+        stopped = train(MODEL, config, random_batch, tmp_path / "resumed", stop_at=stop, progress=False)
+        assert stopped.step == stop
+    resumed = train(MODEL, config, random_batch, tmp_path / "resumed", progress=False)
+    logs = [[json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
+            for run in ("straight", "resumed")]
+    assert [r["step"] for r in logs[0]] == [4, 8, 10]
+    keys = ("step", "loss", "tokens", "lr", "grad_norm")
+    assert [[r[k] for k in keys] for r in logs[0]] == [[r[k] for k in keys] for r in logs[1]]
+    assert resumed.last_loss == straight.last_loss
+
+
+def test_a_call_that_runs_no_step_keeps_the_log(tmp_path):
+    config = TrainConfig(steps=10, batch_size=8, log_every=4)
+    train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)
+    before = (tmp_path / METRICS_FILE).read_text()
+    assert [json.loads(line)["step"] for line in before.splitlines()] == [3]
+    train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)
+    assert (tmp_path / METRICS_FILE).read_text() == before
+
+
+def test_checkpoint_every_must_be_a_multiple_of_log_every():
+    with pytest.raises(ValueError, match="checkpoint_every: 6; expected a multiple of log_every = 4"):
+        TrainConfig(steps=10, batch_size=4, log_every=4, checkpoint_every=6)
+    TrainConfig(steps=10, batch_size=4, log_every=4, checkpoint_every=8)
+
+
+def _ddp_resume_worker(rank: int, world_size: int, init_file: str, run_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    config = TrainConfig(steps=6, batch_size=8, learning_rate=3e-3, log_every=4)
+    train(MODEL, config, random_batch, run_dir, stop_at=3, progress=False)
+    dist.barrier()  # rank 0 has written the checkpoint that every rank resumes
+    train(MODEL, config, random_batch, run_dir, progress=False)
+    dist.destroy_process_group()
+
+
+def test_ddp_resume_in_mid_window_writes_the_log_of_an_uninterrupted_run(tmp_path):
+    mp.start_processes(_ddp_resume_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "ddp")), nprocs=2,
+                       join=True, start_method="fork")
+    config = TrainConfig(steps=6, batch_size=8, learning_rate=3e-3, log_every=4)
+    train(MODEL, config, random_batch, tmp_path / "single", progress=False)
+    logs = [[json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
+            for run in ("single", "ddp")]
+    assert [r["step"] for r in logs[0]] == [r["step"] for r in logs[1]] == [4, 6]
+    # float32 sums in a different order (see test_ddp_with_two_processes_matches_one_process).
+    assert [r["loss"] for r in logs[1]] == pytest.approx([r["loss"] for r in logs[0]], rel=1e-5)
