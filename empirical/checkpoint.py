@@ -2,10 +2,16 @@
 ``config.json`` (model config, training config, the caller's task description, step, command).
 
 Everything that determines the rest of a run is stored: weights, AdamW moments and step counts,
-the optimizer's hyper-parameters and the step. The data of step ``s`` is a function of the seed
+the optimizer's hyper-parameters, the step and (written by :func:`empirical.train.train`) the sums of
+the metrics log's averaging window. The data of step ``s`` is a function of the seed
 and ``s`` (see :mod:`empirical.data`) and the model has no dropout, so a resumed run repeats the
-uninterrupted one bit for bit. A checkpoint is written to a temporary directory and renamed into
-place, so an interrupted save never leaves a half-written checkpoint.
+uninterrupted one bit for bit.
+
+A save never leaves a half-written checkpoint: it writes ``<dir>.tmp``, renames the previous
+checkpoint ``<dir>`` to ``<dir>.old``, renames ``<dir>.tmp`` to ``<dir>`` and deletes ``<dir>.old``.
+A crash between the two renames leaves no ``<dir>`` but ``<dir>.old`` (the previous checkpoint)
+and a complete ``<dir>.tmp`` (the new one); :func:`load_checkpoint` and :func:`has_checkpoint`
+refuse that state, with the paths to restore, rather than let a run restart from step 0.
 """
 from __future__ import annotations
 
@@ -57,10 +63,37 @@ def _unflatten_optimizer_state(tensors: dict[str, torch.Tensor], groups: list[di
     return {"state": state, "param_groups": param_groups}
 
 
+def _staging(directory: Path) -> Path:
+    return directory.with_name(directory.name + ".tmp")
+
+
+def _previous(directory: Path) -> Path:
+    return directory.with_name(directory.name + ".old")
+
+
+def _check_not_interrupted(directory: Path) -> None:
+    """``ValueError`` if a save was interrupted between its two renames (see the module docstring)."""
+    if not directory.exists() and _previous(directory).is_dir():
+        raise ValueError(
+            f"checkpoint: {str(directory)!r} is missing but {str(_previous(directory))!r} exists: a save was "
+            f"interrupted between renaming the previous checkpoint away and renaming the new one "
+            f"({str(_staging(directory))!r}, complete if present) into place; expected {str(directory)!r}: rename "
+            f"{str(_staging(directory))!r} (the new checkpoint) or {str(_previous(directory))!r} (the previous one) to it"
+        )
+
+
+def has_checkpoint(directory: Path) -> bool:
+    """Whether ``directory`` holds a checkpoint to resume; ``ValueError`` after an interrupted save."""
+    directory = Path(directory)
+    _check_not_interrupted(directory)
+    return directory.is_dir()
+
+
 def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Optimizer | None, config: dict) -> None:
     """Write ``model`` (unwrapped: not DDP, not compiled), ``optimizer`` and ``config`` to ``directory``."""
     directory = Path(directory)
-    staging = directory.with_name(directory.name + ".tmp")
+    _check_not_interrupted(directory)
+    staging, previous = _staging(directory), _previous(directory)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     save_model(model, str(staging / MODEL_FILE))
@@ -71,13 +104,16 @@ def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Opt
         full_config["optimizer_param_groups"] = groups
     (staging / CONFIG_FILE).write_text(json.dumps(full_config, indent=2) + "\n")
     if directory.exists():
-        shutil.rmtree(directory)
+        shutil.rmtree(previous, ignore_errors=True)  # left by a crash after the last save's renames
+        os.replace(directory, previous)
     os.replace(staging, directory)
+    shutil.rmtree(previous, ignore_errors=True)
 
 
 def load_checkpoint(directory: Path, device: torch.device | str = "cpu") -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`; the model is on ``device``."""
     directory = Path(directory)
+    _check_not_interrupted(directory)
     config_path = directory / CONFIG_FILE
     if not config_path.is_file():
         raise ValueError(f"checkpoint: {str(directory)!r} has no {CONFIG_FILE}; expected a checkpoint directory")

@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from empirical.checkpoint import load_checkpoint, save_checkpoint
+from empirical.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from empirical.configs import JSONConfig
 from empirical.model import RoFormer, RoFormerConfig
 
@@ -281,7 +281,7 @@ def train(
     # targets of the global batch, their number). Nonzero only for a checkpoint saved at a stop_at
     # in mid-window; None for a checkpoint written without them.
     window: dict | None = {"loss_sum": 0.0, "counted": 0}
-    if checkpoint_dir is not None and checkpoint_dir.is_dir():
+    if checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
         saved = load_checkpoint(checkpoint_dir, device)
         if saved.config["model"] != model_config.to_dict() or saved.config["train"] != train_config.to_dict():
             raise ValueError(

@@ -3,6 +3,7 @@ against one process, and config errors."""
 import json
 import math
 import os
+import shutil
 
 import pytest
 import torch
@@ -240,3 +241,51 @@ def test_ddp_resume_in_mid_window_writes_the_log_of_an_uninterrupted_run(tmp_pat
     assert [r["step"] for r in logs[0]] == [r["step"] for r in logs[1]] == [4, 6]
     # float32 sums in a different order (see test_ddp_with_two_processes_matches_one_process).
     assert [r["loss"] for r in logs[1]] == pytest.approx([r["loss"] for r in logs[0]], rel=1e-5)
+
+
+def _siblings(directory):
+    return sorted(path.name for path in directory.parent.iterdir())
+
+
+def test_a_save_replaces_the_checkpoint_and_leaves_nothing_else(tmp_path):
+    config = TrainConfig(steps=4, batch_size=8, log_every=1)
+    train(MODEL, config, random_batch, tmp_path, stop_at=2, progress=False)
+    train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)
+    assert _siblings(tmp_path / CHECKPOINT_DIR) == [CHECKPOINT_DIR, METRICS_FILE]
+    assert load_checkpoint(tmp_path / CHECKPOINT_DIR).config["step"] == 3
+
+
+def test_a_save_interrupted_between_its_renames_is_refused_not_restarted(tmp_path, monkeypatch):
+    config = TrainConfig(steps=4, batch_size=8, log_every=1)
+    train(MODEL, config, random_batch, tmp_path, stop_at=2, progress=False)
+    checkpoint = tmp_path / CHECKPOINT_DIR
+    real_replace = os.replace
+
+    def crash_before_the_second_rename(source, destination):
+        if str(source).endswith(".tmp"):
+            raise KeyboardInterrupt("killed")
+        real_replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", crash_before_the_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert _siblings(checkpoint) == [f"{CHECKPOINT_DIR}.old", f"{CHECKPOINT_DIR}.tmp", METRICS_FILE]
+    with pytest.raises(ValueError, match=r"checkpoint: .* is missing but .*\.old' exists: a save was interrupted"):
+        load_checkpoint(checkpoint)
+    with pytest.raises(ValueError, match="a save was interrupted"):  # rather than training from step 0
+        train(MODEL, config, random_batch, tmp_path, progress=False)
+    (tmp_path / f"{CHECKPOINT_DIR}.tmp").rename(checkpoint)  # as the message says: the new checkpoint
+    assert load_checkpoint(checkpoint).config["step"] == 3
+    assert train(MODEL, config, random_batch, tmp_path, progress=False).step == 4
+    assert _siblings(checkpoint) == [CHECKPOINT_DIR, METRICS_FILE]  # the next save removed the .old
+
+
+def test_a_previous_checkpoint_left_after_both_renames_is_ignored(tmp_path):
+    config = TrainConfig(steps=4, batch_size=8, log_every=1)
+    train(MODEL, config, random_batch, tmp_path, stop_at=2, progress=False)
+    checkpoint = tmp_path / CHECKPOINT_DIR
+    shutil.copytree(checkpoint, tmp_path / f"{CHECKPOINT_DIR}.old")  # as if killed before deleting it
+    assert load_checkpoint(checkpoint).config["step"] == 2
+    assert train(MODEL, config, random_batch, tmp_path, progress=False).step == 4
+    assert _siblings(checkpoint) == [CHECKPOINT_DIR, METRICS_FILE]
