@@ -35,6 +35,7 @@ import torch
 import hmm
 from bounds import formulas
 from construction import build_layout, build_network, layer_leak, parameters_for_prompt, reference
+from construction.network import check_prompt
 from hmm.memory import least_squares, memory_predictor, one_hot_history
 
 EIGENVALUE_TOLERANCE = 1e-10
@@ -124,6 +125,7 @@ def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, T: int, W_star:
     kappa = lambda_max / lambda_min
     weight_norm = float(np.linalg.norm(terms["W_hat"]))
     optimization = l1(terms["estimated"] - gd_prediction)
+    bound = network.error_bound(N)
     construction_measured = l1(gd_prediction - transformer)
     return {
         "num_columns": N,
@@ -141,13 +143,19 @@ def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, T: int, W_star:
         "theta": params.theta,
         "optimization_bound": formulas.optimization_bound(p, L, weight_norm, kappa, T),
         "optimization_bound_paper": formulas.optimization_bound_paper(p, L, weight_norm, kappa, T),
-        "construction_bound": p * network.error_bound(N),
-        "stages": stage_checks(trace, network, tokens, iterates),
+        "construction_bound": p * bound,
+        "stages": stage_checks(trace, network, tokens, iterates, gd_prediction, bound),
     }
 
 
-def stage_checks(trace, network, tokens: np.ndarray, iterates: np.ndarray) -> dict:
+def stage_checks(
+    trace, network, tokens: np.ndarray, iterates: np.ndarray, gd_prediction: np.ndarray, bound: float
+) -> dict:
     """Max deviation of every stage from :mod:`construction.reference` and what it may be.
+
+    ``gd_prediction`` is the reference read-out ``W_T x_test`` (``iterates[-1] @ x_test``) and
+    ``bound`` the construction error bound B of this prompt (``network.error_bound(N)``), both
+    already computed by :func:`decompose_prompt`.
 
     * history block r (after the label layer): ``r eps`` + rounding (construction.leak);
     * label ``future.1``: ``eps`` + rounding;
@@ -160,7 +168,6 @@ def stage_checks(trace, network, tokens: np.ndarray, iterates: np.ndarray) -> di
     p, L, T = layout.num_tokens, layout.history_length, network.steps
     N = len(tokens) + 1
     eps = layer_leak(network.beta, network.theta, N)
-    bound = network.error_bound(N)
     history = reference.history(tokens, p, L)
     checks = {}
     for r in range(1, L):
@@ -173,7 +180,7 @@ def stage_checks(trace, network, tokens: np.ndarray, iterates: np.ndarray) -> di
         weights = np.stack([trace.slot(f"weights.{k}", f"gd.{t}").numpy()[:, -1] for k in range(p)])
         worst = max(worst, float(np.abs(weights - iterates[t]).max()))
     checks["gd"] = (worst, bound)
-    readout = np.abs(trace.prediction.numpy() - iterates[-1] @ reference.regression_problem(tokens, p, L)[2]).max()
+    readout = np.abs(trace.prediction.numpy() - gd_prediction).max()
     checks["readout"] = (float(readout), bound)
     return {name: {"deviation": deviation, "allowed": allowed} for name, (deviation, allowed) in checks.items()}
 
@@ -206,14 +213,17 @@ def optimization_curve(tokens: np.ndarray, p: int, L: int, steps: int) -> dict:
     """GD convergence of one prompt for t = 0..steps beside Lemma 5 (tight and paper forms).
 
     Returns kappa, the relative distance ``||W_t - W_hat||_F / ||W_hat||_F``, the prediction gap
-    ``|(W_hat - W_t) x_test|_1`` and the two bounds of :mod:`bounds.formulas` at every t.
+    ``|(W_hat - W_t) x_test|_1`` and the two bounds of :mod:`bounds.formulas` at every t. The step
+    is ``eta = 1 / lambda_max`` of the prompt's Hessian, as in :func:`construction.parameters_for_prompt`
+    (read off the same spectrum: no beta is needed here).
     """
+    tokens = check_prompt(tokens, build_layout(p, L))
     N = len(tokens) + 1
     X, Y, x_test = reference.regression_problem(tokens, p, L)
-    eta = parameters_for_prompt(tokens, p, L, steps).eta
+    lambda_max, lambda_min = spectrum(reference.hessian(X, N))
+    eta = 1.0 / lambda_max
     iterates = reference.gd_iterates(X, Y, eta, steps, N)
     W_hat = reference.min_norm_solution(X, Y)
-    lambda_max, lambda_min = spectrum(reference.hessian(X, N))
     kappa = lambda_max / lambda_min
     weight_norm = float(np.linalg.norm(W_hat))
     ts = range(steps + 1)

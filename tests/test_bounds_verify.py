@@ -73,3 +73,49 @@ def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, c
     stationary = report["lemma1"]["fits"]["stationary"]
     fit_constants = [m["lemma1"]["stationary"]["smallest_C"] for m in report["suite"] if m["half"] == "fit"]
     assert stationary["C"] == max(fit_constants)
+
+
+def test_optimization_curve_reads_eta_off_its_spectrum_without_choosing_beta(monkeypatch):
+    """eta = 1/lambda_max, the step construction.parameters_for_prompt gives, without its beta bisection."""
+    import numpy as np
+
+    from construction import parameters_for_prompt, reference
+
+    member = build_member(0, 3, 4, 0.6, 2, 1.0, seed=1, half="fit")
+    tokens = theorem1.sample_prompt_tokens(member.model, 1, hmm.PromptFormat(4, 10, 6), 0)[0]
+    p, L, steps = 4, 2, 12
+    eta = parameters_for_prompt(tokens, p, L, steps).eta
+    X, Y, _ = reference.regression_problem(tokens, p, L)
+    iterates = reference.gd_iterates(X, Y, eta, steps, len(tokens) + 1)
+    W_hat = reference.min_norm_solution(X, Y)
+    expected = [float(np.linalg.norm(iterates[t] - W_hat) / np.linalg.norm(W_hat)) for t in range(steps + 1)]
+
+    def no_bisection(*args, **kwargs):
+        raise AssertionError("optimization_curve ran the beta bisection")
+
+    monkeypatch.setattr(theorem1, "parameters_for_prompt", no_bisection)
+    assert theorem1.optimization_curve(tokens, p, L, steps)["relative_distance"] == expected
+
+
+def test_stage_checks_use_the_given_readout_and_bound(monkeypatch):
+    """decompose_prompt hands stage_checks its W_T x_test and bound B: neither is recomputed."""
+    from construction import build_network, parameters_for_prompt, reference
+
+    member = build_member(0, 3, 4, 0.6, 2, 1.0, seed=2, half="fit")
+    tokens = theorem1.sample_prompt_tokens(member.model, 1, hmm.PromptFormat(3, 8, 5), 0)[0]
+    p, L, T = 4, 2, 4
+    params = parameters_for_prompt(tokens, p, L, T)
+    network = build_network(p, L, T, **params._asdict())
+    trace = network.forward(tokens)
+    X, Y, x_test = reference.regression_problem(tokens, p, L)
+    iterates = reference.gd_iterates(X, Y, params.eta, T, len(tokens) + 1)
+    gd_prediction = iterates[-1] @ x_test
+
+    def recomputed(*args, **kwargs):
+        raise AssertionError("stage_checks recomputed a value it was given")
+
+    monkeypatch.setattr(theorem1.reference, "regression_problem", recomputed)
+    monkeypatch.setattr(type(network), "error_bound", recomputed)
+    stages = theorem1.stage_checks(trace, network, tokens, iterates, gd_prediction + 0.25, 0.5)
+    assert stages["readout"]["deviation"] == pytest.approx(0.25, abs=1e-9)
+    assert stages["readout"]["allowed"] == stages["gd"]["allowed"] == 0.5
