@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the file-only backend)
 import numpy as np  # noqa: E402
 
-from bounds import formulas  # noqa: E402
+from bounds import fitting, formulas  # noqa: E402
 
 GAMMA_COLORS = plt.get_cmap("viridis")
 CONCENTRATION_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
@@ -55,7 +55,7 @@ def lemma1_decay(report: dict, path: Path) -> None:
             bound = [formulas.lemma1_bound(gamma, rank, length, C) for length in lengths]
             ax.semilogy(lengths, bound, "k-" if rank == min(e["rank"] for e in members) else "k-.", lw=1.5,
                         label=f"Lemma 1 bound d={rank}, C={C:.2g}")
-        ax.axhline(1e-12, color="grey", lw=0.8)
+        ax.axhline(fitting.ROUNDING_FLOOR, color="grey", lw=0.8)  # errors the fits leave out as rounding
         ax.set_title(f"gamma = {gamma:.2g} (gamma^4 = {gamma**4:.2g})")
         ax.set_xlabel("memory length L (tokens)")
         ax.legend(fontsize=6, loc="lower left")

@@ -119,3 +119,23 @@ def test_stage_checks_use_the_given_readout_and_bound(monkeypatch):
     stages = theorem1.stage_checks(trace, network, tokens, iterates, gd_prediction + 0.25, 0.5)
     assert stages["readout"]["deviation"] == pytest.approx(0.25, abs=1e-9)
     assert stages["readout"]["allowed"] == stages["gd"]["allowed"] == 0.5
+
+
+def test_lemma1_figure_draws_the_floor_the_fits_use(tmp_path, monkeypatch):
+    """The grey 'rounding floor' line of figure 1 is bounds.fitting.ROUNDING_FLOOR, not a copy of it."""
+    import matplotlib.axes
+
+    from bounds import figures, fitting
+
+    monkeypatch.setattr(fitting, "ROUNDING_FLOOR", 3e-9)
+    drawn = []
+    original = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline", lambda ax, y=0, *a, **k: drawn.append(y) or original(ax, y, *a, **k))
+    lengths = [1, 2, 3]
+    entry = {
+        "gamma_knob": 0.5, "gamma": 0.5, "rank": 2, "transition_concentration": 1.0, "half": "fit",
+        "lemma1": {"stationary": {"errors": [1e-2, 1e-4, 1e-6], "decay_rate": 4.6, "decay_intercept": 0.0}},
+    }
+    report = {"lemma1": {"lengths": lengths, "fits": {"stationary": {"C": 0.3}}}, "suite": [entry]}
+    figures.lemma1_decay(report, tmp_path / "lemma1_decay.png")
+    assert drawn == [3e-9]
