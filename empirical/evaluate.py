@@ -76,8 +76,16 @@ def unigram_predictor(distribution: torch.Tensor) -> Predictor:
     return predict
 
 
-def _mean_and_stderr(values: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
-    """Mean of ``values (B, N)`` over ``mask (N,)`` and its standard error over the B prompts."""
+def _check_mask(mask: torch.Tensor, where: str) -> None:
+    """``ValueError`` naming ``where`` (the prompts' format and the curve point) if ``mask`` is empty."""
+    if not bool(mask.any()):
+        raise ValueError(f"{where}: selects no position; expected at least one predicted HMM token to average over")
+
+
+def _mean_and_stderr(values: torch.Tensor, mask: torch.Tensor, where: str) -> tuple[float, float]:
+    """Mean of ``values (B, N)`` over ``mask (N,)`` and its standard error over the B prompts;
+    ``ValueError`` naming ``where`` when ``mask`` selects no position (the mean would be NaN)."""
+    _check_mask(mask, where)
     per_prompt = values[:, mask].double().mean(-1)
     count = per_prompt.numel()
     stderr = per_prompt.std().item() / count**0.5 if count > 1 else float("nan")
@@ -104,6 +112,21 @@ def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, 
     target_offset = torch.cat([fmt.position_in_segment[1:], torch.tensor([-1])])
     test_rows = (target_segment == fmt.num_demos) & counted.all(0)
     all_rows = counted.all(0)
+    demo_masks = [
+        (target_segment == k) & (target_offset >= 1) & (target_offset < fmt.demo_length) & all_rows
+        for k in range(fmt.num_demos + 1)
+    ]
+    position_masks = [(target_segment == fmt.num_demos) & (target_offset == i) for i in range(fmt.test_length)]
+    described = (f"prompts (format num_demos={fmt.num_demos}, demo_length={fmt.demo_length}, "
+                 f"test_length={fmt.test_length})")
+    scopes = {
+        "test_sequence": test_rows,
+        "all_positions": all_rows,
+        **{f"by_demonstrations point k={k}": mask for k, mask in enumerate(demo_masks)},
+        **{f"by_test_position point i={i}": mask for i, mask in enumerate(position_masks)},
+    }
+    for scope, mask in scopes.items():  # before the (costly) predictors run
+        _check_mask(mask, f"{described}, {scope}")
 
     probabilities = {name: predictor(prompts.tokens) for name, predictor in predictors.items()}
     argmax_reference = probabilities[reference].argmax(-1)
@@ -116,29 +139,24 @@ def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, 
             "agreement_with_bayes": (probs.argmax(-1) == argmax_reference).double(),
         }
 
-    def summary(mask: torch.Tensor) -> dict:
+    def summary(scope: str) -> dict:
         result = {}
         for name, metrics in per_position.items():
             result[name] = {}
             for metric, values in metrics.items():
-                mean, stderr = _mean_and_stderr(values, mask)
+                mean, stderr = _mean_and_stderr(values, scopes[scope], f"{described}, {scope}")
                 result[name][metric] = mean
                 result[name][f"{metric}_stderr"] = stderr
         return result
 
-    def curve(masks: list[torch.Tensor]) -> dict:
-        points = [summary(mask) for mask in masks]
+    def curve(point_scopes: list[str]) -> dict:
+        points = [summary(scope) for scope in point_scopes]
         return {
             name: {metric: [point[name][metric] for point in points] for metric in points[0][name]}
             for name in per_position
         }
 
-    demo_masks = [
-        (target_segment == k) & (target_offset >= 1) & (target_offset < fmt.demo_length) & all_rows
-        for k in range(fmt.num_demos + 1)
-    ]
-    position_masks = [(target_segment == fmt.num_demos) & (target_offset == i) for i in range(fmt.test_length)]
-    test, everywhere = summary(test_rows), summary(all_rows)
+    test, everywhere = summary("test_sequence"), summary("all_positions")
     others = [name for name in predictors if name not in (reference, baseline)]
 
     def gap_report(scope: dict) -> dict:
@@ -158,6 +176,6 @@ def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, 
         "all_positions": everywhere,
         "excess_test_sequence": gap_report(test),
         "excess_all_positions": gap_report(everywhere),
-        "by_demonstrations": {"num_demonstrations": list(range(fmt.num_demos + 1)), **curve(demo_masks)},
-        "by_test_position": {"position": list(range(fmt.test_length)), **curve(position_masks)},
+        "by_demonstrations": {"num_demonstrations": list(range(fmt.num_demos + 1)), **curve([f"by_demonstrations point k={k}" for k in range(fmt.num_demos + 1)])},
+        "by_test_position": {"position": list(range(fmt.test_length)), **curve([f"by_test_position point i={i}" for i in range(fmt.test_length)])},
     }

@@ -105,3 +105,28 @@ def test_a_checkpoint_of_a_since_changed_mixture_preset_is_refused(monkeypatch):
     monkeypatch.setitem(hmm.MIXTURE_SPECS, "tiny", changed)
     with pytest.raises(ValueError, match=r"task: trained on mixture 'tiny' with spec .*'num_tasks': 8.*but that preset is now .*'num_tasks': 3"):
         preset_from_task(task)
+
+
+@pytest.mark.parametrize(
+    "prompt_format, scope",
+    [
+        (hmm.PromptFormat(num_demos=2, demo_length=1, test_length=4), "by_demonstrations point k=0"),
+        (hmm.PromptFormat(num_demos=0, demo_length=3, test_length=4), "by_test_position point i=0"),
+    ],
+)
+def test_a_curve_point_without_positions_is_refused_not_nan(prompt_format, scope):
+    prompts = held_out_prompts(MIXTURE, prompt_format, 4, seed=0)
+    uniform = unigram_predictor(torch.full((P,), 1.0 / P))
+    described = (f"prompts (format num_demos={prompt_format.num_demos}, demo_length={prompt_format.demo_length}, "
+                 f"test_length={prompt_format.test_length}), {scope}: selects no position; expected at least one")
+    with pytest.raises(ValueError, match=described.replace("(", r"\(").replace(")", r"\)")):
+        evaluate_predictors({"bayes": uniform, "unigram": uniform}, prompts, P)
+
+
+def test_mean_and_stderr_refuses_an_empty_mask():
+    from empirical.evaluate import _mean_and_stderr
+
+    values = torch.ones(3, 5)
+    assert _mean_and_stderr(values, torch.tensor([True, False, True, False, False]), "here") == (1.0, 0.0)
+    with pytest.raises(ValueError, match="by_test_position point i=0: selects no position"):
+        _mean_and_stderr(values, torch.zeros(5, dtype=torch.bool), "by_test_position point i=0")
