@@ -128,12 +128,15 @@ class RotarySelfAttention(nn.Module):
         self.qkv = nn.Linear(config.width, 3 * config.width)
         self.out = nn.Linear(config.width, config.width)
 
-    def forward(self, x: torch.Tensor, cache: dict[str, torch.Tensor] | None = None, prefix: str = "") -> torch.Tensor:
-        """``x (B, N, W)`` -> ``(B, N, W)``; with ``cache``, store scores and pattern under ``prefix``."""
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                cache: dict[str, torch.Tensor] | None = None, prefix: str = "") -> torch.Tensor:
+        """``x (B, N, W)`` -> ``(B, N, W)``; ``rotary`` is :func:`rotary_cos_sin` of positions
+        ``0..N-1`` (computed once per forward pass by :class:`RoFormer`); with ``cache``, store
+        scores and pattern under ``prefix``."""
         batch, length, width = x.shape
         heads, head_dim = self.config.num_heads, self.config.head_dim
         query, key, value = self.qkv(x).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
-        cos, sin = rotary_cos_sin(torch.arange(length, device=x.device), head_dim, self.config.rotary_base)
+        cos, sin = rotary
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         if cache is None:
             mixed = F.scaled_dot_product_attention(query, key, value, is_causal=True)
@@ -162,8 +165,9 @@ class Block(nn.Module):
             nn.Linear(config.mlp_ratio * config.width, config.width),
         )
 
-    def forward(self, x: torch.Tensor, cache: dict[str, torch.Tensor] | None = None, prefix: str = "") -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), cache, f"{prefix}attn.")
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                cache: dict[str, torch.Tensor] | None = None, prefix: str = "") -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), rotary, cache, f"{prefix}attn.")
         if cache is not None:
             cache[f"{prefix}hook_resid_mid"] = x
         x = x + self.mlp(self.ln2(x))
@@ -200,11 +204,17 @@ class RoFormer(nn.Module):
             nn.init.normal_(block.attn.out.weight, std=residual_std)
             nn.init.normal_(block.mlp[-1].weight, std=residual_std)
 
+    def _rotary(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary tables of positions ``0..N-1``, shared by every layer of one forward pass."""
+        positions = torch.arange(tokens.shape[-1], device=tokens.device)
+        return rotary_cos_sin(positions, self.config.head_dim, self.config.rotary_base)
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Fast path (fused attention): logits ``(B, N, vocab_size)``."""
         x = self.embed(tokens)
+        rotary = self._rotary(tokens)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, rotary)
         return self.unembed(self.ln_final(x))
 
     def run_with_cache(self, tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -212,8 +222,9 @@ class RoFormer(nn.Module):
         cache: dict[str, torch.Tensor] = {}
         x = self.embed(tokens)
         cache["hook_embed"] = x
+        rotary = self._rotary(tokens)
         for layer, block in enumerate(self.blocks):
-            x = block(x, cache, f"blocks.{layer}.")
+            x = block(x, rotary, cache, f"blocks.{layer}.")
         return self.unembed(self.ln_final(x)), cache
 
     def num_parameters(self, *, embeddings: bool = True) -> int:

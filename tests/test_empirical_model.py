@@ -128,3 +128,22 @@ def test_config_round_trips_and_rejects_unknown_keys():
     assert RoFormerConfig.from_dict(TINY.to_dict()) == TINY
     with pytest.raises(ValueError, match=r"unknown keys \['depth'\]"):
         RoFormerConfig.from_dict(TINY.to_dict() | {"depth": 3})
+
+
+def test_rotary_tables_are_computed_once_per_forward_pass(monkeypatch):
+    import empirical.model
+
+    calls = []
+    real = empirical.model.rotary_cos_sin
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(empirical.model, "rotary_cos_sin", counting)
+    model = RoFormer(RoFormerConfig(vocab_size=5, num_layers=3, num_heads=2, width=16))
+    tokens = torch.randint(0, 5, (2, 7))
+    model(tokens)
+    assert calls == [(7,)]
+    model.run_with_cache(tokens)
+    assert calls == [(7,), (7,)]
