@@ -25,7 +25,6 @@ be told apart from either solution.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import tempfile
@@ -44,6 +43,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
+from empirical.configs import JSONConfig  # noqa: E402
 from empirical.data import EVAL_STREAM, TRAIN_STREAM, stream_seed  # noqa: E402
 from empirical.markov_chains import (  # noqa: E402
     MEMORY_NORM_TOLERANCE,
@@ -75,7 +75,7 @@ VOCAB_SIZE = 2
 
 
 @dataclass(frozen=True)
-class MarkovSweepConfig:
+class MarkovSweepConfig(JSONConfig):
     """Everything a sweep depends on; validated on construction.
 
     The grid is ``p_values x q_values`` (``p = P(1|0)``, ``q = P(0|1)``) minus the i.i.d. cells
@@ -139,9 +139,6 @@ class MarkovSweepConfig:
     def cells(self) -> list[tuple[float, float]]:
         """The ``(p, q)`` cells that are trained: the grid without the i.i.d. cells."""
         return [(p, q) for p in self.p_values for q in self.q_values if not is_memoryless(p, q)]
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def is_memoryless(p: float, q: float) -> bool:

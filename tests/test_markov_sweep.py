@@ -206,3 +206,18 @@ def test_every_architecture_builds():
     for name, shape in ARCHITECTURES.items():
         model_config = config.model_config(name)
         assert (model_config.num_layers, model_config.tie_embeddings) == (shape["num_layers"], shape["tie_embeddings"])
+
+
+def test_config_is_a_json_config_with_the_results_keys():
+    import dataclasses
+
+    from empirical.configs import JSONConfig
+
+    config = MarkovSweepConfig(p_values=(0.2, 0.7), seeds=2)
+    assert isinstance(config, JSONConfig)
+    # The results JSON's "config": every field, in declaration order, as dataclasses.asdict writes it.
+    assert config.to_dict() == dataclasses.asdict(config)
+    assert list(config.to_dict()) == [field.name for field in dataclasses.fields(MarkovSweepConfig)]
+    assert MarkovSweepConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match=r"unknown keys \['depth'\]"):
+        MarkovSweepConfig.from_dict(config.to_dict() | {"depth": 3})
