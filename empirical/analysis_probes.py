@@ -48,11 +48,13 @@ def probe_positions(prompt_format: hmm.PromptFormat, max_distance: int) -> torch
     return prompt_format.position_in_segment >= max_distance
 
 
-def check_distance(distance: int, prompt_format: hmm.PromptFormat) -> None:
-    """``ValueError`` unless ``1 <= distance < min(demo_length, test_length)``."""
+def check_distance(max_distance: int, prompt_format: hmm.PromptFormat) -> None:
+    """``ValueError`` unless ``1 <= max_distance < min(demo_length, test_length)``."""
     shortest = min(prompt_format.demo_length, prompt_format.test_length)
-    if isinstance(distance, bool) or not isinstance(distance, int) or not 1 <= distance < shortest:
-        raise ValueError(f"k: {distance!r}; expected an integer in 1..{shortest - 1} (shorter than every segment)")
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or not 1 <= max_distance < shortest:
+        raise ValueError(
+            f"max_distance: {max_distance!r}; expected an integer in 1..{shortest - 1} (shorter than every segment)"
+        )
 
 
 def probe_targets(prompts: hmm.Prompts, max_distance: int) -> dict[str, torch.Tensor]:

@@ -145,9 +145,9 @@ def test_best_matching_head_is_the_planted_one():
 def test_bad_inputs_are_refused_with_the_argument_named():
     with pytest.raises(ValueError, match=r"layer: 'history.9'; expected one of \['history.1'\]"):
         layer_attention({"history.1": torch.zeros(1, 2, 2)}, "history.9")
-    with pytest.raises(ValueError, match=r"k: 0; expected an integer in 1..7"):
+    with pytest.raises(ValueError, match=r"max_distance: 0; expected an integer in 1..7"):
         check_distance(0, FORMAT)
-    with pytest.raises(ValueError, match=r"k: 8; expected an integer in 1..7"):
+    with pytest.raises(ValueError, match=r"max_distance: 8; expected an integer in 1..7"):
         probe_targets(hmm.sample_prompts(MIXTURE, 1, FORMAT, seed=0), 8)
     with pytest.raises(ValueError, match=r"max_offset: 9; expected an integer in 1..8"):
         offset_profile(torch.eye(9)[None], torch.ones(9, dtype=torch.bool), 9)
