@@ -37,7 +37,7 @@ def run_train(args) -> int:
     preset = get_preset(args.preset)
     if args.steps is not None:
         steps = args.steps
-        warmup = min(preset.train.warmup_steps, max(steps // 10, 0))
+        warmup = min(preset.train.warmup_steps, steps // 10)
         preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, steps=steps, warmup_steps=warmup))
     if args.compile:
         preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, compile=True))
