@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from hmm.markov import stationary_distribution as solve_stationary
-from hmm.model import check_stochastic, check_tokens
+from hmm.model import HMM, check_stochastic, check_tokens
+from hmm.prompts import sample_sequences as sample_hmm_sequences
 
 STATIONARY_TOLERANCE = 1e-9
 """Largest accepted ``|pi^T kernel - pi^T|`` entry of a stationary distribution solved in float64
@@ -124,29 +125,24 @@ def reference_losses(kernel) -> ReferenceLosses:
     return ReferenceLosses(bigram=entropy_rate(kernel), unigram=stationary_entropy(kernel))
 
 
-def sample_sequences(kernel, num_sequences: int, length: int, generator: torch.Generator) -> torch.Tensor:
+def sample_sequences(kernel, num_sequences: int, length: int, seed) -> torch.Tensor:
     """``(num_sequences, length)`` int64 tokens: ``x_1 ~ pi``, ``x_{t+1} ~ kernel[x_t]``.
 
-    Vectorised over sequences by inverse-CDF sampling: ``x_{t+1} = #{j : u_t >= F(x_t, j)}`` with
-    ``F(i, j) = sum_{k <= j} P_ik`` and ``u_t ~ U[0, 1)``. All randomness comes from
-    ``generator``, so a seeded generator gives the same sequences on every machine.
+    A first-order chain is the HMM ``HMM(initial=pi, transition=kernel, emission=I)`` whose tokens
+    are its states, so this is :func:`hmm.sample_sequences` on that HMM (vectorised inverse-CDF
+    draws). ``seed`` (an int or a ``numpy.random.Generator``) fixes the sequences on every machine.
     """
     kernel = check_kernel(kernel)
     for name, value in (("num_sequences", num_sequences), ("length", length)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
-    m = kernel.shape[0]
-    stationary_cdf = np.cumsum(stationary_distribution(kernel))
-    kernel_cdf = np.cumsum(kernel, axis=1)
-    # Rounding can leave the last cumulative entry just below 1; a draw above it must still land
-    # on state m-1, so the CDFs compare only against their first m-1 entries. The recursion runs
-    # in numpy, whose per-call overhead is far below torch's for these small arrays.
-    uniforms = torch.rand(num_sequences, length, generator=generator, dtype=torch.float64).numpy()
-    tokens = np.empty((num_sequences, length), dtype=np.int64)
-    tokens[:, 0] = (uniforms[:, :1] >= stationary_cdf[: m - 1]).sum(-1)
-    for t in range(1, length):
-        tokens[:, t] = (uniforms[:, t : t + 1] >= kernel_cdf[tokens[:, t - 1], : m - 1]).sum(-1)
-    return torch.from_numpy(tokens)
+    chain = HMM(
+        torch.from_numpy(stationary_distribution(kernel)),
+        torch.from_numpy(kernel),
+        torch.eye(kernel.shape[0], dtype=torch.float64),
+    )
+    tokens, _ = sample_hmm_sequences(chain, np.zeros(num_sequences, dtype=np.int64), int(length), seed)
+    return tokens
 
 
 def sequence_log_losses(log_probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -158,15 +158,13 @@ class MarkovStream:
         self.seed = seed
 
     def __call__(self, step: int) -> Batch:
-        generator = torch.Generator().manual_seed(stream_seed(self.seed, TRAIN_STREAM, step))
-        tokens = sample_sequences(self.kernel, self.batch_size, self.length + 1, generator)
+        tokens = sample_sequences(self.kernel, self.batch_size, self.length + 1, stream_seed(self.seed, TRAIN_STREAM, step))
         return Batch(tokens[:, :-1], tokens[:, 1:])
 
 
 def held_out_sequences(kernel: np.ndarray, num_sequences: int, length: int, seed: int) -> torch.Tensor:
     """Evaluation sequences of one cell, drawn from :data:`EVAL_STREAM` (never a training stream)."""
-    generator = torch.Generator().manual_seed(stream_seed(seed, EVAL_STREAM, 0))
-    return sample_sequences(kernel, num_sequences, length, generator)
+    return sample_sequences(kernel, num_sequences, length, stream_seed(seed, EVAL_STREAM, 0))
 
 
 def unigram_bigram_gap(p: float, q: float) -> float:

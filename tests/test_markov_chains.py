@@ -99,7 +99,7 @@ def test_samples_have_stationary_marginals_and_kernel_transitions():
     indicator of a two-state chain, ``(1 + lambda) / (1 - lambda)`` with ``lambda = 1 - p - q``."""
     p, q = 0.5, 0.8
     kernel = binary_kernel(p, q)
-    tokens = sample_sequences(kernel, 2000, 200, torch.Generator().manual_seed(1))
+    tokens = sample_sequences(kernel, 2000, 200, 1)
     pi_1 = p / (p + q)
     lam = 1 - p - q
     marginal_error = math.sqrt(pi_1 * (1 - pi_1) * (1 + lam) / (1 - lam) / tokens.numel())
@@ -116,15 +116,15 @@ def test_samples_have_stationary_marginals_and_kernel_transitions():
 
 def test_sampling_is_reproducible_and_uses_every_state_of_an_m_ary_chain():
     kernel = np.array([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.8, 0.1, 0.1]])
-    first = sample_sequences(kernel, 50, 30, torch.Generator().manual_seed(7))
-    second = sample_sequences(kernel, 50, 30, torch.Generator().manual_seed(7))
+    first = sample_sequences(kernel, 50, 30, 7)
+    second = sample_sequences(kernel, 50, 30, 7)
     assert torch.equal(first, second)
     assert set(first.unique().tolist()) == {0, 1, 2}
     assert first.dtype == torch.int64 and first.shape == (50, 30)
 
 
 def test_deterministic_chain_samples_its_only_path():
-    tokens = sample_sequences(binary_kernel(1.0, 1.0), 4, 10, torch.Generator().manual_seed(0))
+    tokens = sample_sequences(binary_kernel(1.0, 1.0), 4, 10, 0)
     assert torch.equal(tokens[:, 1:], 1 - tokens[:, :-1])
 
 
@@ -138,7 +138,7 @@ def test_bigram_predictor_reaches_the_entropy_rate(p, q):
     (two-sided false-alarm probability 6e-5 under the CLT)."""
     kernel = binary_kernel(p, q)
     num_sequences, length = 1000, 256
-    tokens = sample_sequences(kernel, num_sequences, length, torch.Generator().manual_seed(3))
+    tokens = sample_sequences(kernel, num_sequences, length, 3)
     losses = sequence_log_losses(bigram_log_probs(kernel, tokens), tokens)
     standard_error = math.sqrt(bigram_loss_variance(kernel, length - 1) / num_sequences)
     assert abs(losses.mean().item() - entropy_rate(kernel)) < 4 * standard_error
@@ -149,7 +149,7 @@ def test_bigram_predictor_reaches_the_entropy_rate(p, q):
 
 def test_read_back_kernel_of_the_bigram_and_unigram_predictors():
     kernel = np.array([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.8, 0.1, 0.1]])
-    tokens = sample_sequences(kernel, 20, 50, torch.Generator().manual_seed(2))
+    tokens = sample_sequences(kernel, 20, 50, 2)
     bigram = bigram_log_probs(kernel, tokens).exp()
     np.testing.assert_allclose(read_back_kernel(tokens, bigram), kernel, atol=1e-12)
     assert memory_coordinate(read_back_kernel(tokens, bigram), kernel) == pytest.approx(1.0, abs=1e-12)
@@ -221,7 +221,7 @@ def test_memory_coordinate_is_undefined_for_an_iid_chain():
 )
 def test_sample_sequences_rejects_bad_sizes(arguments, message):
     with pytest.raises(ValueError, match=message):
-        sample_sequences(binary_kernel(0.2, 0.3), *arguments, torch.Generator())
+        sample_sequences(binary_kernel(0.2, 0.3), *arguments, 0)
 
 
 def test_sequence_log_losses_rejects_mismatched_shapes():
