@@ -5,13 +5,9 @@ layer, width) beside the paper's counts, and with ``--export FILE`` writes its w
 """
 from __future__ import annotations
 
-import math
-
 from construction.export import save_weights
-from construction.layout import build_layout
-from construction.leak import choose_beta
-from construction.network import Network, build_network, default_penalty
-from construction.weights import max_shift
+from construction.network import Network, build_network
+from construction.parameters import parameters_for_columns
 
 
 def describe(network: Network, num_columns: int) -> list[str]:
@@ -52,13 +48,12 @@ def describe(network: Network, num_columns: int) -> list[str]:
 
 def run_info(args) -> int:
     """Build the network from the command-line arguments, print its shape, optionally export it."""
-    theta = math.pi / (args.columns + max_shift(args.L, args.doubling))
     eta = 1.0 / args.L if args.eta is None else args.eta
-    penalty = default_penalty(args.p, args.L)
-    layout = build_layout(args.p, args.L, args.m)
-    beta = choose_beta(args.tolerance, theta, args.columns, layout, args.doubling, args.T, eta, penalty)
+    params = parameters_for_columns(
+        args.columns, args.p, args.L, args.T, eta, future_length=args.m, doubling=args.doubling, target=args.tolerance
+    )
     network = build_network(
-        args.p, args.L, args.T, eta, beta, theta, future_length=args.m, doubling=args.doubling, tolerance=args.tolerance
+        args.p, args.L, args.T, **params._asdict(), future_length=args.m, doubling=args.doubling, tolerance=args.tolerance
     )
     print("\n".join(describe(network, args.columns)))
     if args.export:

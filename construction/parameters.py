@@ -48,7 +48,17 @@ def parameters_for_prompt(
             f"tokens: N' = 0 regression samples; expected a demonstration of length >= L + m = {L + future_length}"
         )
     eta = 1.0 / float(np.linalg.eigvalsh(reference.hessian(X, num_columns))[-1])
+    return parameters_for_columns(num_columns, p, L, T, eta, future_length=future_length, doubling=doubling, target=target)
+
+
+def parameters_for_columns(
+    num_columns: int, p: int, L: int, T: int, eta: float, *, future_length: int = 1, doubling: bool = False,
+    target: float = 1e-9,
+) -> Parameters:
+    """Theta, penalty and beta (module docstring) for prompts of up to ``num_columns`` columns and
+    a given step size ``eta``."""
     theta = math.pi / (num_columns + max_shift(L, doubling))
     penalty = default_penalty(p, L)
+    layout = build_layout(p, L, future_length)
     beta = choose_beta(target, theta, num_columns, layout, doubling, T, eta, penalty)
     return Parameters(eta=eta, beta=beta, theta=theta, penalty=penalty)
