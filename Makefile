@@ -1,31 +1,58 @@
 # The two commands of the README: `make run` (main job on built-in defaults) and `make test`.
 # Both create .venv on first use and install what is missing; later calls only check a stamp.
-# torch is installed pinned first: a range would let pip fetch a newer CUDA build (several GB).
+#
+# Every dependency is installed at the exact version of constraints.txt (the lock), so a fresh
+# machine runs the code CI ran. The package metadata (pyproject.toml) keeps ranges; the lock pins
+# torch to the machine's local CPU wheel: an unpinned torch would fetch a CUDA build of several GB.
+# `make test-latest` runs the suite against the newest releases, in its own venv, to see drift early;
+# `make lock` rewrites the lock from a fresh resolution.
 PYTHON ?= python3
+SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-TORCH_VERSION ?= 2.13.0
+CONSTRAINTS := constraints.txt
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(CONSTRAINTS))
+LATEST_VENV := .venv-latest
+LOCK_VENV := .venv-lock
+PYTEST_ARGS := -n 2
+# pip freeze of a venv in the lock's form (torch without its local "+cpu" label).
+freeze = $(1)/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/torch==$(TORCH_VERSION)/'
 
-.PHONY: run test test-all bench clean-venv
+.PHONY: run test test-latest bench lock clean-venv
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==$(TORCH_VERSION)"
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -c $(CONSTRAINTS) -e ".[test]"
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/hmmtf main
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not slow"
+	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-all: $(STAMP)
-	$(PY) -m pytest -n 2
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install "torch==$(TORCH_VERSION)"
+	$(LATEST_VENV)/bin/python -m pip install --upgrade --upgrade-strategy eager -e ".[test]"
+	$(call freeze,$(LATEST_VENV)) | diff <(sed '/^#/d' $(CONSTRAINTS)) - || true
+	$(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_hmm.py
 
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install "torch==$(TORCH_VERSION)"
+	$(LOCK_VENV)/bin/python -m pip install -e ".[test]"
+	{ sed -n '/^#/p' $(CONSTRAINTS); \
+	  $(call freeze,$(LOCK_VENV)); \
+	} > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	rm -rf $(LOCK_VENV)
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV)

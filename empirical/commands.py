@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 import hmm
 from empirical.checkpoint import load_checkpoint
@@ -20,7 +19,7 @@ from empirical.data import PromptStream, held_out_prompts, unigram_distribution
 from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
 from empirical.plots import plot_in_context, plot_training_loss
 from empirical.presets import PRESETS, ExperimentPreset, get_preset, preset_from_task
-from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, train
+from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
@@ -72,8 +71,7 @@ def run_train(args) -> int:
         }
         (run_dir / TRAIN_SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         print(json.dumps(summary, indent=2))
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    shutdown_distributed()
     return 0
 
 

@@ -16,6 +16,7 @@ of the global mean whatever the split of counted targets across ranks.
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -159,6 +160,17 @@ def init_distributed() -> torch.device:
             torch.cuda.set_device(local_rank)
             return torch.device("cuda", local_rank)
     return torch.device("cuda" if cuda else "cpu")
+
+
+def shutdown_distributed() -> None:
+    """Destroy the process group, if any, once nothing refers to a DDP ``Reducer`` any more.
+
+    A reducer freed after ``destroy_process_group`` (e.g. by a later garbage collection of a
+    reference cycle) joins gloo threads of a group already torn down and can hang at exit.
+    """
+    if dist.is_available() and dist.is_initialized():
+        gc.collect()
+        dist.destroy_process_group()
 
 
 def _local_rows(batch: Batch, context: DistributedContext) -> Batch:

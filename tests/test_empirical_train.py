@@ -4,6 +4,7 @@ import json
 import math
 import os
 import shutil
+import time
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from empirical.train import (
     accumulate_gradients,
     learning_rate,
     loss_sum_and_count,
+    shutdown_distributed,
     train,
 )
 
@@ -96,6 +98,27 @@ def test_resume_refuses_a_different_config(tmp_path):
         train(MODEL, TrainConfig(steps=5, batch_size=8, log_every=1), random_batch, tmp_path, progress=False)
 
 
+WORKER_TIMEOUT_S = 120
+"""Wall-clock limit of a group of DDP worker processes (they need about 10 s on 2 cores)."""
+
+
+def run_ranks(worker, args: tuple, world_size: int = 2) -> None:
+    """Run ``worker(rank, world_size, *args)`` in ``world_size`` *spawned* processes and wait.
+
+    Spawned, not forked: a child forked after torch has started its thread pools inherits locks
+    held by threads that do not exist in it, and gloo's teardown can then block forever. A group
+    still running after :data:`WORKER_TIMEOUT_S` is killed and the test fails, naming the limit.
+    """
+    context = mp.start_processes(worker, args=(world_size, *args), nprocs=world_size, join=False,
+                                 start_method="spawn")
+    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    while not context.join(timeout=max(deadline - time.monotonic(), 0.0)):
+        if time.monotonic() >= deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"DDP workers still running after {WORKER_TIMEOUT_S} s; killed")
+
+
 def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
@@ -103,6 +126,7 @@ def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> Non
     model = RoFormer(MODEL)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     loss_sum, count = accumulate_gradients(ddp, random_batch(0), DistributedContext(rank, world_size), torch.device("cpu"))
+    del ddp
     dist.all_reduce(loss_sum)
     config = TrainConfig(steps=3, batch_size=8, learning_rate=3e-3, log_every=3)
     trained = train(MODEL, config, random_batch, progress=False)
@@ -116,13 +140,11 @@ def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> Non
             },
             os.path.join(out_dir, "ddp.pt"),
         )
-    dist.destroy_process_group()
+    shutdown_distributed()
 
 
 def test_ddp_with_two_processes_matches_one_process(tmp_path):
-    # fork: the workers inherit the imported modules (spawn would re-import torch, ~10 s each).
-    mp.start_processes(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True,
-                       start_method="fork")
+    run_ranks(_ddp_worker, (str(tmp_path / "init"), str(tmp_path)))
     ddp = torch.load(tmp_path / "ddp.pt")
 
     # Oracle: the mean loss of the global batch, computed directly, and its gradients.
@@ -228,12 +250,11 @@ def _ddp_resume_worker(rank: int, world_size: int, init_file: str, run_dir: str)
     train(MODEL, config, random_batch, run_dir, stop_at=3, progress=False)
     dist.barrier()  # rank 0 has written the checkpoint that every rank resumes
     train(MODEL, config, random_batch, run_dir, progress=False)
-    dist.destroy_process_group()
+    shutdown_distributed()
 
 
 def test_ddp_resume_in_mid_window_writes_the_log_of_an_uninterrupted_run(tmp_path):
-    mp.start_processes(_ddp_resume_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "ddp")), nprocs=2,
-                       join=True, start_method="fork")
+    run_ranks(_ddp_resume_worker, (str(tmp_path / "init"), str(tmp_path / "ddp")))
     config = TrainConfig(steps=6, batch_size=8, learning_rate=3e-3, log_every=4)
     train(MODEL, config, random_batch, tmp_path / "single", progress=False)
     logs = [[json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
