@@ -187,10 +187,12 @@ def _autocast(device: torch.device, precision: str):
 
 
 def loss_sum_and_count(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum over counted targets of ``-log softmax(logits)[target]`` (float32), and their number."""
+    """Sum over counted targets of ``-log softmax(logits)[target]`` (in float32, or float64 for a
+    float64 model), and their number."""
     logits = model(batch.inputs)
     total = F.cross_entropy(
-        logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+        logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)), batch.targets.flatten(),
+        ignore_index=IGNORE_INDEX, reduction="sum",
     )
     return total, (batch.targets != IGNORE_INDEX).sum()
 
