@@ -4,7 +4,8 @@
 # Every dependency is installed at the exact version of constraints.txt (the lock), so a fresh
 # machine runs the code CI ran. The package metadata (pyproject.toml) keeps ranges; the lock pins
 # torch to the machine's local CPU wheel: an unpinned torch would fetch a CUDA build of several GB.
-# `make test-latest` runs the suite against the newest releases, in its own venv, to see drift early;
+# `make test-latest` runs the suite against the newest releases (torch held at the lock's CPU wheel),
+# in its own venv, to see drift early;
 # `make lock` rewrites the lock from a fresh resolution.
 PYTHON ?= python3
 SHELL := /bin/bash
@@ -35,8 +36,7 @@ test: $(STAMP)
 test-latest:
 	rm -rf $(LATEST_VENV)
 	$(PYTHON) -m venv $(LATEST_VENV)
-	$(LATEST_VENV)/bin/python -m pip install "torch==$(TORCH_VERSION)"
-	$(LATEST_VENV)/bin/python -m pip install --upgrade --upgrade-strategy eager -e ".[test]"
+	$(LATEST_VENV)/bin/python -m pip install --upgrade --upgrade-strategy eager -e ".[test]" "torch==$(TORCH_VERSION)"
 	$(call freeze,$(LATEST_VENV)) | diff <(sed '/^#/d' $(CONSTRAINTS)) - || true
 	$(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
