@@ -88,16 +88,14 @@ def sub_blocks_before(hook: str, config: RoFormerConfig) -> int:
     return 2 * (int(hook.split(".")[1]) + 1)
 
 
-def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, config: RoFormerConfig) -> float:
-    """Same shape, dtype and ``-inf`` entries (the causal mask), finite entries within
-    :func:`tolerance`; returns the largest difference."""
+def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, config: RoFormerConfig) -> None:
+    """Same shape, dtype and ``-inf`` entries (the causal mask), finite entries within :func:`tolerance`."""
     assert theirs.shape == ours.shape and theirs.dtype == ours.dtype, name
     finite = torch.isfinite(ours)
     assert torch.equal(finite, torch.isfinite(theirs)) and torch.equal(ours[~finite], theirs[~finite]), name
     difference = float((ours[finite] - theirs[finite]).abs().max())
     bound = tolerance(ours.dtype, config, sub_blocks_before(name, config), float(ours[finite].abs().max()))
     assert difference <= bound, f"{name}: |ours - TransformerLens| = {difference:.3g} > {bound:.3g}"
-    return difference
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
