@@ -15,6 +15,7 @@ import empirical.analysis_commands
 import empirical.calibrate
 import empirical.commands
 import empirical.markov_commands
+import empirical.transformer_lens_interop
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     empirical.calibrate.register(subparsers)
     empirical.markov_commands.register(subparsers)
     empirical.analysis_commands.register(subparsers)
+    empirical.transformer_lens_interop.register(subparsers)
     construction.commands.register(subparsers)
     bounds.commands.register(subparsers)
     return parser

@@ -95,13 +95,14 @@ class RoFormerConfig(JSONConfig):
         return self.width // self.num_heads
 
 
-def rotary_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos(m theta_i)`` and ``sin(m theta_i)``, each ``(len(positions), head_dim / 2)`` float32,
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int, base: float,
+                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos(m theta_i)`` and ``sin(m theta_i)``, each ``(len(positions), head_dim / 2)`` of ``dtype``,
     for positions ``m`` and frequencies ``theta_i = base^(-2i/head_dim)``, ``i = 0..head_dim/2-1``
     (RoFormer, Su et al. 2024, eq. 15)."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim
+    exponents = torch.arange(0, head_dim, 2, dtype=dtype, device=positions.device) / head_dim
     frequencies = base ** (-exponents)
-    angles = positions.to(torch.float32)[:, None] * frequencies[None, :]
+    angles = positions.to(dtype)[:, None] * frequencies[None, :]
     return angles.cos(), angles.sin()
 
 
@@ -112,9 +113,10 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
         (x_{2i}, x_{2i+1}) -> (x_{2i} cos - x_{2i+1} sin,  x_{2i} sin + x_{2i+1} cos)
 
     so ``rot_m(q) . rot_n(k) = q^T R_{n-m} k`` depends on the positions only through ``n - m``.
-    Computed in float32 (angles of late positions need it), returned in ``x.dtype``.
+    Computed in the tables' dtype (float32 at least: angles of late positions need it), returned
+    in ``x.dtype``.
     """
-    even, odd = x[..., 0::2].float(), x[..., 1::2].float()
+    even, odd = x[..., 0::2].to(cos.dtype), x[..., 1::2].to(cos.dtype)
     rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
     return rotated.flatten(-2).to(x.dtype)
 
@@ -205,9 +207,11 @@ class RoFormer(nn.Module):
             nn.init.normal_(block.mlp[-1].weight, std=residual_std)
 
     def _rotary(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotary tables of positions ``0..N-1``, shared by every layer of one forward pass."""
+        """Rotary tables of positions ``0..N-1``, shared by every layer of one forward pass; float32,
+        or float64 for a float64 model (so that its float64 forward pass has no float32 step)."""
         positions = torch.arange(tokens.shape[-1], device=tokens.device)
-        return rotary_cos_sin(positions, self.config.head_dim, self.config.rotary_base)
+        dtype = torch.promote_types(self.embed.weight.dtype, torch.float32)
+        return rotary_cos_sin(positions, self.config.head_dim, self.config.rotary_base, dtype)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Fast path (fused attention): logits ``(B, N, vocab_size)``."""

@@ -1,0 +1,248 @@
+"""The RoFormer exported to a TransformerLens HookedTransformer: logits and every activation of
+HOOK_NAMES equal ours in float32 and float64 on random weights, a hook patch acts the same in both,
+the export directory round-trips offline, configs it cannot express are refused, the project does
+not import transformer_lens; and the hand-built network's softmax attention in TransformerLens's
+``hook_pattern`` layout."""
+import dataclasses
+import json
+import math
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import construction
+import hmmtf
+from empirical.checkpoint import save_checkpoint
+from empirical.model import HOOK_NAMES, RoFormer, RoFormerConfig
+from empirical.transformer_lens_interop import (
+    CONFIG_FILE,
+    SOFTMAX_STAGES,
+    WEIGHTS_FILE,
+    export_hooked_transformer,
+    hand_built_patterns,
+    hooked_transformer_config,
+    load_hooked_transformer,
+    to_hooked_transformer,
+)
+from test_construction_helpers import hmm_prompt
+
+TINY = RoFormerConfig(vocab_size=7, num_layers=1, num_heads=2, width=8)
+# Non-default base, MLP width and tying, so a base, d_mlp or unembedding mistake shows.
+SEVERAL = RoFormerConfig(vocab_size=7, num_layers=3, num_heads=4, width=32, mlp_ratio=2, rotary_base=500.0,
+                         tie_embeddings=True)
+PROMPT_SHAPE = (3, 40)
+UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float64: 2.0**-53}
+
+
+def random_roformer(config: RoFormerConfig, dtype: torch.dtype, seed: int = 0) -> RoFormer:
+    """A RoFormer whose every parameter is random and O(1) in effect, unlike the initialisation:
+    matrices N(0, 1/fan_in) (embedding N(0, 1)), LayerNorm weights 1 + N(0, 0.25), every bias
+    and LayerNorm bias N(0, 0.25); a swapped or transposed tensor then changes the output."""
+    model = RoFormer(config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            if name == "embed.weight":
+                parameter.copy_(noise)
+            elif parameter.ndim == 2:
+                parameter.copy_(noise / math.sqrt(parameter.shape[1]))
+            elif name.endswith("weight"):
+                parameter.copy_(1 + 0.5 * noise)
+            else:
+                parameter.copy_(0.5 * noise)
+    return model.to(dtype).eval()
+
+
+def random_prompts(config: RoFormerConfig, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, config.vocab_size, PROMPT_SHAPE, generator=torch.Generator().manual_seed(seed))
+
+
+def tolerance(dtype: torch.dtype, config: RoFormerConfig, sub_blocks: int, scale: float) -> float:
+    """Largest accepted |ours - TransformerLens| for an activation of largest magnitude ``scale``
+    reached after ``sub_blocks`` attention/MLP sub-blocks: ``u * n * sub_blocks * scale``.
+
+    Both libraries compute the same function in the same precision (unit roundoff ``u``) but in a
+    different order, so each is within a forward-error bound of the exact value: ``gamma_n = n u``
+    relative to the magnitude for a sum of ``n`` terms (Higham, Accuracy and Stability of Numerical
+    Algorithms, section 3.1), once per sub-block on the path. ``n = d_mlp + N``: the longest
+    reduction, plus the rotary angles ``m theta_i``, which the two libraries round differently
+    (``m / base^x`` vs ``m base^-x``), an error of ``m u <= N u`` radians. The network's gain from one
+    sub-block to the next (LayerNorm's ``|w| / sigma``, the softmax Jacobian) is O(1) for these
+    weights, so it adds no factor. ``hook_embed`` (a row lookup, 0 sub-blocks) must match exactly.
+    """
+    size = config.mlp_ratio * config.width + PROMPT_SHAPE[1]
+    return UNIT_ROUNDOFF[dtype] * size * sub_blocks * scale
+
+
+def sub_blocks_before(hook: str, config: RoFormerConfig) -> int:
+    """Sub-blocks whose rounding reaches ``hook`` (an upper bound: all of block l for block l's hooks;
+    the logits also pass the final LayerNorm and the unembedding, counted as one more)."""
+    if hook == "hook_embed":
+        return 0
+    if hook == "logits":
+        return 2 * config.num_layers + 1
+    return 2 * (int(hook.split(".")[1]) + 1)
+
+
+def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, config: RoFormerConfig) -> None:
+    """Same shape, dtype and ``-inf`` entries (the causal mask), finite entries within :func:`tolerance`."""
+    assert theirs.shape == ours.shape and theirs.dtype == ours.dtype, name
+    finite = torch.isfinite(ours)
+    assert torch.equal(finite, torch.isfinite(theirs)) and torch.equal(ours[~finite], theirs[~finite]), name
+    difference = float((ours[finite] - theirs[finite]).abs().max())
+    bound = tolerance(ours.dtype, config, sub_blocks_before(name, config), float(ours[finite].abs().max()))
+    assert difference <= bound, f"{name}: |ours - TransformerLens| = {difference:.3g} > {bound:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("config", [TINY, SEVERAL], ids=["1x2", "3x4x32"])
+def test_hooked_transformer_has_our_logits_and_activations(config, dtype):
+    model = random_roformer(config, dtype)
+    hooked = to_hooked_transformer(model)
+    tokens = random_prompts(config)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens)
+        their_logits, their_cache = hooked.run_with_cache(tokens)
+    assert_matches("logits", logits, their_logits, config)
+    names = ["hook_embed"] + [name.format(layer=layer)
+                              for name in HOOK_NAMES[1:] for layer in range(config.num_layers)]
+    assert sorted(cache) == sorted(names)
+    for name in names:
+        assert_matches(name, cache[name], their_cache[name], config)
+
+
+def test_a_hook_patch_acts_on_both_models_alike():
+    """``blocks.1.hook_resid_post`` replaced at one position by a given vector: in
+    TransformerLens with ``run_with_hooks``, in ours by a forward hook on block 1 (whose output is
+    that residual stream)."""
+    model = random_roformer(SEVERAL, torch.float32)
+    hooked = to_hooked_transformer(model)
+    tokens = random_prompts(SEVERAL)
+    position = 17
+    vector = torch.randn(SEVERAL.width, generator=torch.Generator().manual_seed(3))
+
+    def patch(stream: torch.Tensor) -> torch.Tensor:
+        patched = stream.clone()
+        patched[:, position] = vector
+        return patched
+
+    handle = model.blocks[1].register_forward_hook(lambda module, inputs, output: patch(output))
+    with torch.no_grad():
+        try:
+            ours = model(tokens)
+        finally:
+            handle.remove()
+        theirs = hooked.run_with_hooks(
+            tokens, fwd_hooks=[("blocks.1.hook_resid_post", lambda stream, hook: patch(stream))]
+        )
+        unpatched = model(tokens)
+    assert_matches("logits", ours, theirs, SEVERAL)
+    torch.testing.assert_close(ours[:, :position], unpatched[:, :position], rtol=0, atol=0)
+    assert (ours[:, position:] - unpatched[:, position:]).abs().amax(-1).min() > 1e-2
+
+
+def test_export_directory_reloads_offline_with_the_same_logits(tmp_path, monkeypatch, capsys):
+    model = random_roformer(SEVERAL, torch.float32)
+    save_checkpoint(tmp_path / "checkpoint", model, None, {"step": 7, "task": {}, "train": {}})
+    out = tmp_path / "lens"
+    assert hmmtf.main(["export", str(tmp_path / "checkpoint"), "--to", "transformer-lens", str(out),
+                       "--context-length", "64"]) == 0
+    assert json.loads(capsys.readouterr().out)["out"] == str(out)
+    document = json.loads((out / CONFIG_FILE).read_text())
+    assert document["hooked_transformer_config"] == hooked_transformer_config(SEVERAL, torch.float32, 64)
+    assert document["source"]["step"] == 7 and document["source"]["model"] == SEVERAL.to_dict()
+    assert (out / WEIGHTS_FILE).is_file()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("load_hooked_transformer tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    loaded = load_hooked_transformer(out)
+    tokens = random_prompts(SEVERAL)
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), to_hooked_transformer(model, context_length=64)(tokens))
+        assert_matches("logits", model(tokens), loaded(tokens), SEVERAL)
+    assert loaded.cfg.n_ctx == 64
+
+
+def test_export_from_a_checkpoint_path_equals_export_from_the_model(tmp_path):
+    model = random_roformer(TINY, torch.float32)
+    save_checkpoint(tmp_path / "checkpoint", model, None, {"step": 0})
+    export_hooked_transformer(tmp_path / "checkpoint", tmp_path / "from_path")
+    export_hooked_transformer(model, tmp_path / "from_model")
+    from_path = load_hooked_transformer(tmp_path / "from_path").state_dict()
+    from_model = load_hooked_transformer(tmp_path / "from_model").state_dict()
+    assert all(torch.equal(tensor, from_model[name]) for name, tensor in from_path.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class PostNormConfig(RoFormerConfig):
+    """A config with an option HookedTransformer lacks (BERT-style post-norm blocks)."""
+
+    norm_position: str = "post"
+
+
+def test_export_refuses_what_transformer_lens_cannot_express(tmp_path):
+    post_norm = RoFormer(PostNormConfig(**TINY.to_dict()))
+    message = (r"PostNormConfig\.norm_position: 'post' has no TransformerLens HookedTransformer equivalent in "
+               r"this export; expected a config with only the fields")
+    with pytest.raises(ValueError, match=message):
+        to_hooked_transformer(post_norm)
+    with pytest.raises(ValueError, match="norm_position"):
+        export_hooked_transformer(post_norm, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="context_length: 0; expected an integer >= 1"):
+        to_hooked_transformer(RoFormer(TINY), context_length=0)
+    with pytest.raises(TypeError, match="model_or_checkpoint: dict; expected a RoFormer or a checkpoint directory"):
+        to_hooked_transformer({})
+    with pytest.raises(ValueError, match="has no config.json; expected a TransformerLens export"):
+        load_hooked_transformer(tmp_path)
+
+
+def test_project_imports_without_transformer_lens():
+    code = "import sys, hmmtf, empirical.transformer_lens_interop; assert 'transformer_lens' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def hand_built_traces() -> list[construction.Trace]:
+    """Two prompts of one length (p = 3, L = 3, T = 1), each through the network built for it."""
+    traces = []
+    for seed in (1, 2):
+        tokens = hmm_prompt(3, [8, 9], 5, seed=seed)
+        parameters = construction.parameters_for_prompt(tokens, 3, 3, 1)
+        traces.append(construction.build_network(3, 3, 1, **parameters._asdict()).forward(tokens))
+    return traces
+
+
+def test_hand_built_patterns_have_the_hook_pattern_layout():
+    traces = hand_built_traces()
+    patterns = hand_built_patterns(traces)
+    assert list(patterns) == ["history.1", "history.2", "label"]
+    assert all(name.split(".")[0] in SOFTMAX_STAGES for name in patterns)
+    columns = 8 + 1 + 9 + 1 + 5 + 1
+    for name, pattern in patterns.items():
+        heads = traces[0].attn_weights[name].shape[0]
+        assert pattern.shape == (2, heads, columns, columns)  # (batch, head, query, key)
+        # softmax then a sum of N terms, float64: the normaliser and the sum each round by <= N u.
+        ones = torch.ones(2, heads, columns, dtype=torch.float64)
+        bound = 2 * (columns + 1) * UNIT_ROUNDOFF[torch.float64]
+        torch.testing.assert_close(pattern.sum(-1), ones, rtol=0, atol=bound)
+        for index, trace in enumerate(traces):
+            assert torch.equal(pattern[index], trace.attn_weights[name])
+
+
+def test_hand_built_patterns_refuses_traces_it_cannot_stack():
+    traces = hand_built_traces()
+    with pytest.raises(ValueError, match="traces: empty"):
+        hand_built_patterns([])
+    tokens = hmm_prompt(3, [8, 9], 6, seed=3)
+    longer = construction.build_network(3, 3, 1, **construction.parameters_for_prompt(tokens, 3, 3, 1)._asdict())
+    with pytest.raises(ValueError, match="expected prompts of one length"):
+        hand_built_patterns([traces[0], longer.forward(tokens)])
+    message = r"traces\[0\]: no attention weights for \['history.1', 'history.2', 'label'\]"
+    with pytest.raises(ValueError, match=message):
+        hand_built_patterns([longer.forward(tokens, record_attention=False)])
