@@ -17,6 +17,8 @@ TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(CONSTRAINTS))
 LATEST_VENV := .venv-latest
 LOCK_VENV := .venv-lock
 PYTEST_ARGS := -n 2
+# The suite's extras: test tools, and TransformerLens for the export's parity tests.
+EXTRAS := test,interp
 # pip freeze of a venv in the lock's form (torch without its local "+cpu" label).
 freeze = $(1)/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/torch==$(TORCH_VERSION)/'
 
@@ -24,7 +26,7 @@ freeze = $(1)/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/to
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -c $(CONSTRAINTS) -e ".[test]"
+	$(PY) -m pip install -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -36,7 +38,7 @@ test: $(STAMP)
 test-latest:
 	rm -rf $(LATEST_VENV)
 	$(PYTHON) -m venv $(LATEST_VENV)
-	$(LATEST_VENV)/bin/python -m pip install --upgrade --upgrade-strategy eager -e ".[test]" "torch==$(TORCH_VERSION)"
+	$(LATEST_VENV)/bin/python -m pip install --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]" "torch==$(TORCH_VERSION)"
 	$(call freeze,$(LATEST_VENV)) | diff <(sed '/^#/d' $(CONSTRAINTS)) - || true
 	$(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
@@ -47,7 +49,7 @@ lock:
 	rm -rf $(LOCK_VENV)
 	$(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/python -m pip install "torch==$(TORCH_VERSION)"
-	$(LOCK_VENV)/bin/python -m pip install -e ".[test]"
+	$(LOCK_VENV)/bin/python -m pip install -e ".[$(EXTRAS)]"
 	{ sed -n '/^#/p' $(CONSTRAINTS); \
 	  $(call freeze,$(LOCK_VENV)); \
 	} > $(CONSTRAINTS).new
