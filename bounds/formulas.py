@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import sympy
 
-from construction import Layout, build_layout, construction_error_bound
+from construction import ConstructionSpec, build_layout
 
 
 def _symbolic_forms() -> dict[str, sympy.Expr]:
@@ -118,13 +118,11 @@ def _check_kappa(kappa: float) -> None:
         raise ValueError(f"kappa: {kappa!r}; expected a condition number >= 1")
 
 
-def construction_bound(
-    p: int, beta: float, theta: float, N: int, layout: Layout, doubling: bool, T: int, eta: float, penalty: float
-) -> float:
-    """``p * construction_error_bound``: :func:`construction.construction_error_bound` bounds every
+def construction_bound(spec: ConstructionSpec, num_columns: int) -> float:
+    """``p * spec.error_bound(N)``: :meth:`construction.ConstructionSpec.error_bound` bounds every
     output coordinate ``|(TF - W_T x)_k|`` (its read-out step bounds row k), so the l1 norm of the
     p-vector is at most p times it."""
-    return p * construction_error_bound(beta, theta, N, layout, doubling, T, eta, penalty)
+    return spec.num_tokens * spec.error_bound(num_columns)
 
 
 class NetworkCounts(NamedTuple):

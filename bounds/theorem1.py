@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ import torch
 import hmm
 from bounds import formulas
 from construction import build_layout, build_network, layer_leak, parameters_for_prompt, reference
-from construction.network import check_prompt
+from construction.checks import check_prompt
 from hmm.memory import least_squares, memory_predictor, one_hot_history
 
 EIGENVALUE_TOLERANCE = 1e-10
@@ -115,9 +116,9 @@ def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, T: int, W_star:
     p = model.num_tokens
     N = len(tokens) + 1
     terms = regression_terms(model, tokens, L, W_star)
-    params = parameters_for_prompt(tokens, p, L, T)
-    iterates = reference.gd_iterates(terms["X"], terms["Y"], params.eta, T, N)
-    network = build_network(p, L, T, **params._asdict())
+    spec = parameters_for_prompt(tokens, p, L, T)
+    iterates = reference.gd_iterates(terms["X"], terms["Y"], spec.eta, T, N)
+    network = build_network(spec)
     trace = network.forward(tokens)
     transformer = trace.prediction.numpy()
     gd_prediction = iterates[-1] @ terms["x_test"]
@@ -125,7 +126,7 @@ def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, T: int, W_star:
     kappa = lambda_max / lambda_min
     weight_norm = float(np.linalg.norm(terms["W_hat"]))
     optimization = l1(terms["estimated"] - gd_prediction)
-    bound = network.error_bound(N)
+    bound = spec.error_bound(N)
     construction_measured = l1(gd_prediction - transformer)
     return {
         "num_columns": N,
@@ -138,9 +139,9 @@ def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, T: int, W_star:
         "total": l1(terms["exact"] - transformer),
         "kappa": kappa,
         "weight_norm": weight_norm,
-        "eta": params.eta,
-        "beta": params.beta,
-        "theta": params.theta,
+        "eta": spec.eta,
+        "beta": spec.beta,
+        "theta": spec.theta,
         "optimization_bound": formulas.optimization_bound(p, L, weight_norm, kappa, T),
         "optimization_bound_paper": formulas.optimization_bound_paper(p, L, weight_norm, kappa, T),
         "construction_bound": p * bound,
@@ -154,7 +155,7 @@ def stage_checks(
     """Max deviation of every stage from :mod:`construction.reference` and what it may be.
 
     ``gd_prediction`` is the reference read-out ``W_T x_test`` (``iterates[-1] @ x_test``) and
-    ``bound`` the construction error bound B of this prompt (``network.error_bound(N)``), both
+    ``bound`` the construction error bound B of this prompt (``network.spec.error_bound(N)``), both
     already computed by :func:`decompose_prompt`.
 
     * history block r (after the label layer): ``r eps`` + rounding (construction.leak);
@@ -164,10 +165,10 @@ def stage_checks(
       ``||Delta_t||_2 <= t x forcing`` (construction.leak), so every entry is within B;
     * read-out ``W_T x_test`` per coordinate: B.
     """
-    layout = network.layout
-    p, L, T = layout.num_tokens, layout.history_length, network.steps
+    spec = network.spec
+    p, L, T = spec.num_tokens, spec.history_length, spec.gd_steps
     N = len(tokens) + 1
-    eps = layer_leak(network.beta, network.theta, N)
+    eps = layer_leak(spec.beta, spec.theta, N)
     history = reference.history(tokens, p, L)
     checks = {}
     for r in range(1, L):
@@ -239,25 +240,24 @@ def optimization_curve(tokens: np.ndarray, p: int, L: int, steps: int) -> dict:
 def construction_curve(tokens: np.ndarray, p: int, L: int, T: int, leaks) -> dict:
     """Construction error ``|W_T x - TF|`` of one prompt at the betas where the leading leak term
     ``2 exp(-beta (1 - cos theta))`` equals each value of ``leaks``, beside the leak formula and
-    the bound ``p eps A``; eta and theta from :func:`construction.parameters_for_prompt`."""
+    the bound ``p eps A``; eta, theta and the penalty from :func:`construction.parameters_for_prompt`."""
     N = len(tokens) + 1
-    params = parameters_for_prompt(tokens, p, L, T)
-    expected = reference.prediction(tokens, p, L, params.eta, T)
-    layout = build_layout(p, L)
+    spec = parameters_for_prompt(tokens, p, L, T)
+    expected = reference.prediction(tokens, p, L, spec.eta, T)
     rows = []
     for leak in leaks:
-        beta = math.log(2.0 / leak) / (1.0 - math.cos(params.theta))
-        network = build_network(p, L, T, params.eta, beta, params.theta, penalty=params.penalty, allow_leak=True)
+        leaky = replace(spec, beta=math.log(2.0 / leak) / (1.0 - math.cos(spec.theta)))
+        network = build_network(leaky, allow_leak=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the leak is what is being measured
             prediction = network.forward(tokens).prediction.numpy()
         rows.append(
             {
-                "beta": beta,
-                "leak": layer_leak(beta, params.theta, N),
+                "beta": leaky.beta,
+                "leak": layer_leak(leaky.beta, spec.theta, N),
                 "measured_l1": l1(prediction - expected),
                 "measured_max": float(np.abs(prediction - expected).max()),
-                "bound": formulas.construction_bound(p, beta, params.theta, N, layout, False, T, params.eta, params.penalty),
+                "bound": formulas.construction_bound(leaky, N),
             }
         )
-    return {"num_columns": N, "theta": params.theta, "rows": rows}
+    return {"num_columns": N, "theta": spec.theta, "rows": rows}

@@ -31,8 +31,9 @@ coordinate, a target coordinate and D of a sample, and ``B >= ||w_{t,k}||_1`` fo
 the error ``Delta`` of row k by ``Delta (I - eta H_hat)`` (non-expansive for ``eta < 2/lambda_max``)
 plus a forcing of 2-norm at most
 ``eta [(B dx + dy + penalty dD) sqrt(L) + (B + 1) sqrt(pL) dx]``; null-space directions need not
-contract, so after T steps ``||Delta_T|| <= T`` times that, and the read-out adds
-``sqrt(L) ||Delta_T|| + B dx``. :func:`amplification` is that bound divided by eps.
+contract, so after T steps (``T = gd_steps``) ``||Delta_T|| <= T`` times that, and the read-out
+adds ``sqrt(L) ||Delta_T|| + B dx``. :func:`amplification` is that bound divided by eps; the bound
+itself, ``eps * A``, is ``ConstructionSpec.error_bound`` (:mod:`construction.spec`).
 """
 from __future__ import annotations
 
@@ -71,46 +72,26 @@ def error_factors(layout: Layout, doubling: bool) -> dict[str, float]:
     return {"x": float(history_error_factor(L, doubling)), "y": future, "D": history + future}
 
 
-def amplification(layout: Layout, doubling: bool, steps: int, eta: float, penalty: float) -> float:
-    """First-order bound on ``|prediction - W_T x_test| / eps`` (module docstring, ``B = penalty``)."""
+def amplification(layout: Layout, doubling: bool, gd_steps: int, eta: float, penalty: float) -> float:
+    """First-order bound A on ``|prediction - W_T x_test| / eps`` after ``T = gd_steps`` GD layers
+    (module docstring, ``B = penalty``); it does not depend on beta or theta."""
     factors = error_factors(layout, doubling)
     L, p = layout.history_length, layout.num_tokens
     forcing = eta * (
         (penalty * factors["x"] + factors["y"] + penalty * factors["D"]) * math.sqrt(L)
         + (penalty + 1.0) * math.sqrt(p * L) * factors["x"]
     )
-    return max(math.sqrt(L) * steps * forcing + penalty * factors["x"], 1.0)
+    return max(math.sqrt(L) * gd_steps * forcing + penalty * factors["x"], 1.0)
 
 
-def construction_error_bound(
-    beta: float,
-    theta: float,
-    num_columns: int,
-    layout: Layout,
-    doubling: bool,
-    steps: int,
-    eta: float,
-    penalty: float,
-) -> float:
-    """Bound on the end-to-end construction error ``|prediction - W_T x_test|``: eps times amplification."""
-    return layer_leak(beta, theta, num_columns) * amplification(layout, doubling, steps, eta, penalty)
+def choose_beta(target: float, theta: float, num_columns: int, gain: float) -> float:
+    """Smallest beta (to 1e-9 relative) with ``eps(beta, theta, N) * gain <= target``.
 
-
-def choose_beta(
-    target: float,
-    theta: float,
-    num_columns: int,
-    layout: Layout,
-    doubling: bool,
-    steps: int,
-    eta: float,
-    penalty: float,
-) -> float:
-    """Smallest beta (to 1e-9 relative) whose :func:`construction_error_bound` is at most ``target``.
-
-    ``eps`` decreases in beta, so the bound is inverted by bisection on ``[0, beta0]`` with
+    ``gain`` is the amplification A (:func:`amplification`, or ``ConstructionSpec.amplification``),
+    so the result is the smallest beta whose construction-error bound meets ``target``. ``eps``
+    decreases in beta, so the bound is inverted by bisection on ``[0, beta0]`` with
     ``beta0 = log(2 (N-1) A / target + 1) / (1 - cos theta)``, which satisfies it because every term
-    of eps is at most ``exp(-beta (1 - cos theta))`` (A = :func:`amplification`).
+    of eps is at most ``exp(-beta (1 - cos theta))``.
     """
     if not target > 0:
         raise ValueError(f"target={target}: expected a positive error")
@@ -118,7 +99,6 @@ def choose_beta(
         raise ValueError(f"theta={theta!r}: expected 0 < theta < pi")
     if not num_columns >= 2:
         raise ValueError(f"num_columns={num_columns!r}: expected at least 2 columns (a leading delimiter and a token)")
-    gain = amplification(layout, doubling, steps, eta, penalty)
     high = math.log(2.0 * max(num_columns - 1, 1) * gain / target + 1.0) / (1.0 - math.cos(theta))
     low = 0.0
     while high - low > 1e-9 * high:

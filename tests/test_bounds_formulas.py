@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bounds import formulas
-from construction import amplification, build_layout, build_network, reference
+from construction import ConstructionSpec, amplification, build_layout, build_network, reference
 from test_construction_helpers import hmm_prompt
 
 RNG = np.random.default_rng(7)
@@ -39,7 +39,7 @@ def test_construction_bound_is_p_times_the_leak_sum_times_the_amplification():
     for beta, N in [(200.0, 30), (5e3, 120), (4e4, 400)]:
         theta = math.pi / (N + 1)
         A = amplification(layout, False, 10, 0.3, 120.0)
-        numeric = formulas.construction_bound(4, beta, theta, N, layout, False, 10, 0.3, 120.0)
+        numeric = formulas.construction_bound(ConstructionSpec(4, 3, 10, 0.3, beta, theta, penalty=120.0), N)
         symbolic = formulas.symbolic_value("construction_bound", p=4, A=A, beta=beta, theta=theta, N=N)
         # float64 computes 1 - cos(k theta) to an absolute 2^-53, so each exponent beta (1 - cos)
         # carries an absolute error of about beta 2^-53: that is the agreement to expect.
@@ -49,7 +49,7 @@ def test_construction_bound_is_p_times_the_leak_sum_times_the_amplification():
 @pytest.mark.parametrize("p, L, T", [(2, 1, 1), (4, 3, 10), (6, 5, 40)])
 def test_network_counts_match_the_built_network_and_the_symbolic_width(p, L, T):
     counts = formulas.network_counts(p, L, T)
-    network = build_network(p, L, T, eta=0.1, beta=1e3, theta=0.01)
+    network = build_network(ConstructionSpec(p, L, T, eta=0.1, beta=1e3, theta=0.01))
     assert counts.layers == len(network.layers) == formulas.symbolic_value("layers", L=L, T=T)
     gd_heads = {len(layer.heads) for layer in network.layers if layer.name.startswith("gd.")}
     assert gd_heads == {counts.heads_per_gd_layer} and counts.heads_per_gd_layer == formulas.symbolic_value("heads_per_gd_layer", p=p)

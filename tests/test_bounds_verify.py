@@ -105,7 +105,7 @@ def test_stage_checks_use_the_given_readout_and_bound(monkeypatch):
     tokens = theorem1.sample_prompt_tokens(member.model, 1, hmm.PromptFormat(3, 8, 5), 0)[0]
     p, L, T = 4, 2, 4
     params = parameters_for_prompt(tokens, p, L, T)
-    network = build_network(p, L, T, **params._asdict())
+    network = build_network(params)
     trace = network.forward(tokens)
     X, Y, x_test = reference.regression_problem(tokens, p, L)
     iterates = reference.gd_iterates(X, Y, params.eta, T, len(tokens) + 1)
@@ -115,7 +115,7 @@ def test_stage_checks_use_the_given_readout_and_bound(monkeypatch):
         raise AssertionError("stage_checks recomputed a value it was given")
 
     monkeypatch.setattr(theorem1.reference, "regression_problem", recomputed)
-    monkeypatch.setattr(type(network), "error_bound", recomputed)
+    monkeypatch.setattr(type(network.spec), "error_bound", recomputed)
     stages = theorem1.stage_checks(trace, network, tokens, iterates, gd_prediction + 0.25, 0.5)
     assert stages["readout"]["deviation"] == pytest.approx(0.25, abs=1e-9)
     assert stages["readout"]["allowed"] == stages["gd"]["allowed"] == 0.5
