@@ -15,7 +15,8 @@ Generalization (least squares from N' in-context samples; the constant ``C_g`` i
 
     E ||W* x - W_hat x||_1 <= C_g sqrt(p L / (lambda N'))                          (generalization_bound)
 
-Optimization (Lemma 5, our tight form; derivation in :func:`optimization_bound`)::
+Optimization (Lemma 5, our tight form; derivation in :func:`optimization_bound`), after
+``T = gd_steps`` gradient-descent steps::
 
     ||(W_hat - W_T) x||_1 <= sqrt(p) ||W_hat||_F sqrt(L) (1 - 1/kappa)^T             (optimization_bound)
     the paper's form, converted the same way: sqrt(p) sqrt(L) B_W exp(-T / (2 kappa))  (optimization_bound_paper)
@@ -25,7 +26,7 @@ coordinate, hence the factor p)::
 
     ||W_T x - TF||_1 <= p A eps,   eps = 2 sum_{k=1}^{N-1} exp(-beta (1 - cos k theta))  (construction_bound)
 
-Theorem 1 network size (our construction, m = 1)::
+Theorem 1 network size (our construction, m = 1, T = gd_steps)::
 
     layers = (L - 1) + 1 + T + 1,  heads per GD / read-out layer = 2p,
     width  = p^2 L + (p + 1)(L + 1) + p + 4                                       (network_counts)
@@ -33,7 +34,7 @@ Theorem 1 network size (our construction, m = 1)::
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import sympy
 
@@ -89,8 +90,8 @@ def generalization_bound(p: int, L: int, lambda_min: float, n_samples: float, C_
     return C_g * math.sqrt(p * L / (lambda_min * n_samples))
 
 
-def optimization_bound(p: int, L: int, weight_norm: float, kappa: float, T: int) -> float:
-    """Tight Lemma 5: ``||(W_hat - W_T) x||_1 <= sqrt(p) ||W_hat||_F sqrt(L) (1 - 1/kappa)^T``.
+def optimization_bound(p: int, L: int, weight_norm: float, kappa: float, gd_steps: int) -> float:
+    """Tight Lemma 5: ``||(W_hat - W_T) x||_1 <= sqrt(p) ||W_hat||_F sqrt(L) (1 - 1/kappa)^T``, ``T = gd_steps``.
 
     Derivation. GD on ``(1/2N) sum_j ||y_j - W x_j||^2`` with Hessian ``H = X^T X / N`` is
     ``W_{t+1} = W_t - eta (W_t H - Y^T X / N)``. From ``W_0 = 0`` every iterate lies in the row space
@@ -104,13 +105,14 @@ def optimization_bound(p: int, L: int, weight_norm: float, kappa: float, T: int)
     p-vector's 2-norm to its l1 norm.
     """
     _check_kappa(kappa)
-    return math.sqrt(p) * weight_norm * math.sqrt(L) * (1.0 - 1.0 / kappa) ** T
+    return math.sqrt(p) * weight_norm * math.sqrt(L) * (1.0 - 1.0 / kappa) ** gd_steps
 
 
-def optimization_bound_paper(p: int, L: int, weight_norm: float, kappa: float, T: int) -> float:
-    """Paper's Lemma 5 form ``sqrt(L) B_W exp(-T / (2 kappa))`` with ``B_W = ||W_hat||_F``, times sqrt(p) (l1)."""
+def optimization_bound_paper(p: int, L: int, weight_norm: float, kappa: float, gd_steps: int) -> float:
+    """Paper's Lemma 5 form ``sqrt(L) B_W exp(-T / (2 kappa))`` with ``B_W = ||W_hat||_F``, ``T = gd_steps``,
+    times sqrt(p) (l1)."""
     _check_kappa(kappa)
-    return math.sqrt(p) * math.sqrt(L) * weight_norm * math.exp(-T / (2.0 * kappa))
+    return math.sqrt(p) * math.sqrt(L) * weight_norm * math.exp(-gd_steps / (2.0 * kappa))
 
 
 def _check_kappa(kappa: float) -> None:
@@ -125,7 +127,8 @@ def construction_bound(spec: ConstructionSpec, num_columns: int) -> float:
     return spec.num_tokens * spec.error_bound(num_columns)
 
 
-class NetworkCounts(NamedTuple):
+@dataclass(frozen=True)
+class NetworkCounts:
     """Size of the Theorem 1 network (m = 1, sequential history layers)."""
 
     layers: int
@@ -133,9 +136,10 @@ class NetworkCounts(NamedTuple):
     width: int
 
 
-def network_counts(p: int, L: int, T: int) -> NetworkCounts:
-    """``(L-1) + 1 + T + 1`` layers, ``2p`` heads per GD layer, width of :func:`construction.build_layout`."""
-    return NetworkCounts(layers=(L - 1) + 1 + T + 1, heads_per_gd_layer=2 * p, width=build_layout(p, L).width)
+def network_counts(p: int, L: int, gd_steps: int) -> NetworkCounts:
+    """``(L-1) + 1 + T + 1`` layers (``T = gd_steps``), ``2p`` heads per GD layer, width of
+    :func:`construction.build_layout`."""
+    return NetworkCounts(layers=(L - 1) + 1 + gd_steps + 1, heads_per_gd_layer=2 * p, width=build_layout(p, L).width)
 
 
 def contraction_below_paper_rate() -> bool:

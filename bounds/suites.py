@@ -19,11 +19,12 @@ Fit / held-out split: within every (gamma, d, c) cell, seeds alternate between t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 import hmm
+from bounds.serialize import INLINE
 from hmm.observability import observability
 
 
@@ -51,6 +52,28 @@ class SuiteSpec:
 
 
 @dataclass(frozen=True)
+class MemberDescription:
+    """The parameters of a suite member, enough to rebuild its HMM with :func:`build_member`."""
+
+    name: str
+    gamma_knob: float
+    gamma: float
+    rank: int
+    num_states: int
+    num_tokens: int
+    transition_concentration: float
+    seed: int
+    half: str
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """Base of a result about one suite member: its description, written inline in the JSON."""
+
+    member: MemberDescription = field(metadata=INLINE)
+
+
+@dataclass(frozen=True)
 class SuiteMember:
     """One HMM of a suite with its generating parameters and transition factors."""
 
@@ -70,19 +93,19 @@ class SuiteMember:
         """``g{gamma knob}-d{rank}-c{concentration}-s{seed}``, e.g. ``g0.9-d2-c0.1-s2053``."""
         return f"g{self.knob:g}-d{self.rank}-c{self.concentration:g}-s{self.seed}"
 
-    def describe(self) -> dict:
-        """JSON-ready parameters (enough to rebuild the HMM with :func:`build_member`)."""
-        return {
-            "name": self.name,
-            "gamma_knob": self.knob,
-            "gamma": self.gamma,
-            "rank": self.rank,
-            "num_states": self.model.num_states,
-            "num_tokens": self.model.num_tokens,
-            "transition_concentration": self.concentration,
-            "seed": self.seed,
-            "half": self.half,
-        }
+    def describe(self) -> MemberDescription:
+        """The member's parameters without its tensors."""
+        return MemberDescription(
+            name=self.name,
+            gamma_knob=self.knob,
+            gamma=self.gamma,
+            rank=self.rank,
+            num_states=self.model.num_states,
+            num_tokens=self.model.num_tokens,
+            transition_concentration=self.concentration,
+            seed=self.seed,
+            half=self.half,
+        )
 
 
 def build_member(
