@@ -4,7 +4,7 @@ All error terms are reported in the **l1 norm** of a difference of distributions
 tokens. A bound stated in another norm is converted with ``||v||_1 <= sqrt(p) ||v||_2`` or
 ``||v||_1 <= p ||v||_inf`` (each conversion is named where it is used).
 
-Lemma 1 (reconstructed, CONSTRUCTION.md)::
+Lemma 1 (reconstructed, docs/construction.md section 0.3)::
 
     E ||P(.|o_1..o_t) - P_L(.|o_{t-L+1..t})||_1 <= d exp(-gamma^4 L / C)             (lemma1_bound)
 

@@ -1,17 +1,17 @@
 """Suites of HMMs with controlled observability gamma, transition rank d and mixing.
 
-Every member is ``hmm.random_hmm(S, p, transition=T_d, observability=g, emission_concentration=None,
-transition_concentration=c, initial="stationary", seed=seed)``, with ``T_d`` of rank d from
-``hmm.low_rank_transition`` (or drawn by ``random_hmm`` itself for full rank): emission ``O = g D + (1-g) U``
+Every member is ``hmm.random_hmm(S, p, transition=Q_d, observability=g, emission_concentration=None,
+transition_concentration=c, initial="stationary", seed=seed)``, with a transition matrix ``Q_d`` of
+rank d from ``hmm.low_rank_transition`` (or drawn by ``random_hmm`` itself for full rank): emission ``O = g D + (1-g) U``
 (D deterministic, U uniform rows), whose gamma equals the knob g exactly when ``S <= p``
 (:func:`hmm.observable_emission`; re-measured here with :func:`hmm.observability.observability`).
 The chain starts in its stationary law, so every position of a sampled sequence has the same
 marginal law and the L-memory predictor with the stationary prior is the exact conditional law
 of the next token given the last L tokens.
 
-Transition factors ``T = left @ right`` (``psi(s) = left[s]``) feed the G-optimal prior: a
+Transition factors ``Q = left @ right`` (``psi(s) = left[s]``) feed the G-optimal prior: a
 rank-d member's transition is drawn by :func:`hmm.low_rank_transition` and handed to
-``random_hmm`` with its factors kept; for a full-rank member (``d = S``) we take ``left = T``,
+``random_hmm`` with its factors kept; for a full-rank member (``d = S``) we take ``left = Q``,
 ``right = I``.
 
 Fit / held-out split: within every (gamma, d, c) cell, seeds alternate between the ``fit`` half

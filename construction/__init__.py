@@ -32,7 +32,8 @@ Public API::
                                # regression_problem, hessian, gd_iterates, min_norm_solution,
                                # prediction
 
-N = len(tokens) + 1: column 0 is a leading delimiter added by the embedding. CLI:
+N = len(tokens) + 1: column 0 is a leading delimiter added by the embedding. Symbols (p, L, m, T
+and the rest): docs/construction.md, section 0. CLI:
 ``hmmtf construction-info --p 4 --L 3 --T 10 [--m 2] [--doubling] [--export FILE]``.
 """
 from construction import reference

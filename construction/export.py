@@ -2,7 +2,7 @@
 
 Tensor names (float64):
 
-* ``{layer}.head{h}.query`` ``(d, D)``, ``{layer}.head{h}.key`` ``(d, D)``,
+* ``{layer}.head{h}.query`` ``(d_head, D)``, ``{layer}.head{h}.key`` ``(d_head, D)``,
   ``{layer}.head{h}.value`` ``(D, D)`` for attention layers (``history.1``, ``label``, ``gd.3``,
   ``readout``, ...), logit ``s_ij = (query h_i) . (key h_j)``;
 * ``joint.w_in`` ``(p^m, D)``, ``joint.w_out`` ``(D, p^m)`` for the Theorem 2 MLP.

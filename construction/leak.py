@@ -1,17 +1,18 @@
 """Softmax leak of the position heads, the stage 1-2 error it causes, and the choice of beta.
 
 **Per-layer leak.** A shift head (see :func:`construction.weights.shift_head`) has logits
-``s_ij = beta cos(m_ij theta)`` with offset ``m_ij = j - i + s``. Let t be the column with the
-largest logit (``t = i - s`` when it exists, else the nearest column). Its softmax weight is
-``1 / (1 + sum_{j != t} exp(-(s_it - s_ij)))``, so the mass off the target is at most
+``s_ij = beta cos(delta_ij theta)`` with offset ``delta_ij = j - i + s``. Let ``j*`` be the column
+with the largest logit (``j* = i - s`` when it exists, else the nearest column). Its softmax weight
+is ``1 / (1 + sum_{j != j*} exp(-(s_ij* - s_ij)))``, so the mass off the target is at most
 
-    sum_{j != t} exp(-(s_it - s_ij)).
+    sum_{j != j*} exp(-(s_ij* - s_ij)).
 
-If every ``|m_ij| theta <= pi``, the competitors' gaps are at least ``beta (1 - cos k theta)``,
+If every ``|delta_ij| theta <= pi``, the competitors' gaps are at least ``beta (1 - cos k theta)``,
 k = 1, 2, ..., each k used at most twice: for an interior query the competitors sit at offsets
-``+-k`` around ``m = 0``; for a query whose target is at offset ``m0 != 0`` (no column i - s) they
-sit on one side at ``m0 + k`` and ``cos(a) - cos(a + b) - (1 - cos b) = 4 sin(a/2) sin(b/2)
-cos((a+b)/2) >= 0`` for ``a, b >= 0, a + b <= pi``. Hence, with N columns, the leak of one layer is
+``+-k`` around ``delta = 0``; for a query whose target is at offset ``delta0 != 0`` (no column
+i - s) they sit on one side at ``delta0 + k`` and
+``cos(a) - cos(a + b) - (1 - cos b) = 4 sin(a/2) sin(b/2) cos((a+b)/2) >= 0`` for
+``a, b >= 0, a + b <= pi``. Hence, with N columns, the leak of one layer is
 
     eps(beta, theta, N) = 2 sum_{k=1}^{N-1} exp(-beta (1 - cos k theta))            (leak formula)
                         ~ 2 exp(-beta (1 - cos theta))       (its leading term, tight for an

@@ -1,4 +1,4 @@
-"""The construction's parameters as one frozen value.
+"""The construction's parameters as one frozen value (docs/construction.md, section 0.1).
 
 Symbols of the docs and their names here: ``p = num_tokens`` (tokens ``0..p-1``, delimiter p),
 ``L = history_length``, ``m = future_length``, ``T = gd_steps`` (gradient-descent layers), ``eta``

@@ -4,8 +4,8 @@ Conventions (the forward pass in :mod:`construction.network` implements exactly 
 
 * The residual stream ``H`` is ``(D, N)``: one column ``h_i`` per token, rows named by a
   :class:`~construction.layout.Layout`. Every layer is residual: ``H <- H + layer(H)``.
-* An attention head has ``query (d, D)``, ``key (d, D)`` and ``value (D, D)`` (value and output
-  projection in one matrix). Its logit for query column i and key column j is
+* An attention head has ``query (d_head, D)``, ``key (d_head, D)`` and ``value (D, D)`` (value and
+  output projection in one matrix). Its logit for query column i and key column j is
   ``s_ij = (query h_i) . (key h_j)``.
 * ``softmax`` heads write ``sum_j softmax_j(s_ij) value h_j`` into column i.
 * ``relu`` heads write ``(1/N) sum_j relu(s_ij) value h_j`` (Bai et al. 2023), N = number of columns.
@@ -35,7 +35,7 @@ from construction.layout import Layout
 
 @dataclass(frozen=True)
 class Head:
-    """One attention head: ``query (d, D)``, ``key (d, D)``, ``value (D, D)``, activation name."""
+    """One attention head: ``query (d_head, D)``, ``key (d_head, D)``, ``value (D, D)``, activation name."""
 
     query: np.ndarray
     key: np.ndarray
