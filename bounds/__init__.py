@@ -1,7 +1,8 @@
 """Lemma 1 and Theorem 1 of arXiv 2506.01919 measured term by term beside their bounds.
 
-Modules: :mod:`bounds.formulas` (every bound, numeric and sympy), :mod:`bounds.suites` (HMMs of
+Modules: :mod:`bounds.formulas` (every bound as a numeric function), :mod:`bounds.suites` (HMMs of
 controlled gamma, rank and mixing), :mod:`bounds.fitting` (constants fitted on one half of a suite,
 checked on the other), :mod:`bounds.lemma1`, :mod:`bounds.theorem1`, :mod:`bounds.verify` (the
-main job), :mod:`bounds.figures`, :mod:`bounds.commands` (``hmmtf main``). Formulas: docs/bounds.md.
+main job), :mod:`bounds.serialize` (typed results to JSON, at the edge), :mod:`bounds.figures`,
+:mod:`bounds.commands` (``hmmtf main``). Formulas: docs/bounds.md.
 """

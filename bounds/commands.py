@@ -3,9 +3,10 @@
 ``hmmtf main`` is the README's main job: the verification run of :mod:`bounds.verify` on built-in
 defaults (about 2 minutes on 2 cores); options enlarge the suite. It prints the table, the
 verdicts, and writes ``report.json`` and the five figures into ``--out``
-(default ``figures/verification``). Exit code 1 when a check that holds by derivation fails
-(a stage against its reference, the triangle inequality, the tight Lemma 5, the construction
-bound); a reconstructed bound that fails is a finding, printed and recorded, exit code 0.
+(default ``figures/verification``). Exit code 1 when a table row of kind ``DERIVED`` fails (a
+stage against its reference, the triangle inequality, the tight Lemma 5, the construction bound:
+checks that hold by derivation); a reconstructed bound that fails is a finding, printed and
+recorded, exit code 0.
 """
 from __future__ import annotations
 
@@ -17,7 +18,17 @@ import torch
 from bounds.figures import write_figures
 from bounds.lemma1 import Lemma1Config
 from bounds.suites import SuiteSpec
-from bounds.verify import VerifyConfig, build_table, derivations_hold, format_table, lemma1_lines, measure, verdict_lines, write_report
+from bounds.verify import (
+    VerifyConfig,
+    build_table,
+    derivations_hold,
+    format_table,
+    lemma1_lines,
+    measure,
+    report_json,
+    verdict_lines,
+    write_report,
+)
 
 
 def _rank(text: str) -> int | None:
@@ -49,7 +60,7 @@ def config_from_args(args) -> VerifyConfig:
         suite=suite,
         lemma1=lemma1,
         L=args.L,
-        T=args.T,
+        gd_steps=args.T,
         num_demos=args.demos,
         demo_length=args.demo_length,
         test_length=args.test_length,
@@ -63,23 +74,24 @@ def run_main(args) -> int:
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     config = config_from_args(args)
-    report, members = measure(config, progress=not args.no_progress)
-    report["table"] = build_table(report, members)
+    measurements, members = measure(config, progress=not args.no_progress)
+    table = build_table(measurements, members)
+    report = report_json(measurements, table)
     out = Path(args.out)
     report["figures"] = write_figures(report, out)
-    report["verdicts"] = verdict_lines(report)
+    report["verdicts"] = verdict_lines(measurements)
     report["command"] = args.command_line
     report["options"] = {key: value for key, value in vars(args).items() if key not in ("run", "command_line")}
     report["runtime_seconds"] = time.perf_counter() - start
     write_report(report, out / "report.json")
-    print("\n".join(lemma1_lines(report)))
+    print("\n".join(lemma1_lines(measurements)))
     print()
-    print(format_table(report["table"]))
+    print(format_table(table))
     print()
     print("\n".join(report["verdicts"]))
     print(f"\nreport: {out / 'report.json'}; figures: {', '.join(report['figures'])}")
     print(f"runtime: {report['runtime_seconds']:.1f} s")
-    return 0 if derivations_hold(report["table"]) else 1
+    return 0 if derivations_hold(table) else 1
 
 
 def register(subparsers) -> None:
@@ -99,7 +111,7 @@ def register(subparsers) -> None:
     parser.add_argument("--max-memory", type=int, default=max(defaults.lemma1.lengths), help="Lemma 1: largest L measured")
     parser.add_argument("--sequences", type=int, default=defaults.lemma1.num_sequences, help="Lemma 1: sequences per HMM")
     parser.add_argument("--L", type=int, default=defaults.L, help="Theorem 1: history length of the network")
-    parser.add_argument("--T", type=int, default=defaults.T, help="Theorem 1: gradient-descent layers")
+    parser.add_argument("--T", type=int, default=defaults.gd_steps, help="Theorem 1: gradient-descent layers")
     parser.add_argument("--demos", type=int, default=defaults.num_demos, help="Theorem 1: demonstrations per prompt")
     parser.add_argument("--demo-length", type=int, default=defaults.demo_length, help="tokens per demonstration")
     parser.add_argument("--test-length", type=int, default=defaults.test_length, help="tokens of the test sequence")

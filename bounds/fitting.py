@@ -18,6 +18,7 @@ inflate C: ``gamma^4 L / log(d / 1e-16)`` grows with L).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -75,13 +76,25 @@ def smallest_scale(measured, form) -> float:
     return float((measured / form).max())
 
 
-def fit_and_check(constants: list[float], halves: list[str]) -> dict:
+@dataclass(frozen=True)
+class FitVerdict:
+    """The universal constant of the fit half and the held-out indices it fails on.
+
+    The member lists are indices into the ``constants`` of :func:`fit_and_check`; a failure is a
+    held-out index whose own smallest constant exceeds the fitted one.
+    """
+
+    constant: float
+    fit_members: list[int]
+    held_out_members: list[int]
+    held_out_failures: list[int]
+
+
+def fit_and_check(constants: list[float], halves: list[str]) -> FitVerdict:
     """Universal constant from the fit half, verdict on the held-out half (module docstring).
 
-    Returns ``{"constant", "fit_members", "held_out_members", "held_out_failures"}`` where the
-    member lists are indices into ``constants`` and a failure is a held-out index whose own
-    smallest constant exceeds the fitted one. A constant may be ``+inf`` (no finite constant fits
-    that HMM, see :func:`smallest_lemma1_constant`); NaN or ``-inf`` is refused.
+    A constant may be ``+inf`` (no finite constant fits that HMM, see
+    :func:`smallest_lemma1_constant`); NaN or ``-inf`` is refused.
     """
     if len(constants) != len(halves):
         raise ValueError(f"constants/halves: lengths {len(constants)}, {len(halves)}; expected equal lengths")
@@ -96,9 +109,4 @@ def fit_and_check(constants: list[float], halves: list[str]) -> dict:
         raise ValueError(f"halves: {sorted(set(halves))}; expected only 'fit' and 'held-out', both present")
     constant = max(constants[i] for i in fit)
     failures = [i for i in held if not constants[i] <= constant]
-    return {
-        "constant": constant,
-        "fit_members": fit,
-        "held_out_members": held,
-        "held_out_failures": failures,
-    }
+    return FitVerdict(constant=constant, fit_members=fit, held_out_members=held, held_out_failures=failures)

@@ -1,10 +1,10 @@
-"""Every bound of Lemma 1 and Theorem 1 as a numeric function and as a sympy expression.
+"""Every bound of Lemma 1 and Theorem 1 as a numeric function (their sympy forms: tests/bounds_symbolic.py).
 
 All error terms are reported in the **l1 norm** of a difference of distributions over the p next
 tokens. A bound stated in another norm is converted with ``||v||_1 <= sqrt(p) ||v||_2`` or
 ``||v||_1 <= p ||v||_inf`` (each conversion is named where it is used).
 
-Lemma 1 (reconstructed, CONSTRUCTION.md)::
+Lemma 1 (reconstructed, docs/construction.md section 0.3)::
 
     E ||P(.|o_1..o_t) - P_L(.|o_{t-L+1..t})||_1 <= d exp(-gamma^4 L / C)             (lemma1_bound)
 
@@ -15,7 +15,8 @@ Generalization (least squares from N' in-context samples; the constant ``C_g`` i
 
     E ||W* x - W_hat x||_1 <= C_g sqrt(p L / (lambda N'))                          (generalization_bound)
 
-Optimization (Lemma 5, our tight form; derivation in :func:`optimization_bound`)::
+Optimization (Lemma 5, our tight form; derivation in :func:`optimization_bound`), after
+``T = gd_steps`` gradient-descent steps::
 
     ||(W_hat - W_T) x||_1 <= sqrt(p) ||W_hat||_F sqrt(L) (1 - 1/kappa)^T             (optimization_bound)
     the paper's form, converted the same way: sqrt(p) sqrt(L) B_W exp(-T / (2 kappa))  (optimization_bound_paper)
@@ -25,7 +26,7 @@ coordinate, hence the factor p)::
 
     ||W_T x - TF||_1 <= p A eps,   eps = 2 sum_{k=1}^{N-1} exp(-beta (1 - cos k theta))  (construction_bound)
 
-Theorem 1 network size (our construction, m = 1)::
+Theorem 1 network size (our construction, m = 1, T = gd_steps)::
 
     layers = (L - 1) + 1 + T + 1,  heads per GD / read-out layer = 2p,
     width  = p^2 L + (p + 1)(L + 1) + p + 4                                       (network_counts)
@@ -33,34 +34,11 @@ Theorem 1 network size (our construction, m = 1)::
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import sympy
 
-from construction import Layout, build_layout, construction_error_bound
-
-
-def _symbolic_forms() -> dict[str, sympy.Expr]:
-    """The formulas of the module docstring as sympy expressions (symbol names as in :func:`symbolic_value`)."""
-    gamma, d, L, C, e = sympy.symbols("gamma d L C e", positive=True)
-    p, n_samples, lam, C_g = sympy.symbols("p Nprime lambda C_g", positive=True)
-    kappa, T, B_W = sympy.symbols("kappa T B_W", positive=True)
-    beta, theta, N, A, k = sympy.symbols("beta theta N A k", positive=True)
-    return {
-        "lemma1_bound": d * sympy.exp(-(gamma**4) * L / C),
-        "lemma1_constant": gamma**4 * L / sympy.log(d / e),
-        "generalization_bound": C_g * sympy.sqrt(p * L / (lam * n_samples)),
-        "optimization_bound": sympy.sqrt(p) * B_W * sympy.sqrt(L) * (1 - 1 / kappa) ** T,
-        "optimization_bound_paper": sympy.sqrt(p) * sympy.sqrt(L) * B_W * sympy.exp(-T / (2 * kappa)),
-        "construction_bound": p * A * 2 * sympy.Sum(sympy.exp(-beta * (1 - sympy.cos(k * theta))), (k, 1, N - 1)),
-        "layers": (L - 1) + 1 + T + 1,
-        "heads_per_gd_layer": 2 * p,
-        "width": p**2 * L + (p + 1) * (L + 1) + p + 4,
-    }
-
-
-SYMBOLIC = _symbolic_forms()
-"""name -> sympy expression of every formula in the module docstring."""
+from construction import ConstructionSpec, build_layout
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -89,8 +67,8 @@ def generalization_bound(p: int, L: int, lambda_min: float, n_samples: float, C_
     return C_g * math.sqrt(p * L / (lambda_min * n_samples))
 
 
-def optimization_bound(p: int, L: int, weight_norm: float, kappa: float, T: int) -> float:
-    """Tight Lemma 5: ``||(W_hat - W_T) x||_1 <= sqrt(p) ||W_hat||_F sqrt(L) (1 - 1/kappa)^T``.
+def optimization_bound(p: int, L: int, weight_norm: float, kappa: float, gd_steps: int) -> float:
+    """Tight Lemma 5: ``||(W_hat - W_T) x||_1 <= sqrt(p) ||W_hat||_F sqrt(L) (1 - 1/kappa)^T``, ``T = gd_steps``.
 
     Derivation. GD on ``(1/2N) sum_j ||y_j - W x_j||^2`` with Hessian ``H = X^T X / N`` is
     ``W_{t+1} = W_t - eta (W_t H - Y^T X / N)``. From ``W_0 = 0`` every iterate lies in the row space
@@ -104,13 +82,14 @@ def optimization_bound(p: int, L: int, weight_norm: float, kappa: float, T: int)
     p-vector's 2-norm to its l1 norm.
     """
     _check_kappa(kappa)
-    return math.sqrt(p) * weight_norm * math.sqrt(L) * (1.0 - 1.0 / kappa) ** T
+    return math.sqrt(p) * weight_norm * math.sqrt(L) * (1.0 - 1.0 / kappa) ** gd_steps
 
 
-def optimization_bound_paper(p: int, L: int, weight_norm: float, kappa: float, T: int) -> float:
-    """Paper's Lemma 5 form ``sqrt(L) B_W exp(-T / (2 kappa))`` with ``B_W = ||W_hat||_F``, times sqrt(p) (l1)."""
+def optimization_bound_paper(p: int, L: int, weight_norm: float, kappa: float, gd_steps: int) -> float:
+    """Paper's Lemma 5 form ``sqrt(L) B_W exp(-T / (2 kappa))`` with ``B_W = ||W_hat||_F``, ``T = gd_steps``,
+    times sqrt(p) (l1)."""
     _check_kappa(kappa)
-    return math.sqrt(p) * math.sqrt(L) * weight_norm * math.exp(-T / (2.0 * kappa))
+    return math.sqrt(p) * math.sqrt(L) * weight_norm * math.exp(-gd_steps / (2.0 * kappa))
 
 
 def _check_kappa(kappa: float) -> None:
@@ -118,16 +97,15 @@ def _check_kappa(kappa: float) -> None:
         raise ValueError(f"kappa: {kappa!r}; expected a condition number >= 1")
 
 
-def construction_bound(
-    p: int, beta: float, theta: float, N: int, layout: Layout, doubling: bool, T: int, eta: float, penalty: float
-) -> float:
-    """``p * construction_error_bound``: :func:`construction.construction_error_bound` bounds every
+def construction_bound(spec: ConstructionSpec, num_columns: int) -> float:
+    """``p * spec.error_bound(N)``: :meth:`construction.ConstructionSpec.error_bound` bounds every
     output coordinate ``|(TF - W_T x)_k|`` (its read-out step bounds row k), so the l1 norm of the
     p-vector is at most p times it."""
-    return p * construction_error_bound(beta, theta, N, layout, doubling, T, eta, penalty)
+    return spec.num_tokens * spec.error_bound(num_columns)
 
 
-class NetworkCounts(NamedTuple):
+@dataclass(frozen=True)
+class NetworkCounts:
     """Size of the Theorem 1 network (m = 1, sequential history layers)."""
 
     layers: int
@@ -135,9 +113,10 @@ class NetworkCounts(NamedTuple):
     width: int
 
 
-def network_counts(p: int, L: int, T: int) -> NetworkCounts:
-    """``(L-1) + 1 + T + 1`` layers, ``2p`` heads per GD layer, width of :func:`construction.build_layout`."""
-    return NetworkCounts(layers=(L - 1) + 1 + T + 1, heads_per_gd_layer=2 * p, width=build_layout(p, L).width)
+def network_counts(p: int, L: int, gd_steps: int) -> NetworkCounts:
+    """``(L-1) + 1 + T + 1`` layers (``T = gd_steps``), ``2p`` heads per GD layer, width of
+    :func:`construction.build_layout`."""
+    return NetworkCounts(layers=(L - 1) + 1 + gd_steps + 1, heads_per_gd_layer=2 * p, width=build_layout(p, L).width)
 
 
 def contraction_below_paper_rate() -> bool:
@@ -154,15 +133,3 @@ def contraction_below_paper_rate() -> bool:
     slope = sympy.diff(h, u)
     never_decreasing = sympy.solveset(slope <= 0, u, sympy.Interval.Ropen(0, 1)) == sympy.S.EmptySet
     return bool(starts_at_zero and never_decreasing)
-
-
-def symbolic_value(name: str, **values: float) -> float:
-    """Evaluate ``SYMBOLIC[name]`` at ``values`` (keyword = symbol name, e.g. ``gamma=0.5, Nprime=40``)."""
-    if name not in SYMBOLIC:
-        raise ValueError(f"name: {name!r}; expected one of {sorted(SYMBOLIC)}")
-    expression = SYMBOLIC[name]
-    missing = sorted(symbol.name for symbol in expression.free_symbols if symbol.name not in values)
-    if missing:
-        raise ValueError(f"values: {sorted(values)}; expected a value for every symbol of {name}, missing {missing}")
-    substitutions = {symbol: values[symbol.name] for symbol in expression.free_symbols}
-    return float(expression.subs(substitutions).doit().evalf(30))

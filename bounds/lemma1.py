@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 import hmm
 from bounds.fitting import decay_fit, fit_and_check, smallest_lemma1_constant
-from bounds.suites import SuiteMember
+from bounds.suites import MemberResult, SuiteMember
 from hmm.memory import g_optimal_prior, memory_predictor, resolve_prior
 
 PRIORS = ("stationary", "uniform", "g-optimal")
@@ -76,24 +76,65 @@ def memory_errors(member: SuiteMember, config: Lemma1Config) -> np.ndarray:
     return errors
 
 
-def member_summary(member: SuiteMember, lengths, errors: np.ndarray) -> dict:
+@dataclass(frozen=True)
+class PriorDecay:
+    """Lemma 1 on one HMM and one prior: ``E|P - P_L|_1`` per L, the smallest C, and the decay
+    line ``log err = decay_intercept - decay_rate L`` (``None`` when too fast to measure)."""
+
+    errors: list[float]
+    smallest_C: float
+    decay_rate: float | None
+    decay_intercept: float | None
+    rate_over_gamma4: float | None
+
+
+@dataclass(frozen=True)
+class Lemma1Failure(MemberResult):
+    """A held-out HMM whose own smallest C exceeds the fitted one."""
+
+    smallest_C: float
+
+
+@dataclass(frozen=True)
+class SlowestMember(MemberResult):
+    """The HMM with the smallest decay rate relative to gamma^4."""
+
+    decay_rate: float
+
+
+@dataclass(frozen=True)
+class PriorFit:
+    """One prior over the suite: the universal C of the fit half (counts of fit and held-out HMMs),
+    the held-out failures, the range of ``rate / gamma^4`` and the HMMs too fast to measure."""
+
+    C: float
+    fit_members: int
+    held_out_members: int
+    held_out_failures: list[Lemma1Failure]
+    min_rate_over_gamma4: float
+    max_rate_over_gamma4: float
+    slowest_member: SlowestMember
+    too_fast_to_measure: list[str]
+
+
+def member_summary(member: SuiteMember, lengths, errors: np.ndarray) -> dict[str, PriorDecay]:
     """Per prior: errors, smallest C, decay rate and rate / gamma^4 of one HMM."""
     summary = {}
     gamma4 = member.gamma**4
     for prior, row in zip(PRIORS, errors):
         line = decay_fit(lengths, row)
         rate = None if line is None else line[0]
-        summary[prior] = {
-            "errors": row.tolist(),
-            "smallest_C": smallest_lemma1_constant(member.gamma, member.rank, lengths, row),
-            "decay_rate": rate,
-            "decay_intercept": None if line is None else line[1],
-            "rate_over_gamma4": None if rate is None else rate / gamma4,
-        }
+        summary[prior] = PriorDecay(
+            errors=row.tolist(),
+            smallest_C=smallest_lemma1_constant(member.gamma, member.rank, lengths, row),
+            decay_rate=rate,
+            decay_intercept=None if line is None else line[1],
+            rate_over_gamma4=None if rate is None else rate / gamma4,
+        )
     return summary
 
 
-def measure_suite(members: list[SuiteMember], config: Lemma1Config, progress: bool = True) -> list[dict]:
+def measure_suite(members: list[SuiteMember], config: Lemma1Config, progress: bool = True) -> list[dict[str, PriorDecay]]:
     """:func:`memory_errors` and :func:`member_summary` of every member."""
     results = []
     for member in tqdm(members, desc="Lemma 1: E|P - P_L| vs L", disable=not progress):
@@ -102,26 +143,26 @@ def measure_suite(members: list[SuiteMember], config: Lemma1Config, progress: bo
     return results
 
 
-def fit_constants(members: list[SuiteMember], results: list[dict]) -> dict:
+def fit_constants(members: list[SuiteMember], results: list[dict[str, PriorDecay]]) -> dict[str, PriorFit]:
     """Per prior: the universal C (fit half), held-out failures with parameters, rate/gamma^4 range."""
     halves = [member.half for member in members]
     fits = {}
     for prior in PRIORS:
-        constants = [result[prior]["smallest_C"] for result in results]
+        constants = [result[prior].smallest_C for result in results]
         verdict = fit_and_check(constants, halves)
-        ratios = [result[prior]["rate_over_gamma4"] for result in results]
+        ratios = [result[prior].rate_over_gamma4 for result in results]
         measured = [i for i, ratio in enumerate(ratios) if ratio is not None]
         slowest = min(measured, key=lambda i: ratios[i])
-        fits[prior] = {
-            "C": verdict["constant"],
-            "fit_members": len(verdict["fit_members"]),
-            "held_out_members": len(verdict["held_out_members"]),
-            "held_out_failures": [
-                {**members[i].describe(), "smallest_C": constants[i]} for i in verdict["held_out_failures"]
+        fits[prior] = PriorFit(
+            C=verdict.constant,
+            fit_members=len(verdict.fit_members),
+            held_out_members=len(verdict.held_out_members),
+            held_out_failures=[
+                Lemma1Failure(member=members[i].describe(), smallest_C=constants[i]) for i in verdict.held_out_failures
             ],
-            "min_rate_over_gamma4": ratios[slowest],
-            "max_rate_over_gamma4": max(ratios[i] for i in measured),
-            "slowest_member": {**members[slowest].describe(), "decay_rate": results[slowest][prior]["decay_rate"]},
-            "too_fast_to_measure": [members[i].name for i, ratio in enumerate(ratios) if ratio is None],
-        }
+            min_rate_over_gamma4=ratios[slowest],
+            max_rate_over_gamma4=max(ratios[i] for i in measured),
+            slowest_member=SlowestMember(member=members[slowest].describe(), decay_rate=results[slowest][prior].decay_rate),
+            too_fast_to_measure=[members[i].name for i, ratio in enumerate(ratios) if ratio is None],
+        )
     return fits

@@ -1,17 +1,17 @@
 """Suites of HMMs with controlled observability gamma, transition rank d and mixing.
 
-Every member is ``hmm.random_hmm(S, p, transition=T_d, observability=g, emission_concentration=None,
-transition_concentration=c, initial="stationary", seed=seed)``, with ``T_d`` of rank d from
-``hmm.low_rank_transition`` (or drawn by ``random_hmm`` itself for full rank): emission ``O = g D + (1-g) U``
+Every member is ``hmm.random_hmm(S, p, transition=Q_d, observability=g, emission_concentration=None,
+transition_concentration=c, initial="stationary", seed=seed)``, with a transition matrix ``Q_d`` of
+rank d from ``hmm.low_rank_transition`` (or drawn by ``random_hmm`` itself for full rank): emission ``O = g D + (1-g) U``
 (D deterministic, U uniform rows), whose gamma equals the knob g exactly when ``S <= p``
 (:func:`hmm.observable_emission`; re-measured here with :func:`hmm.observability.observability`).
 The chain starts in its stationary law, so every position of a sampled sequence has the same
 marginal law and the L-memory predictor with the stationary prior is the exact conditional law
 of the next token given the last L tokens.
 
-Transition factors ``T = left @ right`` (``psi(s) = left[s]``) feed the G-optimal prior: a
+Transition factors ``Q = left @ right`` (``psi(s) = left[s]``) feed the G-optimal prior: a
 rank-d member's transition is drawn by :func:`hmm.low_rank_transition` and handed to
-``random_hmm`` with its factors kept; for a full-rank member (``d = S``) we take ``left = T``,
+``random_hmm`` with its factors kept; for a full-rank member (``d = S``) we take ``left = Q``,
 ``right = I``.
 
 Fit / held-out split: within every (gamma, d, c) cell, seeds alternate between the ``fit`` half
@@ -19,11 +19,12 @@ Fit / held-out split: within every (gamma, d, c) cell, seeds alternate between t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 import hmm
+from bounds.serialize import INLINE
 from hmm.observability import observability
 
 
@@ -51,6 +52,28 @@ class SuiteSpec:
 
 
 @dataclass(frozen=True)
+class MemberDescription:
+    """The parameters of a suite member, enough to rebuild its HMM with :func:`build_member`."""
+
+    name: str
+    gamma_knob: float
+    gamma: float
+    rank: int
+    num_states: int
+    num_tokens: int
+    transition_concentration: float
+    seed: int
+    half: str
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """Base of a result about one suite member: its description, written inline in the JSON."""
+
+    member: MemberDescription = field(metadata=INLINE)
+
+
+@dataclass(frozen=True)
 class SuiteMember:
     """One HMM of a suite with its generating parameters and transition factors."""
 
@@ -70,19 +93,19 @@ class SuiteMember:
         """``g{gamma knob}-d{rank}-c{concentration}-s{seed}``, e.g. ``g0.9-d2-c0.1-s2053``."""
         return f"g{self.knob:g}-d{self.rank}-c{self.concentration:g}-s{self.seed}"
 
-    def describe(self) -> dict:
-        """JSON-ready parameters (enough to rebuild the HMM with :func:`build_member`)."""
-        return {
-            "name": self.name,
-            "gamma_knob": self.knob,
-            "gamma": self.gamma,
-            "rank": self.rank,
-            "num_states": self.model.num_states,
-            "num_tokens": self.model.num_tokens,
-            "transition_concentration": self.concentration,
-            "seed": self.seed,
-            "half": self.half,
-        }
+    def describe(self) -> MemberDescription:
+        """The member's parameters without its tensors."""
+        return MemberDescription(
+            name=self.name,
+            gamma_knob=self.knob,
+            gamma=self.gamma,
+            rank=self.rank,
+            num_states=self.model.num_states,
+            num_tokens=self.model.num_tokens,
+            transition_concentration=self.concentration,
+            seed=self.seed,
+            half=self.half,
+        )
 
 
 def build_member(

@@ -7,7 +7,7 @@ started in its stationary law), all distances in l1 over the p next tokens::
     P_L     = P_L(o_{t+1} | o_{t-L+1..t})      memory predictor, stationary prior (t >= L)
     W* x    population least squares of e(o_{t+1}) on the one-hot history x (below)
     W_hat x min-norm least squares from the prompt's N' samples (construction.reference)
-    W_T x   T gradient-descent iterates, eta = 1/lambda_max (construction.parameters_for_prompt)
+    W_T x   T = gd_steps gradient-descent iterates, eta = 1/lambda_max (construction.parameters_for_prompt)
     TF      the hand-built network's prediction (construction.build_network)
 
     approximation |P - P_L|, linearization |P_L - W* x|, generalization |W* x - W_hat x|,
@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -35,8 +36,11 @@ import torch
 import hmm
 from bounds import formulas
 from construction import build_layout, build_network, layer_leak, parameters_for_prompt, reference
-from construction.network import check_prompt
+from construction.checks import check_prompt
 from hmm.memory import least_squares, memory_predictor, one_hot_history
+
+TERMS = ("approximation", "linearization", "generalization", "optimization", "construction")
+"""The five measured terms of the decomposition (module docstring), fields of :class:`PromptTerms`."""
 
 EIGENVALUE_TOLERANCE = 1e-10
 """Eigenvalues below this times the largest count as zero (the singular one-hot design)."""
@@ -84,7 +88,60 @@ def final_segment(tokens: np.ndarray, p: int) -> np.ndarray:
     return tokens[np.flatnonzero(tokens == p)[-1] + 1 :]
 
 
-def regression_terms(model: hmm.HMM, tokens: np.ndarray, L: int, W_star: np.ndarray) -> dict:
+@dataclass(frozen=True)
+class RegressionTerms:
+    """The terms of one prompt that need no network: approximation, linearization, generalization,
+    with the exact predictive ``P``, ``W_hat x_test`` and the regression problem ``X, Y, x_test``."""
+
+    exact: np.ndarray
+    estimated: np.ndarray
+    W_hat: np.ndarray
+    X: np.ndarray
+    Y: np.ndarray
+    x_test: np.ndarray
+    approximation: float
+    linearization: float
+    generalization: float
+    n_samples: int
+
+
+@dataclass(frozen=True)
+class StageCheck:
+    """Largest deviation of a construction stage from its reference and the deviation it may have."""
+
+    deviation: float
+    allowed: float
+
+
+@dataclass(frozen=True)
+class PromptTerms:
+    """Every term (:data:`TERMS`), the total ``|P - TF|`` and the deterministic bounds of one prompt,
+    with the construction's parameters and its stage checks."""
+
+    num_columns: int
+    n_samples: int
+    approximation: float
+    linearization: float
+    generalization: float
+    optimization: float
+    construction: float
+    total: float
+    kappa: float
+    weight_norm: float
+    eta: float
+    beta: float
+    theta: float
+    optimization_bound: float
+    optimization_bound_paper: float
+    construction_bound: float
+    stages: dict[str, StageCheck]
+
+    def sum_of_terms(self) -> float:
+        """The sum of the five measured terms, which bounds ``total`` (triangle inequality)."""
+        return sum(getattr(self, term) for term in TERMS)
+
+
+def regression_terms(model: hmm.HMM, tokens: np.ndarray, L: int, W_star: np.ndarray) -> RegressionTerms:
     """Approximation, linearization and generalization of one prompt, and its ``X, Y, x_test``."""
     p = model.num_tokens
     test = torch.as_tensor(final_segment(tokens, p))
@@ -94,67 +151,63 @@ def regression_terms(model: hmm.HMM, tokens: np.ndarray, L: int, W_star: np.ndar
     memory = memory_predictor(model, test, L, "stationary")[-1].numpy()
     X, Y, x_test = reference.regression_problem(tokens, p, L)
     W_hat = reference.min_norm_solution(X, Y)
-    return {
-        "exact": exact,
-        "memory": memory,
-        "linear": W_star @ x_test,
-        "estimated": W_hat @ x_test,
-        "W_hat": W_hat,
-        "X": X,
-        "Y": Y,
-        "x_test": x_test,
-        "approximation": l1(exact - memory),
-        "linearization": l1(memory - W_star @ x_test),
-        "generalization": l1(W_star @ x_test - W_hat @ x_test),
-        "n_samples": X.shape[0],
-    }
+    return RegressionTerms(
+        exact=exact,
+        estimated=W_hat @ x_test,
+        W_hat=W_hat,
+        X=X,
+        Y=Y,
+        x_test=x_test,
+        approximation=l1(exact - memory),
+        linearization=l1(memory - W_star @ x_test),
+        generalization=l1(W_star @ x_test - W_hat @ x_test),
+        n_samples=X.shape[0],
+    )
 
 
-def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, T: int, W_star: np.ndarray) -> dict:
-    """Every term and the deterministic bounds of one prompt, with its stage checks (JSON-ready)."""
+def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, gd_steps: int, W_star: np.ndarray) -> PromptTerms:
+    """Every term and the deterministic bounds of one prompt, with its stage checks."""
     p = model.num_tokens
     N = len(tokens) + 1
     terms = regression_terms(model, tokens, L, W_star)
-    params = parameters_for_prompt(tokens, p, L, T)
-    iterates = reference.gd_iterates(terms["X"], terms["Y"], params.eta, T, N)
-    network = build_network(p, L, T, **params._asdict())
+    spec = parameters_for_prompt(tokens, p, L, gd_steps)
+    iterates = reference.gd_iterates(terms.X, terms.Y, spec.eta, gd_steps, N)
+    network = build_network(spec)
     trace = network.forward(tokens)
     transformer = trace.prediction.numpy()
-    gd_prediction = iterates[-1] @ terms["x_test"]
-    lambda_max, lambda_min = spectrum(reference.hessian(terms["X"], N))
+    gd_prediction = iterates[-1] @ terms.x_test
+    lambda_max, lambda_min = spectrum(reference.hessian(terms.X, N))
     kappa = lambda_max / lambda_min
-    weight_norm = float(np.linalg.norm(terms["W_hat"]))
-    optimization = l1(terms["estimated"] - gd_prediction)
-    bound = network.error_bound(N)
-    construction_measured = l1(gd_prediction - transformer)
-    return {
-        "num_columns": N,
-        "n_samples": terms["n_samples"],
-        "approximation": terms["approximation"],
-        "linearization": terms["linearization"],
-        "generalization": terms["generalization"],
-        "optimization": optimization,
-        "construction": construction_measured,
-        "total": l1(terms["exact"] - transformer),
-        "kappa": kappa,
-        "weight_norm": weight_norm,
-        "eta": params.eta,
-        "beta": params.beta,
-        "theta": params.theta,
-        "optimization_bound": formulas.optimization_bound(p, L, weight_norm, kappa, T),
-        "optimization_bound_paper": formulas.optimization_bound_paper(p, L, weight_norm, kappa, T),
-        "construction_bound": p * bound,
-        "stages": stage_checks(trace, network, tokens, iterates, gd_prediction, bound),
-    }
+    weight_norm = float(np.linalg.norm(terms.W_hat))
+    bound = spec.error_bound(N)
+    return PromptTerms(
+        num_columns=N,
+        n_samples=terms.n_samples,
+        approximation=terms.approximation,
+        linearization=terms.linearization,
+        generalization=terms.generalization,
+        optimization=l1(terms.estimated - gd_prediction),
+        construction=l1(gd_prediction - transformer),
+        total=l1(terms.exact - transformer),
+        kappa=kappa,
+        weight_norm=weight_norm,
+        eta=spec.eta,
+        beta=spec.beta,
+        theta=spec.theta,
+        optimization_bound=formulas.optimization_bound(p, L, weight_norm, kappa, gd_steps),
+        optimization_bound_paper=formulas.optimization_bound_paper(p, L, weight_norm, kappa, gd_steps),
+        construction_bound=p * bound,
+        stages=stage_checks(trace, network, tokens, iterates, gd_prediction, bound),
+    )
 
 
 def stage_checks(
     trace, network, tokens: np.ndarray, iterates: np.ndarray, gd_prediction: np.ndarray, bound: float
-) -> dict:
+) -> dict[str, StageCheck]:
     """Max deviation of every stage from :mod:`construction.reference` and what it may be.
 
     ``gd_prediction`` is the reference read-out ``W_T x_test`` (``iterates[-1] @ x_test``) and
-    ``bound`` the construction error bound B of this prompt (``network.error_bound(N)``), both
+    ``bound`` the construction error bound B of this prompt (``network.spec.error_bound(N)``), both
     already computed by :func:`decompose_prompt`.
 
     * history block r (after the label layer): ``r eps`` + rounding (construction.leak);
@@ -164,25 +217,26 @@ def stage_checks(
       ``||Delta_t||_2 <= t x forcing`` (construction.leak), so every entry is within B;
     * read-out ``W_T x_test`` per coordinate: B.
     """
-    layout = network.layout
-    p, L, T = layout.num_tokens, layout.history_length, network.steps
+    spec = network.spec
+    p, L = spec.num_tokens, spec.history_length
     N = len(tokens) + 1
-    eps = layer_leak(network.beta, network.theta, N)
+    eps = layer_leak(spec.beta, spec.theta, N)
     history = reference.history(tokens, p, L)
     checks = {}
     for r in range(1, L):
         deviation = np.abs(trace.slot(f"history.{r}", "label").numpy().T - history[:, r]).max()
-        checks[f"history.{r}"] = (float(deviation), r * eps + STAGE_ROUNDING)
+        checks[f"history.{r}"] = StageCheck(deviation=float(deviation), allowed=r * eps + STAGE_ROUNDING)
     future = reference.future(tokens, p, 1)[:, 0]
-    checks["label"] = (float(np.abs(trace.slot("future.1", "label").numpy().T - future).max()), eps + STAGE_ROUNDING)
+    label = float(np.abs(trace.slot("future.1", "label").numpy().T - future).max())
+    checks["label"] = StageCheck(deviation=label, allowed=eps + STAGE_ROUNDING)
     worst = 0.0
-    for t in range(1, T + 1):
+    for t in range(1, spec.gd_steps + 1):
         weights = np.stack([trace.slot(f"weights.{k}", f"gd.{t}").numpy()[:, -1] for k in range(p)])
         worst = max(worst, float(np.abs(weights - iterates[t]).max()))
-    checks["gd"] = (worst, bound)
+    checks["gd"] = StageCheck(deviation=worst, allowed=bound)
     readout = np.abs(trace.prediction.numpy() - gd_prediction).max()
-    checks["readout"] = (float(readout), bound)
-    return {name: {"deviation": deviation, "allowed": allowed} for name, (deviation, allowed) in checks.items()}
+    checks["readout"] = StageCheck(deviation=float(readout), allowed=bound)
+    return checks
 
 
 def sample_prompt_tokens(model: hmm.HMM, count: int, fmt: hmm.PromptFormat, seed: int) -> list[np.ndarray]:
@@ -191,73 +245,111 @@ def sample_prompt_tokens(model: hmm.HMM, count: int, fmt: hmm.PromptFormat, seed
     return [row.numpy() for row in prompts.tokens]
 
 
+@dataclass(frozen=True)
+class SweepPoint:
+    """Mean N' and mean generalization term over the prompts with ``num_demos`` demonstrations."""
+
+    num_demos: int
+    n_samples: float
+    generalization: float
+
+
+@dataclass(frozen=True)
+class OptimizationCurve:
+    """GD convergence of one prompt at t = 0..T: relative distance ``||W_t - W_hat||_F / ||W_hat||_F``,
+    prediction gap ``|(W_hat - W_t) x_test|_1`` and the two Lemma 5 bounds of :mod:`bounds.formulas`."""
+
+    kappa: float
+    relative_distance: list[float]
+    prediction_gap: list[float]
+    bound: list[float]
+    bound_paper: list[float]
+
+
+@dataclass(frozen=True)
+class ConstructionPoint:
+    """Construction error of one prompt at one beta, beside the leak formula and the bound ``p A eps``."""
+
+    beta: float
+    leak: float
+    measured_l1: float
+    measured_max: float
+    bound: float
+
+
+@dataclass(frozen=True)
+class ConstructionCurve:
+    """Construction error vs beta of one N-column prompt at its angle theta."""
+
+    num_columns: int
+    theta: float
+    rows: list[ConstructionPoint]
+
+
 def generalization_sweep(
     model: hmm.HMM, L: int, W_star: np.ndarray, demo_counts, demo_length: int, test_length: int, prompts: int, seed: int
-) -> list[dict]:
+) -> list[SweepPoint]:
     """Mean generalization term ``|W* x - W_hat x|_1`` and mean N' for each number of demonstrations."""
-    rows = []
+    points = []
     for offset, num_demos in enumerate(demo_counts):
         fmt = hmm.PromptFormat(num_demos, demo_length, test_length)
         terms = [regression_terms(model, tokens, L, W_star) for tokens in sample_prompt_tokens(model, prompts, fmt, seed + offset)]
-        rows.append(
-            {
-                "num_demos": num_demos,
-                "n_samples": float(np.mean([term["n_samples"] for term in terms])),
-                "generalization": float(np.mean([term["generalization"] for term in terms])),
-            }
+        points.append(
+            SweepPoint(
+                num_demos=num_demos,
+                n_samples=float(np.mean([term.n_samples for term in terms])),
+                generalization=float(np.mean([term.generalization for term in terms])),
+            )
         )
-    return rows
+    return points
 
 
-def optimization_curve(tokens: np.ndarray, p: int, L: int, steps: int) -> dict:
-    """GD convergence of one prompt for t = 0..steps beside Lemma 5 (tight and paper forms).
+def optimization_curve(tokens: np.ndarray, p: int, L: int, gd_steps: int) -> OptimizationCurve:
+    """GD convergence of one prompt for t = 0..T (``T = gd_steps``) beside Lemma 5 (tight and paper forms).
 
-    Returns kappa, the relative distance ``||W_t - W_hat||_F / ||W_hat||_F``, the prediction gap
-    ``|(W_hat - W_t) x_test|_1`` and the two bounds of :mod:`bounds.formulas` at every t. The step
-    is ``eta = 1 / lambda_max`` of the prompt's Hessian, as in :func:`construction.parameters_for_prompt`
-    (read off the same spectrum: no beta is needed here).
+    The step is ``eta = 1 / lambda_max`` of the prompt's Hessian, as in
+    :func:`construction.parameters_for_prompt` (read off the same spectrum: no beta is needed here).
     """
     tokens = check_prompt(tokens, build_layout(p, L))
     N = len(tokens) + 1
     X, Y, x_test = reference.regression_problem(tokens, p, L)
     lambda_max, lambda_min = spectrum(reference.hessian(X, N))
     eta = 1.0 / lambda_max
-    iterates = reference.gd_iterates(X, Y, eta, steps, N)
+    iterates = reference.gd_iterates(X, Y, eta, gd_steps, N)
     W_hat = reference.min_norm_solution(X, Y)
     kappa = lambda_max / lambda_min
     weight_norm = float(np.linalg.norm(W_hat))
-    ts = range(steps + 1)
-    return {
-        "kappa": kappa,
-        "relative_distance": [float(np.linalg.norm(iterates[t] - W_hat) / weight_norm) for t in ts],
-        "prediction_gap": [l1((W_hat - iterates[t]) @ x_test) for t in ts],
-        "bound": [formulas.optimization_bound(p, L, weight_norm, kappa, t) for t in ts],
-        "bound_paper": [formulas.optimization_bound_paper(p, L, weight_norm, kappa, t) for t in ts],
-    }
+    ts = range(gd_steps + 1)
+    return OptimizationCurve(
+        kappa=kappa,
+        relative_distance=[float(np.linalg.norm(iterates[t] - W_hat) / weight_norm) for t in ts],
+        prediction_gap=[l1((W_hat - iterates[t]) @ x_test) for t in ts],
+        bound=[formulas.optimization_bound(p, L, weight_norm, kappa, t) for t in ts],
+        bound_paper=[formulas.optimization_bound_paper(p, L, weight_norm, kappa, t) for t in ts],
+    )
 
 
-def construction_curve(tokens: np.ndarray, p: int, L: int, T: int, leaks) -> dict:
+def construction_curve(tokens: np.ndarray, p: int, L: int, gd_steps: int, leaks) -> ConstructionCurve:
     """Construction error ``|W_T x - TF|`` of one prompt at the betas where the leading leak term
     ``2 exp(-beta (1 - cos theta))`` equals each value of ``leaks``, beside the leak formula and
-    the bound ``p eps A``; eta and theta from :func:`construction.parameters_for_prompt`."""
+    the bound ``p eps A``; eta, theta and the penalty from :func:`construction.parameters_for_prompt`."""
     N = len(tokens) + 1
-    params = parameters_for_prompt(tokens, p, L, T)
-    expected = reference.prediction(tokens, p, L, params.eta, T)
-    layout = build_layout(p, L)
+    spec = parameters_for_prompt(tokens, p, L, gd_steps)
+    expected = reference.prediction(tokens, p, L, spec.eta, gd_steps)
     rows = []
     for leak in leaks:
-        beta = math.log(2.0 / leak) / (1.0 - math.cos(params.theta))
-        network = build_network(p, L, T, params.eta, beta, params.theta, penalty=params.penalty, allow_leak=True)
+        leaky = replace(spec, beta=math.log(2.0 / leak) / (1.0 - math.cos(spec.theta)))
+        network = build_network(leaky, allow_leak=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the leak is what is being measured
             prediction = network.forward(tokens).prediction.numpy()
         rows.append(
-            {
-                "beta": beta,
-                "leak": layer_leak(beta, params.theta, N),
-                "measured_l1": l1(prediction - expected),
-                "measured_max": float(np.abs(prediction - expected).max()),
-                "bound": formulas.construction_bound(p, beta, params.theta, N, layout, False, T, params.eta, params.penalty),
-            }
+            ConstructionPoint(
+                beta=leaky.beta,
+                leak=layer_leak(leaky.beta, spec.theta, N),
+                measured_l1=l1(prediction - expected),
+                measured_max=float(np.abs(prediction - expected).max()),
+                bound=formulas.construction_bound(leaky, N),
+            )
         )
-    return {"num_columns": N, "theta": params.theta, "rows": rows}
+    return ConstructionCurve(num_columns=N, theta=spec.theta, rows=rows)

@@ -8,50 +8,53 @@ and an exact ReLU-MLP joint one-hot. It takes a token sequence and does not depe
 
 Public API::
 
-    net = construction.build_network(p, L, T, eta, beta, theta, future_length=1, doubling=False,
-                                     penalty=None, tolerance=1e-9, allow_leak=False)
+    spec = construction.parameters_for_prompt(tokens, p, L, gd_steps, future_length=1, doubling=False,
+                                              target=1e-9)   # eta = 1/lambda_max, theta, beta, penalty
+    spec = construction.ConstructionSpec(num_tokens, history_length, gd_steps, eta, beta, theta,
+                                         future_length=1, doubling=False, penalty=None)  # by hand
+    net = construction.build_network(spec, tolerance=1e-9, allow_leak=False)
     trace = net.forward(tokens, dtype=torch.float64, record_attention=True)
                                # tokens: demo_1, p, ..., demo_n, p, test (1-d ints)
     trace.prediction           # (p^m,)  W_T x_test, output slot of the last column
     trace.layer_names          # ('history.1', ..., 'label', 'gd.1', ..., 'gd.T', 'readout')
+    net.layers[l].stage, net.layers[l].index   # construction.Stage.GD, 3 for 'gd.3'
     trace.residuals            # tuple of (D, N) tensors: [0] embedding, [l] after layer l
     trace.residual('gd.3'), trace.slot('future.1', layer='label'), trace.features('label')
     trace.attn_logits['label'] # (heads, N, N), [head, query i, key j]
     trace.attn_weights['gd.1'] # softmax weights, or relu(s)/N for the ReLU heads
     net.layout.rows('weights.0')  # named slots -> row ranges (construction.layout)
-    net.error_bound(N)         # construction-error bound for an N-column prompt
-
-    params = construction.parameters_for_prompt(tokens, p, L, T, future_length=1, doubling=False,
-                                                target=1e-9)   # eta = 1/lambda_max, theta, beta
-    net = construction.build_network(p, L, T, **params._asdict())
-    construction.choose_beta(target, theta, N, layout, doubling, T, eta, penalty)
+    spec.error_bound(N)        # construction-error bound for an N-column prompt (leak x amplification)
     construction.layer_leak(beta, theta, N)          # per-layer softmax leak formula
-    construction.construction_error_bound(...)       # leak x amplification
+    construction.amplification(layout, doubling, gd_steps, eta, penalty)  # = spec.amplification()
+    construction.choose_beta(target, theta, N, spec.amplification())      # smallest beta for a target
     construction.save_weights(net, path) / construction.load_weights(path)   # safetensors
     construction.reference.*   # plain numpy: history, future, joint, sample_mask,
                                # regression_problem, hessian, gd_iterates, min_norm_solution,
                                # prediction
 
-N = len(tokens) + 1: column 0 is a leading delimiter added by the embedding. CLI:
+N = len(tokens) + 1: column 0 is a leading delimiter added by the embedding. Symbols (p, L, m, T
+and the rest): docs/construction.md, section 0. CLI:
 ``hmmtf construction-info --p 4 --L 3 --T 10 [--m 2] [--doubling] [--export FILE]``.
 """
 from construction import reference
 from construction.export import load_weights, save_weights
 from construction.layout import Layout, build_layout
-from construction.leak import amplification, choose_beta, construction_error_bound, layer_leak
+from construction.leak import amplification, choose_beta, layer_leak
 from construction.network import Network, Trace, build_network, embed
-from construction.parameters import Parameters, parameters_for_prompt
+from construction.parameters import parameters_for_prompt
+from construction.spec import ConstructionSpec
+from construction.weights import Stage
 
 __all__ = [
+    "ConstructionSpec",
     "Layout",
     "Network",
-    "Parameters",
+    "Stage",
     "Trace",
     "amplification",
     "build_layout",
     "build_network",
     "choose_beta",
-    "construction_error_bound",
     "embed",
     "layer_leak",
     "load_weights",

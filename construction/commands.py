@@ -8,28 +8,28 @@ from __future__ import annotations
 from construction.export import save_weights
 from construction.network import Network, build_network
 from construction.parameters import parameters_for_columns
+from construction.weights import MLPLayer, Stage
 
 
 def describe(network: Network, num_columns: int) -> list[str]:
     """Lines of the shape table: our counts per stage beside the paper's (Theorems 1-2)."""
-    layout = network.layout
-    p, L, m, T = layout.num_tokens, layout.history_length, layout.future_length, network.steps
-    stages: dict[str, list[int]] = {}
+    spec, layout = network.spec, network.layout
+    p, L, m, T = spec.num_tokens, spec.history_length, spec.future_length, spec.gd_steps
+    heads_by_stage: dict[Stage, list[int]] = {}
     for layer in network.layers:
-        stage = layer.name.split(".")[0]
-        stages.setdefault(stage, []).append(len(getattr(layer, "heads", ())))
+        heads_by_stage.setdefault(layer.stage, []).append(0 if isinstance(layer, MLPLayer) else len(layer.heads))
     paper = {
-        "history": f"{L - 1} layers x 1 head (L-1)",
-        "label": f"{m} layer(s) x 1 head",
-        "joint": "one-hot map (Theorem 2)",
-        "gd": f"{T} layers x {2 * p**m} heads (T, 2p^m per layer)",
-        "readout": f"1 layer x {2 * p**m} heads (2p^m)",
+        Stage.HISTORY: f"{L - 1} layers x 1 head (L-1)",
+        Stage.LABEL: f"{m} layer(s) x 1 head",
+        Stage.JOINT: "one-hot map (Theorem 2)",
+        Stage.GD: f"{T} layers x {2 * p**m} heads (T, 2p^m per layer)",
+        Stage.READOUT: f"1 layer x {2 * p**m} heads (2p^m)",
     }
-    lines = [f"construction p={p} L={L} T={T} m={m} doubling={network.doubling}", ""]
+    lines = [f"construction p={p} L={L} T={T} m={m} doubling={spec.doubling}", ""]
     lines.append(f"{'stage':<9}{'layers':>7}{'heads/layer':>13}   paper")
-    for stage, heads in stages.items():
-        per_layer = "MLP" if stage == "joint" else str(heads[0])
-        lines.append(f"{stage:<9}{len(heads):>7}{per_layer:>13}   {paper[stage]}")
+    for stage, heads in heads_by_stage.items():
+        per_layer = "MLP" if stage is Stage.JOINT else str(heads[0])
+        lines.append(f"{stage.value:<9}{len(heads):>7}{per_layer:>13}   {paper[stage]}")
     paper_total = (L - 1) + m + T + 1 + (1 if m >= 2 else 0)
     lines.append(
         f"{'total':<9}{len(network.layers):>7}{'':>13}   {paper_total} layers = (L-1) + m + T + 1 (+1 MLP if m >= 2)"
@@ -40,8 +40,8 @@ def describe(network: Network, num_columns: int) -> list[str]:
     )
     lines.append("slots: " + ", ".join(f"{name}[{start}:{stop}]" for name, start, stop in layout.slots))
     lines.append(
-        f"eta = {network.eta:.6g}, theta = {network.theta:.6g}, penalty = {network.penalty:.6g}, "
-        f"beta = {network.beta:.6g} (bound {network.error_bound(num_columns):.3g} at N = {num_columns})"
+        f"eta = {spec.eta:.6g}, theta = {spec.theta:.6g}, penalty = {spec.penalty:.6g}, "
+        f"beta = {spec.beta:.6g} (bound {spec.error_bound(num_columns):.3g} at N = {num_columns})"
     )
     return lines
 
@@ -49,12 +49,10 @@ def describe(network: Network, num_columns: int) -> list[str]:
 def run_info(args) -> int:
     """Build the network from the command-line arguments, print its shape, optionally export it."""
     eta = 1.0 / args.L if args.eta is None else args.eta
-    params = parameters_for_columns(
+    spec = parameters_for_columns(
         args.columns, args.p, args.L, args.T, eta, future_length=args.m, doubling=args.doubling, target=args.tolerance
     )
-    network = build_network(
-        args.p, args.L, args.T, **params._asdict(), future_length=args.m, doubling=args.doubling, tolerance=args.tolerance
-    )
+    network = build_network(spec, tolerance=args.tolerance)
     print("\n".join(describe(network, args.columns)))
     if args.export:
         save_weights(network, args.export)

@@ -2,14 +2,15 @@
 
 Tensor names (float64):
 
-* ``{layer}.head{h}.query`` ``(d, D)``, ``{layer}.head{h}.key`` ``(d, D)``,
+* ``{layer}.head{h}.query`` ``(d_head, D)``, ``{layer}.head{h}.key`` ``(d_head, D)``,
   ``{layer}.head{h}.value`` ``(D, D)`` for attention layers (``history.1``, ``label``, ``gd.3``,
   ``readout``, ...), logit ``s_ij = (query h_i) . (key h_j)``;
 * ``joint.w_in`` ``(p^m, D)``, ``joint.w_out`` ``(D, p^m)`` for the Theorem 2 MLP.
 
-The metadata (all strings) holds ``description`` (these conventions), ``parameters`` (JSON: p, L,
-T, m, eta, beta, theta, penalty, doubling, tolerance), ``layout`` (JSON: slot -> [start, stop)),
-and ``layers`` (JSON list of ``[name, kind, number of heads, activation]``).
+The metadata (all strings) holds ``description`` (these conventions), ``parameters`` (JSON: the
+:class:`~construction.spec.ConstructionSpec` under the docs' symbols p, L, T, m, eta, beta, theta,
+penalty, doubling, and the network's tolerance), ``layout`` (JSON: slot -> [start, stop)), and
+``layers`` (JSON list of ``[name, kind, number of heads, activation, stage, index in the stage]``).
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from safetensors import safe_open
 
-from construction.layout import build_layout
 from construction.network import Network
-from construction.weights import AttentionLayer, Head, MLPLayer
+from construction.spec import ConstructionSpec
+from construction.weights import AttentionLayer, Head, MLPLayer, Stage
 
 DESCRIPTION = (
     "Hand-wired attention-only residual transformer (construction/, docs/construction.md). "
@@ -39,29 +40,30 @@ def save_weights(network: Network, path: str | Path) -> None:
         if isinstance(layer, MLPLayer):
             tensors[f"{layer.name}.w_in"] = torch.as_tensor(layer.w_in, dtype=torch.float64)
             tensors[f"{layer.name}.w_out"] = torch.as_tensor(layer.w_out, dtype=torch.float64)
-            layers.append([layer.name, "mlp", 0, "relu"])
+            layers.append([layer.name, "mlp", 0, "relu", layer.stage.value, layer.index])
             continue
         for h, head in enumerate(layer.heads):
             for part in ("query", "key", "value"):
                 tensors[f"{layer.name}.head{h}.{part}"] = torch.as_tensor(getattr(head, part), dtype=torch.float64)
-        layers.append([layer.name, "attention", len(layer.heads), layer.heads[0].activation])
-    layout = network.layout
+        activation = layer.heads[0].activation
+        layers.append([layer.name, "attention", len(layer.heads), activation, layer.stage.value, layer.index])
+    spec = network.spec
     parameters = {
-        "p": layout.num_tokens,
-        "L": layout.history_length,
-        "T": network.steps,
-        "m": layout.future_length,
-        "eta": network.eta,
-        "beta": network.beta,
-        "theta": network.theta,
-        "penalty": network.penalty,
-        "doubling": network.doubling,
+        "p": spec.num_tokens,
+        "L": spec.history_length,
+        "T": spec.gd_steps,
+        "m": spec.future_length,
+        "eta": spec.eta,
+        "beta": spec.beta,
+        "theta": spec.theta,
+        "penalty": spec.penalty,
+        "doubling": spec.doubling,
         "tolerance": network.tolerance,
     }
     metadata = {
         "description": DESCRIPTION,
         "parameters": json.dumps(parameters),
-        "layout": json.dumps({name: [start, stop] for name, start, stop in layout.slots}),
+        "layout": json.dumps({name: [start, stop] for name, start, stop in network.layout.slots}),
         "layers": json.dumps(layers),
     }
     save_file(tensors, str(path), metadata=metadata)
@@ -74,9 +76,10 @@ def load_weights(path: str | Path) -> Network:
     tensors = {name: tensor.numpy() for name, tensor in load_file(str(path)).items()}
     parameters = json.loads(metadata["parameters"])
     layers = []
-    for name, kind, num_heads, activation in json.loads(metadata["layers"]):
+    for name, kind, num_heads, activation, stage, index in json.loads(metadata["layers"]):
         if kind == "mlp":
-            layers.append(MLPLayer(name=name, w_in=tensors[f"{name}.w_in"], w_out=tensors[f"{name}.w_out"]))
+            w_in, w_out = tensors[f"{name}.w_in"], tensors[f"{name}.w_out"]
+            layers.append(MLPLayer(name=name, stage=Stage(stage), index=index, w_in=w_in, w_out=w_out))
             continue
         heads = tuple(
             Head(
@@ -87,20 +90,19 @@ def load_weights(path: str | Path) -> Network:
             )
             for h in range(num_heads)
         )
-        layers.append(AttentionLayer(name=name, heads=heads))
-    layout = build_layout(parameters["p"], parameters["L"], parameters["m"])
-    stored = {name: tuple(rows) for name, rows in json.loads(metadata["layout"]).items()}
-    if stored != {name: (start, stop) for name, start, stop in layout.slots}:
-        raise ValueError(f"path={str(path)!r}: stored layout does not match build_layout of its parameters")
-    return Network(
-        layout=layout,
-        layers=tuple(layers),
+        layers.append(AttentionLayer(name=name, stage=Stage(stage), index=index, heads=heads))
+    spec = ConstructionSpec(
+        num_tokens=parameters["p"],
+        history_length=parameters["L"],
+        gd_steps=parameters["T"],
+        eta=parameters["eta"],
         beta=parameters["beta"],
         theta=parameters["theta"],
-        eta=parameters["eta"],
-        penalty=parameters["penalty"],
-        steps=parameters["T"],
+        future_length=parameters["m"],
         doubling=parameters["doubling"],
-        tolerance=parameters["tolerance"],
-        allow_leak=False,
+        penalty=parameters["penalty"],
     )
+    stored = {name: tuple(rows) for name, rows in json.loads(metadata["layout"]).items()}
+    if stored != {name: (start, stop) for name, start, stop in spec.layout.slots}:
+        raise ValueError(f"path={str(path)!r}: stored layout does not match build_layout of its parameters")
+    return Network(spec=spec, layers=tuple(layers), tolerance=parameters["tolerance"], allow_leak=False)

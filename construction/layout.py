@@ -103,3 +103,9 @@ def build_layout(num_tokens: int, history_length: int, future_length: int = 1) -
         slots.append((name, start, start + size))
         start += size
     return Layout(num_tokens=p, history_length=L, future_length=m, slots=tuple(slots))
+
+
+def exclusion_count(stream, layout: Layout):
+    """``D_j`` of every column of a ``(D, N)`` stream (0 on regression samples, >= 1 elsewhere, up
+    to the leak): the sum of its :meth:`Layout.exclusion_rows`."""
+    return stream[layout.exclusion_rows()].sum(0)

@@ -1,17 +1,18 @@
 """Softmax leak of the position heads, the stage 1-2 error it causes, and the choice of beta.
 
 **Per-layer leak.** A shift head (see :func:`construction.weights.shift_head`) has logits
-``s_ij = beta cos(m_ij theta)`` with offset ``m_ij = j - i + s``. Let t be the column with the
-largest logit (``t = i - s`` when it exists, else the nearest column). Its softmax weight is
-``1 / (1 + sum_{j != t} exp(-(s_it - s_ij)))``, so the mass off the target is at most
+``s_ij = beta cos(delta_ij theta)`` with offset ``delta_ij = j - i + s``. Let ``j*`` be the column
+with the largest logit (``j* = i - s`` when it exists, else the nearest column). Its softmax weight
+is ``1 / (1 + sum_{j != j*} exp(-(s_ij* - s_ij)))``, so the mass off the target is at most
 
-    sum_{j != t} exp(-(s_it - s_ij)).
+    sum_{j != j*} exp(-(s_ij* - s_ij)).
 
-If every ``|m_ij| theta <= pi``, the competitors' gaps are at least ``beta (1 - cos k theta)``,
+If every ``|delta_ij| theta <= pi``, the competitors' gaps are at least ``beta (1 - cos k theta)``,
 k = 1, 2, ..., each k used at most twice: for an interior query the competitors sit at offsets
-``+-k`` around ``m = 0``; for a query whose target is at offset ``m0 != 0`` (no column i - s) they
-sit on one side at ``m0 + k`` and ``cos(a) - cos(a + b) - (1 - cos b) = 4 sin(a/2) sin(b/2)
-cos((a+b)/2) >= 0`` for ``a, b >= 0, a + b <= pi``. Hence, with N columns, the leak of one layer is
+``+-k`` around ``delta = 0``; for a query whose target is at offset ``delta0 != 0`` (no column
+i - s) they sit on one side at ``delta0 + k`` and
+``cos(a) - cos(a + b) - (1 - cos b) = 4 sin(a/2) sin(b/2) cos((a+b)/2) >= 0`` for
+``a, b >= 0, a + b <= pi``. Hence, with N columns, the leak of one layer is
 
     eps(beta, theta, N) = 2 sum_{k=1}^{N-1} exp(-beta (1 - cos k theta))            (leak formula)
                         ~ 2 exp(-beta (1 - cos theta))       (its leading term, tight for an
@@ -31,8 +32,9 @@ coordinate, a target coordinate and D of a sample, and ``B >= ||w_{t,k}||_1`` fo
 the error ``Delta`` of row k by ``Delta (I - eta H_hat)`` (non-expansive for ``eta < 2/lambda_max``)
 plus a forcing of 2-norm at most
 ``eta [(B dx + dy + penalty dD) sqrt(L) + (B + 1) sqrt(pL) dx]``; null-space directions need not
-contract, so after T steps ``||Delta_T|| <= T`` times that, and the read-out adds
-``sqrt(L) ||Delta_T|| + B dx``. :func:`amplification` is that bound divided by eps.
+contract, so after T steps (``T = gd_steps``) ``||Delta_T|| <= T`` times that, and the read-out
+adds ``sqrt(L) ||Delta_T|| + B dx``. :func:`amplification` is that bound divided by eps; the bound
+itself, ``eps * A``, is ``ConstructionSpec.error_bound`` (:mod:`construction.spec`).
 """
 from __future__ import annotations
 
@@ -71,46 +73,26 @@ def error_factors(layout: Layout, doubling: bool) -> dict[str, float]:
     return {"x": float(history_error_factor(L, doubling)), "y": future, "D": history + future}
 
 
-def amplification(layout: Layout, doubling: bool, steps: int, eta: float, penalty: float) -> float:
-    """First-order bound on ``|prediction - W_T x_test| / eps`` (module docstring, ``B = penalty``)."""
+def amplification(layout: Layout, doubling: bool, gd_steps: int, eta: float, penalty: float) -> float:
+    """First-order bound A on ``|prediction - W_T x_test| / eps`` after ``T = gd_steps`` GD layers
+    (module docstring, ``B = penalty``); it does not depend on beta or theta."""
     factors = error_factors(layout, doubling)
     L, p = layout.history_length, layout.num_tokens
     forcing = eta * (
         (penalty * factors["x"] + factors["y"] + penalty * factors["D"]) * math.sqrt(L)
         + (penalty + 1.0) * math.sqrt(p * L) * factors["x"]
     )
-    return max(math.sqrt(L) * steps * forcing + penalty * factors["x"], 1.0)
+    return max(math.sqrt(L) * gd_steps * forcing + penalty * factors["x"], 1.0)
 
 
-def construction_error_bound(
-    beta: float,
-    theta: float,
-    num_columns: int,
-    layout: Layout,
-    doubling: bool,
-    steps: int,
-    eta: float,
-    penalty: float,
-) -> float:
-    """Bound on the end-to-end construction error ``|prediction - W_T x_test|``: eps times amplification."""
-    return layer_leak(beta, theta, num_columns) * amplification(layout, doubling, steps, eta, penalty)
+def choose_beta(target: float, theta: float, num_columns: int, gain: float) -> float:
+    """Smallest beta (to 1e-9 relative) with ``eps(beta, theta, N) * gain <= target``.
 
-
-def choose_beta(
-    target: float,
-    theta: float,
-    num_columns: int,
-    layout: Layout,
-    doubling: bool,
-    steps: int,
-    eta: float,
-    penalty: float,
-) -> float:
-    """Smallest beta (to 1e-9 relative) whose :func:`construction_error_bound` is at most ``target``.
-
-    ``eps`` decreases in beta, so the bound is inverted by bisection on ``[0, beta0]`` with
+    ``gain`` is the amplification A (:func:`amplification`, or ``ConstructionSpec.amplification``),
+    so the result is the smallest beta whose construction-error bound meets ``target``. ``eps``
+    decreases in beta, so the bound is inverted by bisection on ``[0, beta0]`` with
     ``beta0 = log(2 (N-1) A / target + 1) / (1 - cos theta)``, which satisfies it because every term
-    of eps is at most ``exp(-beta (1 - cos theta))`` (A = :func:`amplification`).
+    of eps is at most ``exp(-beta (1 - cos theta))``.
     """
     if not target > 0:
         raise ValueError(f"target={target}: expected a positive error")
@@ -118,7 +100,6 @@ def choose_beta(
         raise ValueError(f"theta={theta!r}: expected 0 < theta < pi")
     if not num_columns >= 2:
         raise ValueError(f"num_columns={num_columns!r}: expected at least 2 columns (a leading delimiter and a token)")
-    gain = amplification(layout, doubling, steps, eta, penalty)
     high = math.log(2.0 * max(num_columns - 1, 1) * gain / target + 1.0) / (1.0 - math.cos(theta))
     low = 0.0
     while high - low > 1e-9 * high:

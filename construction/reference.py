@@ -95,11 +95,11 @@ def hessian(X: np.ndarray, num_columns: int) -> np.ndarray:
     return X.T @ X / num_columns
 
 
-def gd_iterates(X: np.ndarray, Y: np.ndarray, eta: float, steps: int, num_columns: int) -> np.ndarray:
-    """``(steps+1, p^m, pL)``: ``W_0 = 0``, ``W_{t+1} = W_t - (eta/N) (W_t X^T - Y^T) X``."""
+def gd_iterates(X: np.ndarray, Y: np.ndarray, eta: float, gd_steps: int, num_columns: int) -> np.ndarray:
+    """``(T+1, p^m, pL)``, ``T = gd_steps``: ``W_0 = 0``, ``W_{t+1} = W_t - (eta/N) (W_t X^T - Y^T) X``."""
     W = np.zeros((Y.shape[1], X.shape[1]))
     iterates = [W]
-    for _ in range(steps):
+    for _ in range(gd_steps):
         W = W - (eta / num_columns) * (W @ X.T - Y.T) @ X
         iterates.append(W)
     return np.stack(iterates)
@@ -110,7 +110,7 @@ def min_norm_solution(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     return np.linalg.lstsq(X, Y, rcond=None)[0].T
 
 
-def prediction(tokens, p: int, L: int, eta: float, steps: int, m: int = 1) -> np.ndarray:
-    """Reference end to end: ``W_T x_test`` with the GD iterates of this prompt."""
+def prediction(tokens, p: int, L: int, eta: float, gd_steps: int, m: int = 1) -> np.ndarray:
+    """Reference end to end: ``W_T x_test`` with the ``T = gd_steps`` GD iterates of this prompt."""
     X, Y, x_test = regression_problem(tokens, p, L, m)
-    return gd_iterates(X, Y, eta, steps, len(tokens) + 1)[-1] @ x_test
+    return gd_iterates(X, Y, eta, gd_steps, len(tokens) + 1)[-1] @ x_test

@@ -4,12 +4,13 @@ Conventions (the forward pass in :mod:`construction.network` implements exactly 
 
 * The residual stream ``H`` is ``(D, N)``: one column ``h_i`` per token, rows named by a
   :class:`~construction.layout.Layout`. Every layer is residual: ``H <- H + layer(H)``.
-* An attention head has ``query (d, D)``, ``key (d, D)`` and ``value (D, D)`` (value and output
-  projection in one matrix). Its logit for query column i and key column j is
+* An attention head has ``query (d_head, D)``, ``key (d_head, D)`` and ``value (D, D)`` (value and
+  output projection in one matrix). Its logit for query column i and key column j is
   ``s_ij = (query h_i) . (key h_j)``.
 * ``softmax`` heads write ``sum_j softmax_j(s_ij) value h_j`` into column i.
 * ``relu`` heads write ``(1/N) sum_j relu(s_ij) value h_j`` (Bai et al. 2023), N = number of columns.
 * An MLP layer writes ``w_out relu(w_in h_i)`` into column i (the constant row ``one`` is the bias).
+* Every layer carries its :class:`Stage` and its 1-based index within the stage.
 
 ``R(a) = [[cos a, -sin a], [sin a, cos a]]`` and, with ``pos_k = (cos k theta, sin k theta)``,
 
@@ -21,6 +22,7 @@ construction relies on can be derived symbolically from the very matrices the ne
 """
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from construction.layout import Layout
 
 @dataclass(frozen=True)
 class Head:
-    """One attention head: ``query (d, D)``, ``key (d, D)``, ``value (D, D)``, activation name."""
+    """One attention head: ``query (d_head, D)``, ``key (d_head, D)``, ``value (D, D)``, activation name."""
 
     query: np.ndarray
     key: np.ndarray
@@ -41,21 +43,47 @@ class Head:
     activation: str
 
 
+class Stage(enum.Enum):
+    """Stage of the construction a residual stream belongs to (docs/construction.md, section 3).
+
+    ``EMBEDDING`` is the input stream; every layer belongs to one of the others. A layer also
+    carries its 1-based ``index`` within its stage (``gd`` layer t is gradient step t).
+    """
+
+    EMBEDDING = "embedding"
+    HISTORY = "history"
+    LABEL = "label"
+    JOINT = "joint"
+    GD = "gd"
+    READOUT = "readout"
+
+
 @dataclass(frozen=True)
 class AttentionLayer:
-    """A residual multi-head attention layer: ``H <- H + sum_h head_h(H)``."""
+    """A residual multi-head attention layer: ``H <- H + sum_h head_h(H)``.
+
+    ``name`` labels its tensors and trace entries (``history.1``, ``label``, ``gd.3``, ...);
+    ``stage`` and ``index`` say what it computes.
+    """
 
     name: str
+    stage: Stage
+    index: int
     heads: tuple[Head, ...]
 
 
 @dataclass(frozen=True)
 class MLPLayer:
-    """A residual ReLU MLP acting on each column: ``h <- h + w_out relu(w_in h)``."""
+    """A residual ReLU MLP acting on each column: ``h <- h + w_out relu(w_in h)`` (stage ``joint``)."""
 
     name: str
+    stage: Stage
+    index: int
     w_in: np.ndarray
     w_out: np.ndarray
+
+
+Layer = AttentionLayer | MLPLayer
 
 
 def _is_symbolic(*values) -> bool:
@@ -101,6 +129,11 @@ def shift_head(layout: Layout, shift: int, beta, theta, copies: list[tuple[str, 
     return Head(query=query, key=key, value=value, activation="softmax")
 
 
+def doubling_layer_count(history_length: int) -> int:
+    """``ceil(log2 L)``: doubling history layers needed to reach ``history.{L-1}`` (0 for L = 1)."""
+    return math.ceil(math.log2(history_length)) if history_length > 1 else 0
+
+
 def max_shift(history_length: int, doubling: bool) -> int:
     """Largest ``|shift|`` of a position head: 1, or ``2^(ceil(log2 L) - 1)`` with doubling layers.
 
@@ -108,7 +141,7 @@ def max_shift(history_length: int, doubling: bool) -> int:
     positions never wrap iff ``(N - 1 + max_shift) theta < pi``.
     """
     if doubling and history_length > 1:
-        return 2 ** (math.ceil(math.log2(history_length)) - 1)
+        return 2 ** (doubling_layer_count(history_length) - 1)
     return 1
 
 
@@ -122,6 +155,8 @@ def history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]:
     return [
         AttentionLayer(
             name=f"history.{r}",
+            stage=Stage.HISTORY,
+            index=r,
             heads=(shift_head(layout, 1, beta, theta, [(layout.history_slot(r - 1), layout.history_slot(r))]),),
         )
         for r in range(1, layout.history_length)
@@ -137,16 +172,16 @@ def doubling_history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]
     Since ``history.q`` of column i-s is ``o_{i-s-q}``, column i afterwards holds
     ``o_i..o_{i-2s+1}``: the same features as the sequential layers after ``2s - 1`` of them.
     """
-    layers, shift = [], 1
-    while shift < layout.history_length:
+    layers = []
+    for index in range(1, doubling_layer_count(layout.history_length) + 1):
+        shift = 2 ** (index - 1)
         copies = [
             (layout.history_slot(q), layout.history_slot(shift + q))
             for q in range(shift)
             if shift + q < layout.history_length
         ]
         head = shift_head(layout, shift, beta, theta, copies)
-        layers.append(AttentionLayer(name=f"history.shift{shift}", heads=(head,)))
-        shift *= 2
+        layers.append(AttentionLayer(name=f"history.shift{shift}", stage=Stage.HISTORY, index=index, heads=(head,)))
     return layers
 
 
@@ -162,6 +197,8 @@ def label_layers(layout: Layout, beta, theta) -> list[AttentionLayer]:
     return [
         AttentionLayer(
             name="label" if m == 1 else f"label.{r}",
+            stage=Stage.LABEL,
+            index=r,
             heads=(shift_head(layout, -1, beta, theta, [("token" if r == 1 else f"future.{r - 1}", f"future.{r}")]),),
         )
         for r in range(1, m + 1)
@@ -184,7 +221,7 @@ def joint_one_hot_layer(layout: Layout) -> MLPLayer:
             w_in[index, layout.row(f"future.{r}", digit)] = 1.0
         w_in[index, layout.row("one")] = -(m - 1)
         w_out[layout.row("joint", index), index] = 1.0
-    return MLPLayer(name="joint", w_in=w_in, w_out=w_out)
+    return MLPLayer(name="joint", stage=Stage.JOINT, index=1, w_in=w_in, w_out=w_out)
 
 
 def gd_head(layout: Layout, k: int, sign: int, eta, penalty) -> Head:
@@ -225,7 +262,7 @@ def gd_layer(layout: Layout, step: int, eta, penalty) -> AttentionLayer:
     One exact gradient step ``W <- W - (eta/N) sum_samples (W x_j - y_j) x_j^T``.
     """
     heads = tuple(gd_head(layout, k, sign, eta, penalty) for k in range(layout.target_dim) for sign in (1, -1))
-    return AttentionLayer(name=f"gd.{step}", heads=heads)
+    return AttentionLayer(name=f"gd.{step}", stage=Stage.GD, index=step, heads=heads)
 
 
 def readout_head(layout: Layout, k: int, sign: int) -> Head:
@@ -252,4 +289,4 @@ def readout_layer(layout: Layout) -> AttentionLayer:
     The prediction of the network is ``output`` of the last column, ``W_T x_test``.
     """
     heads = tuple(readout_head(layout, k, sign) for k in range(layout.target_dim) for sign in (1, -1))
-    return AttentionLayer(name="readout", heads=heads)
+    return AttentionLayer(name="readout", stage=Stage.READOUT, index=1, heads=heads)

@@ -74,8 +74,8 @@ def hand_built_trace(tokens: torch.Tensor, num_tokens: int, max_distance: int) -
     """Forward pass (float64) of the hand-built network built for the prompt ``tokens (N,)``."""
     prompt = tokens.numpy()
     history_length = max_distance + 1
-    parameters = construction.parameters_for_prompt(prompt, num_tokens, history_length, HAND_BUILT_STEPS)
-    network = construction.build_network(num_tokens, history_length, HAND_BUILT_STEPS, **parameters._asdict())
+    spec = construction.parameters_for_prompt(prompt, num_tokens, history_length, HAND_BUILT_STEPS)
+    network = construction.build_network(spec)
     return network.forward(prompt)
 
 

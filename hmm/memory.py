@@ -1,6 +1,6 @@
 """The L-memory predictor of Lemma 1 and the linear predictors on one-hot histories.
 
-L-memory predictor (CONSTRUCTION.md, "Lemma 1"): at position t (0-based) forget everything before
+L-memory predictor (docs/construction.md, section 0.3): at position t (0-based) forget everything before
 ``t-L+1``, put the *predicted* belief of ``s_{t-L+1}`` equal to a fixed prior ``b0`` and filter
 only ``o_{t-L+1..t}``::
 
@@ -13,7 +13,7 @@ exact predictive there.
 Priors ``b0``: ``"stationary"`` (the chain's stationary law), ``"uniform"``, a tensor ``(..., S)``,
 or the G-optimal-design prior of :func:`g_optimal_prior` for a low-rank transition.
 
-History features (CONSTRUCTION.md, "Lemma 1", linear model)::
+History features (docs/construction.md, section 0.3, the linear model)::
 
     x_t = [e(o_t); e(o_{t-1}); ...; e(o_{t-L+1})] in R^{pL}       (concatenated one-hot)
     z_t = e(o_t + p o_{t-1} + ... + p^{L-1} o_{t-L+1}) in R^{p^L}  (joint one-hot of the tuple)

@@ -40,8 +40,8 @@ def test_fit_on_one_half_and_check_on_the_other_reports_failures():
     halves = ["fit", "held-out"] * 4
     planted = [0.2, 0.1, 0.3, 0.25, 0.15, 0.35, 0.1, 0.05]
     verdict = fitting.fit_and_check(planted, halves)
-    assert verdict["constant"] == 0.3
-    assert verdict["held_out_failures"] == [5]
+    assert verdict.constant == 0.3
+    assert verdict.held_out_failures == [5]
     with pytest.raises(ValueError, match="halves"):
         fitting.fit_and_check([1.0, 2.0], ["fit", "fit"])
 
@@ -92,4 +92,4 @@ def test_non_finite_errors_are_refused_not_dropped(bad):
 def test_fit_and_check_refuses_a_nan_constant_but_accepts_inf():
     with pytest.raises(ValueError, match=r"constants: \[nan\] at indices \[0\]; expected finite values"):
         fitting.fit_and_check([float("nan"), 0.1], ["fit", "held-out"])
-    assert fitting.fit_and_check([0.2, float("inf")], ["fit", "held-out"])["held_out_failures"] == [1]
+    assert fitting.fit_and_check([0.2, float("inf")], ["fit", "held-out"]).held_out_failures == [1]

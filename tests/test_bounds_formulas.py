@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from bounds import formulas
-from construction import amplification, build_layout, build_network, reference
+from bounds_symbolic import symbolic_value
+from construction import ConstructionSpec, amplification, build_layout, build_network, reference
 from test_construction_helpers import hmm_prompt
 
 RNG = np.random.default_rng(7)
@@ -14,10 +15,10 @@ RNG = np.random.default_rng(7)
 def test_lemma1_forms_agree_and_invert_each_other():
     for gamma, d, L, C in RNG.uniform([0.1, 1, 1, 0.05], [1, 6, 30, 3], size=(20, 4)):
         bound = formulas.lemma1_bound(gamma, d, L, C)
-        assert bound == pytest.approx(formulas.symbolic_value("lemma1_bound", gamma=gamma, d=d, L=L, C=C), rel=1e-13)
+        assert bound == pytest.approx(symbolic_value("lemma1_bound", gamma=gamma, d=d, L=L, C=C), rel=1e-13)
         constant = formulas.lemma1_constant(gamma, d, L, bound)
         assert constant == pytest.approx(C, rel=1e-12)
-        assert constant == pytest.approx(formulas.symbolic_value("lemma1_constant", gamma=gamma, d=d, L=L, e=bound), rel=1e-13)
+        assert constant == pytest.approx(symbolic_value("lemma1_constant", gamma=gamma, d=d, L=L, e=bound), rel=1e-13)
     assert formulas.lemma1_constant(0.5, 2, 3, 2.0) == math.inf
 
 
@@ -25,12 +26,12 @@ def test_generalization_and_optimization_forms_agree():
     for p, L, lam, n, C_g, norm, kappa, T in RNG.uniform([2, 1, 0.01, 5, 0.1, 0.1, 1, 0], [8, 6, 1, 500, 3, 5, 200, 300], size=(20, 8)):
         p, L, T = int(p), int(L), int(T)
         assert formulas.generalization_bound(p, L, lam, n, C_g) == pytest.approx(
-            formulas.symbolic_value("generalization_bound", p=p, L=L, **{"lambda": lam}, Nprime=n, C_g=C_g), rel=1e-13
+            symbolic_value("generalization_bound", p=p, L=L, **{"lambda": lam}, Nprime=n, C_g=C_g), rel=1e-13
         )
         tight = formulas.optimization_bound(p, L, norm, kappa, T)
         paper = formulas.optimization_bound_paper(p, L, norm, kappa, T)
-        assert tight == pytest.approx(formulas.symbolic_value("optimization_bound", p=p, L=L, B_W=norm, kappa=kappa, T=T), rel=1e-12)
-        assert paper == pytest.approx(formulas.symbolic_value("optimization_bound_paper", p=p, L=L, B_W=norm, kappa=kappa, T=T), rel=1e-12)
+        assert tight == pytest.approx(symbolic_value("optimization_bound", p=p, L=L, B_W=norm, kappa=kappa, T=T), rel=1e-12)
+        assert paper == pytest.approx(symbolic_value("optimization_bound_paper", p=p, L=L, B_W=norm, kappa=kappa, T=T), rel=1e-12)
         assert tight <= paper
 
 
@@ -39,8 +40,8 @@ def test_construction_bound_is_p_times_the_leak_sum_times_the_amplification():
     for beta, N in [(200.0, 30), (5e3, 120), (4e4, 400)]:
         theta = math.pi / (N + 1)
         A = amplification(layout, False, 10, 0.3, 120.0)
-        numeric = formulas.construction_bound(4, beta, theta, N, layout, False, 10, 0.3, 120.0)
-        symbolic = formulas.symbolic_value("construction_bound", p=4, A=A, beta=beta, theta=theta, N=N)
+        numeric = formulas.construction_bound(ConstructionSpec(4, 3, 10, 0.3, beta, theta, penalty=120.0), N)
+        symbolic = symbolic_value("construction_bound", p=4, A=A, beta=beta, theta=theta, N=N)
         # float64 computes 1 - cos(k theta) to an absolute 2^-53, so each exponent beta (1 - cos)
         # carries an absolute error of about beta 2^-53: that is the agreement to expect.
         assert numeric == pytest.approx(symbolic, rel=1e-13 + 4 * beta * 2.0**-53)
@@ -49,11 +50,11 @@ def test_construction_bound_is_p_times_the_leak_sum_times_the_amplification():
 @pytest.mark.parametrize("p, L, T", [(2, 1, 1), (4, 3, 10), (6, 5, 40)])
 def test_network_counts_match_the_built_network_and_the_symbolic_width(p, L, T):
     counts = formulas.network_counts(p, L, T)
-    network = build_network(p, L, T, eta=0.1, beta=1e3, theta=0.01)
-    assert counts.layers == len(network.layers) == formulas.symbolic_value("layers", L=L, T=T)
+    network = build_network(ConstructionSpec(p, L, T, eta=0.1, beta=1e3, theta=0.01))
+    assert counts.layers == len(network.layers) == symbolic_value("layers", L=L, T=T)
     gd_heads = {len(layer.heads) for layer in network.layers if layer.name.startswith("gd.")}
-    assert gd_heads == {counts.heads_per_gd_layer} and counts.heads_per_gd_layer == formulas.symbolic_value("heads_per_gd_layer", p=p)
-    assert counts.width == network.layout.width == formulas.symbolic_value("width", p=p, L=L)
+    assert gd_heads == {counts.heads_per_gd_layer} and counts.heads_per_gd_layer == symbolic_value("heads_per_gd_layer", p=p)
+    assert counts.width == network.layout.width == symbolic_value("width", p=p, L=L)
 
 
 def test_sympy_proves_the_tight_rate_below_the_paper_rate():
@@ -66,7 +67,7 @@ def test_refusals_name_the_argument():
     with pytest.raises(ValueError, match="n_samples: 0"):
         formulas.generalization_bound(3, 2, 0.1, 0, 1.0)
     with pytest.raises(ValueError, match="missing \\['gamma'\\]"):
-        formulas.symbolic_value("lemma1_bound", d=2, L=3, C=1)
+        symbolic_value("lemma1_bound", d=2, L=3, C=1)
 
 
 def _one_hot_problem(seed: int, p: int, L: int):

@@ -8,7 +8,7 @@ import hmm
 import hmmtf
 from bounds import theorem1
 from bounds.suites import build_member
-from bounds.verify import TERMS
+from bounds.theorem1 import TERMS
 
 TINY = [
     "main", "--gammas", "0.5", "0.9", "--ranks", "2", "--concentrations", "1.0", "--seeds", "2",
@@ -27,12 +27,12 @@ def test_terms_add_up_to_at_least_the_total(seed):
     fmt = hmm.PromptFormat(4, 10, 6)
     for tokens in theorem1.sample_prompt_tokens(member.model, 2, fmt, seed):
         row = theorem1.decompose_prompt(member.model, tokens, L, T, W_star)
-        assert row["total"] <= sum(row[key] for key in TERMS) * (1 + 1e-12)
-        assert row["total"] > 0 and all(row[key] >= 0 for key in TERMS)
-        assert row["optimization"] <= row["optimization_bound"] <= row["optimization_bound_paper"]
-        assert row["construction"] <= row["construction_bound"]
-        for stage in row["stages"].values():
-            assert stage["deviation"] <= stage["allowed"]
+        assert row.total <= sum(getattr(row, key) for key in TERMS) * (1 + 1e-12)
+        assert row.total > 0 and all(getattr(row, key) >= 0 for key in TERMS)
+        assert row.optimization <= row.optimization_bound <= row.optimization_bound_paper
+        assert row.construction <= row.construction_bound
+        for stage in row.stages.values():
+            assert stage.deviation <= stage.allowed
 
 
 def test_population_regression_is_exact_for_L_1():
@@ -40,10 +40,8 @@ def test_population_regression_is_exact_for_L_1():
     member = build_member(0, 3, 4, 0.7, 2, 1.0, seed=3, half="fit")
     W_star, _ = theorem1.population_regression(member.model, 1)
     tokens = theorem1.sample_prompt_tokens(member.model, 1, hmm.PromptFormat(3, 6, 5), 0)[0]
-    assert theorem1.regression_terms(member.model, tokens, 1, W_star)["linearization"] < 1e-14
-    assert theorem1.regression_terms(member.model, tokens, 2, theorem1.population_regression(member.model, 2)[0])[
-        "linearization"
-    ] > 1e-6
+    assert theorem1.regression_terms(member.model, tokens, 1, W_star).linearization < 1e-14
+    assert theorem1.regression_terms(member.model, tokens, 2, theorem1.population_regression(member.model, 2)[0]).linearization > 1e-6
 
 
 def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, capsys):
@@ -94,7 +92,7 @@ def test_optimization_curve_reads_eta_off_its_spectrum_without_choosing_beta(mon
         raise AssertionError("optimization_curve ran the beta bisection")
 
     monkeypatch.setattr(theorem1, "parameters_for_prompt", no_bisection)
-    assert theorem1.optimization_curve(tokens, p, L, steps)["relative_distance"] == expected
+    assert theorem1.optimization_curve(tokens, p, L, steps).relative_distance == expected
 
 
 def test_stage_checks_use_the_given_readout_and_bound(monkeypatch):
@@ -105,7 +103,7 @@ def test_stage_checks_use_the_given_readout_and_bound(monkeypatch):
     tokens = theorem1.sample_prompt_tokens(member.model, 1, hmm.PromptFormat(3, 8, 5), 0)[0]
     p, L, T = 4, 2, 4
     params = parameters_for_prompt(tokens, p, L, T)
-    network = build_network(p, L, T, **params._asdict())
+    network = build_network(params)
     trace = network.forward(tokens)
     X, Y, x_test = reference.regression_problem(tokens, p, L)
     iterates = reference.gd_iterates(X, Y, params.eta, T, len(tokens) + 1)
@@ -115,10 +113,10 @@ def test_stage_checks_use_the_given_readout_and_bound(monkeypatch):
         raise AssertionError("stage_checks recomputed a value it was given")
 
     monkeypatch.setattr(theorem1.reference, "regression_problem", recomputed)
-    monkeypatch.setattr(type(network), "error_bound", recomputed)
+    monkeypatch.setattr(type(network.spec), "error_bound", recomputed)
     stages = theorem1.stage_checks(trace, network, tokens, iterates, gd_prediction + 0.25, 0.5)
-    assert stages["readout"]["deviation"] == pytest.approx(0.25, abs=1e-9)
-    assert stages["readout"]["allowed"] == stages["gd"]["allowed"] == 0.5
+    assert stages["readout"].deviation == pytest.approx(0.25, abs=1e-9)
+    assert stages["readout"].allowed == stages["gd"].allowed == 0.5
 
 
 def test_lemma1_figure_draws_the_floor_the_fits_use(tmp_path, monkeypatch):

@@ -12,12 +12,21 @@
   overflow float32 (beyond 3.4e38), where the prediction becomes NaN.
 """
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from construction import build_layout, build_network, choose_beta, parameters_for_prompt, reference
+from construction import (
+    ConstructionSpec,
+    amplification,
+    build_layout,
+    build_network,
+    choose_beta,
+    parameters_for_prompt,
+    reference,
+)
 from test_construction_helpers import hmm_prompt
 
 P, L, T = 3, 3, 10
@@ -38,7 +47,7 @@ def errors(network, dtype):
 
 
 def test_float32_error_floor_is_far_above_the_float64_target():
-    network = build_network(P, L, T, **PARAMS._asdict())
+    network = build_network(PARAMS)
     _, error64 = errors(network, torch.float64)
     feature32, error32 = errors(network, torch.float32)
     assert error64 <= 1e-9
@@ -47,12 +56,12 @@ def test_float32_error_floor_is_far_above_the_float64_target():
 
 
 def beta_at(theta: float) -> float:
-    return choose_beta(1e-9, theta, NUM_COLUMNS, build_layout(P, L), False, T, PARAMS.eta, PARAMS.penalty)
+    return choose_beta(1e-9, theta, NUM_COLUMNS, amplification(build_layout(P, L), False, T, PARAMS.eta, PARAMS.penalty))
 
 
 @pytest.mark.parametrize("theta, breaks", [(1e-3, False), (7e-4, False), (4e-4, True), (3e-4, True)])
 def test_float32_position_heads_break_between_theta_7e_4_and_4e_4(theta, breaks):
-    network = build_network(P, L, T, PARAMS.eta, beta_at(theta), theta, penalty=PARAMS.penalty)
+    network = build_network(ConstructionSpec(P, L, T, PARAMS.eta, beta_at(theta), theta, penalty=PARAMS.penalty))
     feature64, error64 = errors(network, torch.float64)
     feature32, _ = errors(network, torch.float32)
     assert feature64 <= 1e-12 and error64 <= 1e-9
@@ -64,15 +73,15 @@ def test_float32_position_heads_break_between_theta_7e_4_and_4e_4(theta, breaks)
 
 @pytest.mark.parametrize("scale", [1e3, 1e20])
 def test_float32_is_insensitive_to_larger_beta(scale):
-    baseline = errors(build_network(P, L, T, **PARAMS._asdict()), torch.float32)[1]
-    scaled = PARAMS._replace(beta=PARAMS.beta * scale)
-    feature32, error32 = errors(build_network(P, L, T, **scaled._asdict()), torch.float32)
+    baseline = errors(build_network(PARAMS), torch.float32)[1]
+    scaled = replace(PARAMS, beta=PARAMS.beta * scale)
+    feature32, error32 = errors(build_network(scaled), torch.float32)
     assert feature32 <= 1e-9
     assert error32 <= 2 * baseline
 
 
 def test_float32_overflows_beyond_its_largest_beta():
-    overflowing = PARAMS._replace(beta=1e39)
-    network = build_network(P, L, T, **overflowing._asdict())
+    overflowing = replace(PARAMS, beta=1e39)
+    network = build_network(overflowing)
     assert errors(network, torch.float64)[1] <= 1e-9
     assert math.isnan(errors(network, torch.float32)[1])

@@ -22,7 +22,7 @@ P, L, T = 3, 3, 8
 TOKENS = hmm_prompt(P, [14, 11, 13, 12, 15, 10], 7, seed=5)
 NUM_COLUMNS = len(TOKENS) + 1
 PARAMS = parameters_for_prompt(TOKENS, P, L, T, target=1e-20)
-TRACE = build_network(P, L, T, **PARAMS._asdict()).forward(TOKENS)
+TRACE = build_network(PARAMS).forward(TOKENS)
 
 
 def test_every_column_holds_the_same_copy_of_w():
@@ -176,10 +176,10 @@ def test_network_prediction_follows_the_exact_gd_sequence():
     w_plus = reference.min_norm_solution(X, Y)
     hessian = reference.hessian(X, num_columns)
     params = parameters_for_prompt(tokens, 2, 2, steps)
-    network = build_network(2, 2, steps, **params._asdict())
+    network = build_network(params)
     trace = network.forward(tokens)
     iterates = reference.gd_iterates(X, Y, params.eta, steps, num_columns)
-    tolerance = (network.error_bound(num_columns)
+    tolerance = (network.spec.error_bound(num_columns)
                  + gd_rounding_tolerance(X, Y, params.eta, num_columns, iterates, w_plus) * np.linalg.norm(x_test))
     exact = exact_gd_errors(w_plus, hessian, params.eta, steps) @ x_test
     for t in range(1, steps + 1):

@@ -2,6 +2,7 @@
 import json
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from safetensors import safe_open
 
 import hmmtf
 from construction import (
+    amplification,
     build_layout,
     build_network,
     embed,
@@ -64,7 +66,7 @@ def test_embedding_by_slot_name():
 
 
 def test_trace_shapes_and_names():
-    network = build_network(P, L, T, **PARAMS._asdict())
+    network = build_network(PARAMS)
     trace = network.forward(TOKENS)
     N, D = len(TOKENS) + 1, network.layout.width
     assert trace.layer_names == ("history.1", "label", "gd.1", "gd.2", "gd.3", "gd.4", "readout")
@@ -86,9 +88,9 @@ def test_trace_shapes_and_names():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"T": 0}, r"T=0: expected an integer >= 1"),
-        ({"L": 0}, r"L=0: expected an integer >= 1"),
-        ({"p": 1}, r"p=1: expected an integer >= 2"),
+        ({"gd_steps": 0}, r"T=0: expected an integer >= 1"),
+        ({"history_length": 0}, r"L=0: expected an integer >= 1"),
+        ({"num_tokens": 1}, r"p=1: expected an integer >= 2"),
         ({"eta": 0.0}, r"eta=0.0: expected a finite number > 0"),
         ({"beta": -1.0}, r"beta=-1.0: expected a finite number > 0"),
         ({"theta": 4.0}, r"theta=4.0: expected 0 < theta < pi"),
@@ -96,36 +98,35 @@ def test_trace_shapes_and_names():
     ],
 )
 def test_bad_construction_parameters_are_refused(change, message):
-    arguments = {"p": P, "L": L, "T": T, **PARAMS._asdict(), **change}
     with pytest.raises(ValueError, match=message):
-        build_network(arguments.pop("p"), arguments.pop("L"), arguments.pop("T"), **arguments)
+        replace(PARAMS, **change)
 
 
 def test_theta_that_wraps_is_refused():
     N = len(TOKENS) + 1
-    network = build_network(P, L, T, **PARAMS._replace(theta=math.pi / N)._asdict())
+    network = build_network(replace(PARAMS, theta=math.pi / N))
     with pytest.raises(ValueError, match=rf"theta=.* wraps for a prompt of N={N} columns: .* >= pi; expected theta <"):
         network.forward(TOKENS)
-    doubling = build_network(P, 3, T, **PARAMS._replace(theta=math.pi / (N + 1))._asdict(), doubling=True)
+    doubling = build_network(replace(PARAMS, history_length=3, theta=math.pi / (N + 1), doubling=True))
     with pytest.raises(ValueError, match=r"\(N-1\+2\)\*theta"):
         doubling.forward(TOKENS)
 
 
 def test_beta_too_small_is_refused_or_warned_with_the_bound():
     N = len(TOKENS) + 1
-    small = PARAMS._replace(beta=PARAMS.beta / 2)
+    small = replace(PARAMS, beta=PARAMS.beta / 2)
     with pytest.raises(ValueError, match=rf"beta=.* too small for a prompt of N={N} columns: .*expected beta >= "):
-        build_network(P, L, T, **small._asdict()).forward(TOKENS)
-    network = build_network(P, L, T, **small._asdict(), allow_leak=True)
-    with pytest.warns(UserWarning, match=rf"error bound is {network.error_bound(N):.3g} > tolerance 1e-09"):
+        build_network(small).forward(TOKENS)
+    network = build_network(small, allow_leak=True)
+    with pytest.warns(UserWarning, match=rf"error bound is {network.spec.error_bound(N):.3g} > tolerance 1e-09"):
         network.forward(TOKENS)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        build_network(P, L, T, **PARAMS._asdict()).forward(TOKENS)
+        build_network(PARAMS).forward(TOKENS)
 
 
 def test_history_longer_than_a_demonstration_is_refused():
-    network = build_network(P, 7, T, **PARAMS._asdict())
+    network = build_network(replace(PARAMS, history_length=7))
     with pytest.raises(ValueError, match=r"history_length L=7 plus future_length m=1 exceeds demonstration 3 of length 7"):
         network.forward(TOKENS)
 
@@ -142,25 +143,25 @@ def test_history_longer_than_a_demonstration_is_refused():
 )
 def test_malformed_prompts_are_refused(tokens, message):
     with pytest.raises(ValueError, match=message):
-        build_network(P, L, T, **PARAMS._asdict()).forward(tokens)
+        build_network(PARAMS).forward(tokens)
 
 
 def test_step_size_at_or_above_two_over_lambda_max_is_refused():
     # eta = 2 / lambda_max (beta doubled so that the larger eta keeps the error bound in tolerance)
-    diverging = PARAMS._replace(eta=2.0 * PARAMS.eta, beta=2.0 * PARAMS.beta)
+    diverging = replace(PARAMS, eta=2.0 * PARAMS.eta, beta=2.0 * PARAMS.beta)
     with pytest.raises(ValueError, match=r"eta=.* >= 2/lambda_max = .* gradient descent diverges"):
-        build_network(P, L, T, **diverging._asdict()).forward(TOKENS)
-    build_network(P, L, T, **diverging._replace(eta=1.99 * PARAMS.eta)._asdict()).forward(TOKENS)
+        build_network(diverging).forward(TOKENS)
+    build_network(replace(diverging, eta=1.99 * PARAMS.eta)).forward(TOKENS)
 
 
 def test_penalty_too_small_is_refused():
     with pytest.raises(ValueError, match=r"penalty=1e-06 too small: a non-sample keeps GD score"):
-        build_network(P, L, T, **PARAMS._replace(penalty=1e-6)._asdict(), allow_leak=True).forward(TOKENS)
+        build_network(replace(PARAMS, penalty=1e-6), allow_leak=True).forward(TOKENS)
 
 
 def test_choose_beta_refuses_a_non_positive_target():
     with pytest.raises(ValueError, match=r"target=0.0: expected a positive error"):
-        choose_beta(0.0, 0.1, 10, build_layout(2, 1), False, 1, 1.0, 10.0)
+        choose_beta(0.0, 0.1, 10, amplification(build_layout(2, 1), False, 1, 1.0, 10.0))
 
 
 def test_layer_leak_formula_closed_form():
@@ -173,7 +174,7 @@ def test_layer_leak_formula_closed_form():
 @pytest.mark.parametrize("m, doubling", [(1, False), (2, True)])
 def test_export_round_trip(tmp_path, m, doubling):
     params = parameters_for_prompt(TOKENS, P, L, T, future_length=m, doubling=doubling)
-    network = build_network(P, L, T, **params._asdict(), future_length=m, doubling=doubling)
+    network = build_network(params)
     path = tmp_path / "construction.safetensors"
     save_weights(network, path)
     with safe_open(str(path), framework="pt") as handle:
@@ -201,7 +202,7 @@ def test_construction_info_exports(tmp_path, capsys):
     path = tmp_path / "w.safetensors"
     assert hmmtf.main(["construction-info", "--p", "2", "--L", "4", "--T", "2", "--doubling", "--export", str(path)]) == 0
     assert "history        2            1" in capsys.readouterr().out
-    assert load_weights(path).doubling
+    assert load_weights(path).spec.doubling
 
 
 @pytest.mark.parametrize(
@@ -238,7 +239,7 @@ def test_parameters_for_prompt_refuses_a_prompt_without_regression_samples(monke
 )
 def test_choose_beta_refuses_a_bad_angle_or_too_few_columns(theta, num_columns, message):
     with pytest.raises(ValueError, match=message):
-        choose_beta(1e-9, theta, num_columns, build_layout(2, 1), False, 1, 1.0, 10.0)
+        choose_beta(1e-9, theta, num_columns, amplification(build_layout(2, 1), False, 1, 1.0, 10.0))
 
 
 @pytest.mark.parametrize("beta, shown", [(-1.0, "-1.0"), (float("nan"), "nan")])

@@ -7,6 +7,7 @@ copies behind a slot) plus ``ROUNDING`` (float64 rounding of entries of size <= 
 """
 import contextlib
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 
 import hmm.memory
 from construction import (
+    ConstructionSpec,
+    amplification,
     build_layout,
     build_network,
     choose_beta,
@@ -24,7 +27,8 @@ from construction import (
     reference,
 )
 from construction.leak import error_factors, history_error_factor
-from construction.network import default_penalty, exclusion_count
+from construction.layout import exclusion_count
+from construction.spec import default_penalty
 from test_construction_helpers import hmm_prompt
 
 ROUNDING = 1e-15
@@ -47,10 +51,10 @@ def shared_parameters(tokens, p: int, history_length: int, steps: int):
     params = parameters_for_prompt(tokens, p, history_length, steps, doubling=True)
     layout = build_layout(p, history_length)
     beta = max(
-        choose_beta(1e-9, params.theta, len(tokens) + 1, layout, doubling, steps, params.eta, params.penalty)
+        choose_beta(1e-9, params.theta, len(tokens) + 1, amplification(layout, doubling, steps, params.eta, params.penalty))
         for doubling in (False, True)
     )
-    return params._replace(beta=beta)
+    return replace(params, beta=beta)
 
 
 def block_errors(trace, tokens, p: int, L: int, m: int) -> dict[str, float]:
@@ -84,8 +88,8 @@ ETA = parameters_for_prompt(TOKENS, P, L, T).eta
 @pytest.mark.parametrize("eps", [1e-1, 1e-2, 1e-4, 1e-7, 1e-10, 1e-12])
 def test_leak_formula_matches_measured_attention_and_bounds_stage_1_2(eps):
     beta = beta_for_leak(eps, THETA, N)
-    network = build_network(P, L, T, ETA, beta, THETA, allow_leak=True)
-    leaky = network.error_bound(N) > network.tolerance
+    network = build_network(ConstructionSpec(P, L, T, ETA, beta, THETA), allow_leak=True)
+    leaky = network.spec.error_bound(N) > network.tolerance
     with pytest.warns(UserWarning, match="too small") if leaky else contextlib.nullcontext():
         trace = network.forward(TOKENS)
     # The leak formula is the measured worst off-target mass S/(1+S), S = eps, to 1e-6 relative
@@ -101,25 +105,25 @@ def test_leak_formula_matches_measured_attention_and_bounds_stage_1_2(eps):
     assert errors["history.1"] >= 0.5 * eps and errors["future.1"] >= 0.5 * eps
     # The end-to-end bound (first order in eps) holds at every beta of the range.
     end_to_end = np.abs(trace.prediction.numpy() - reference.prediction(TOKENS, P, L, ETA, T)).max()
-    assert end_to_end <= network.error_bound(N)
+    assert end_to_end <= network.spec.error_bound(N)
 
 
 def test_end_to_end_at_the_chosen_beta():
     params = parameters_for_prompt(TOKENS, P, L, T, target=1e-9)
-    network = build_network(P, L, T, **params._asdict())
-    assert network.error_bound(N) <= 1e-9
+    network = build_network(params)
+    assert network.spec.error_bound(N) <= 1e-9
     trace = network.forward(TOKENS)
     expected = reference.prediction(TOKENS, P, L, params.eta, T)
     error = float(np.abs(trace.prediction.numpy() - expected).max())
     assert error <= 1e-9
     # The first-order bound is conservative but not absurdly so at this beta.
-    assert error <= network.error_bound(N)
+    assert error <= network.spec.error_bound(N)
     assert error > 0.0
 
 
 def test_sample_indicator_matches_the_reference_mask():
     params = parameters_for_prompt(TOKENS, P, L, T)
-    network = build_network(P, L, T, **params._asdict())
+    network = build_network(params)
     trace = network.forward(TOKENS)
     count = exclusion_count(trace.residual("label"), network.layout).numpy()
     mask = reference.sample_mask(TOKENS, P, L)
@@ -135,8 +139,8 @@ def test_sample_indicator_matches_the_reference_mask():
 def test_doubling_gives_the_sequential_features(history_length):
     tokens = hmm_prompt(2, [12, 10, 11], 9, seed=history_length)
     params = shared_parameters(tokens, 2, history_length, 3)
-    sequential = build_network(2, history_length, 3, **params._asdict()).forward(tokens)
-    doubling = build_network(2, history_length, 3, **params._asdict(), doubling=True).forward(tokens)
+    sequential = build_network(replace(params, doubling=False)).forward(tokens)
+    doubling = build_network(replace(params, doubling=True)).forward(tokens)
     assert len([name for name in doubling.layer_names if name.startswith("history")]) == math.ceil(math.log2(history_length))
     eps = layer_leak(params.beta, params.theta, len(tokens) + 1)
     both = history_error_factor(history_length, True) + history_error_factor(history_length, False)
@@ -151,7 +155,7 @@ def test_theorem_2_variant_joint_targets(m):
     p, history_length, steps = 2, 2, 5
     tokens = hmm_prompt(p, [9, 8, 10, 9], 5, seed=m)
     params = parameters_for_prompt(tokens, p, history_length, steps, future_length=m)
-    network = build_network(p, history_length, steps, **params._asdict(), future_length=m)
+    network = build_network(params)
     trace = network.forward(tokens)
     assert "joint" in trace.layer_names and trace.prediction.shape == (p**m,)
     eps = layer_leak(params.beta, params.theta, len(tokens) + 1)
@@ -183,7 +187,7 @@ def test_random_hmm_prompts_every_stage_and_end_to_end(case):
     expected = reference.prediction(tokens, p, history_length, params.eta, steps)
     predictions = []
     for doubling in (False, True):
-        network = build_network(p, history_length, steps, **params._asdict(), doubling=doubling)
+        network = build_network(replace(params, doubling=doubling))
         trace = network.forward(tokens)
         errors = block_errors(trace, tokens, p, history_length, 1)
         for r in range(1, history_length):
@@ -201,7 +205,7 @@ def test_default_penalty_switches_off_every_non_sample():
     """At the default penalty 10 p L every GD score on a non-sample key is negative."""
     params = parameters_for_prompt(TOKENS, P, L, T)
     assert params.penalty == default_penalty(P, L)
-    trace = build_network(P, L, T, **params._asdict()).forward(TOKENS)
+    trace = build_network(params).forward(TOKENS)
     outside = ~reference.sample_mask(TOKENS, P, L)
     for step in range(1, T + 1):
         assert float(trace.attn_logits[f"gd.{step}"][:, :, outside].max()) < 0.0
@@ -210,9 +214,9 @@ def test_default_penalty_switches_off_every_non_sample():
 def test_choose_beta_is_the_smallest_beta_meeting_the_target():
     layout = build_layout(P, L)
     penalty = default_penalty(P, L)
-    beta = choose_beta(1e-9, THETA, N, layout, False, T, ETA, penalty)
-    network = build_network(P, L, T, ETA, beta, THETA)
-    assert network.error_bound(N) <= 1e-9 < build_network(P, L, T, ETA, beta * (1 - 1e-6), THETA).error_bound(N)
+    beta = choose_beta(1e-9, THETA, N, amplification(layout, False, T, ETA, penalty))
+    network = build_network(ConstructionSpec(P, L, T, ETA, beta, THETA))
+    assert network.spec.error_bound(N) <= 1e-9 < build_network(ConstructionSpec(P, L, T, ETA, beta * (1 - 1e-6), THETA)).spec.error_bound(N)
 
 
 @pytest.mark.parametrize("history_length", [1, 2, 4])

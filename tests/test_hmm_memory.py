@@ -80,7 +80,7 @@ def test_joint_one_hot_index_and_exactness_of_the_joint_linear_model():
 
 
 def test_concatenated_one_hot_covariance_has_rank_pL_minus_L_plus_1():
-    """Each block sums to 1, so the L blocks share L-1 linear relations (CONSTRUCTION.md caveat)."""
+    """Each block sums to 1, so the L blocks share L-1 linear relations (docs/construction.md, section 0.2)."""
     p, L = 3, 3
     tokens = torch.randint(0, p, (2000,), generator=torch.Generator().manual_seed(0))
     features = one_hot_history(tokens, L, p)[L - 1 :]

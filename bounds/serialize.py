@@ -1,0 +1,45 @@
+"""Typed results to JSON-ready values, in one place: the edge where report.json is written.
+
+A dataclass becomes a dict of its fields in declaration order, a dict keeps its keys, a list or
+tuple becomes a list, any other value is kept. Three rules are declared on a field's ``metadata``:
+
+* :data:`INLINE`: the field's own dict is merged into its parent's at its place (an HMM's
+  description followed by what was measured on it);
+* :func:`json_key`: the field is written under another key (``gd_steps`` as the docs' ``T``);
+* :data:`OMIT`: the field is not written (it lives only in the typed result).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+INLINE = {"json": "inline"}
+"""Field metadata: merge the field's dict into the parent's."""
+
+OMIT = {"json": "omit"}
+"""Field metadata: leave the field out of the JSON."""
+
+
+def json_key(name: str) -> dict[str, str]:
+    """Field metadata: write the field under ``name``."""
+    return {"json_key": name}
+
+
+def to_json(value):
+    """``value`` with every dataclass, dict, list and tuple converted by the module's rules."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        converted = {}
+        for field in dataclasses.fields(value):
+            rule = field.metadata.get("json")
+            if rule == OMIT["json"]:
+                continue
+            item = to_json(getattr(value, field.name))
+            if rule == INLINE["json"]:
+                converted.update(item)
+            else:
+                converted[field.metadata.get("json_key", field.name)] = item
+        return converted
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    return value
