@@ -1,4 +1,4 @@
-"""The Markov sweep (:mod:`empirical.markov_sweep`): trap criterion, aggregation on planted runs,
+"""The Markov sweep (:mod:`empirical.markov.runs`): trap criterion, aggregation on planted runs,
 prediction summaries of planted predictors, attention scores, wiring of one short training run,
 and input validation."""
 import json
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from empirical.markov_chains import bigram_log_probs, binary_kernel, reference_losses, stationary_distribution
-from empirical.markov_sweep import (
+from empirical.markov.chains import bigram_log_probs, binary_kernel, reference_losses, stationary_distribution
+from empirical.markov.runs import (
     ARCHITECTURES,
     TRAP_THRESHOLD,
     MarkovStream,

@@ -2,14 +2,14 @@
 
 ``hmmtf markov-sweep`` trains single-layer (tied / untied embeddings) and two-layer RoFormers on a
 grid of binary Markov chains and writes ``results.json``, ``phase_diagram.png``,
-``loss_curves.png`` and ``plateau_survival.png`` (see :mod:`empirical.markov_sweep` and ``docs/markov.md``).
+``loss_curves.png`` and ``plateau_survival.png`` (see :mod:`empirical.markov.runs` and ``docs/markov.md``).
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from empirical.markov_sweep import ARCHITECTURES, MarkovSweepConfig, run_sweep, write_sweep
+from empirical.markov.runs import ARCHITECTURES, MarkovSweepConfig, run_sweep, write_sweep
 
 DEFAULTS = MarkovSweepConfig()
 

@@ -5,14 +5,14 @@ A sweep trains, for every binary chain ``(p, q)`` of a grid, every architecture 
 :data:`ARCHITECTURES` and every seed, a fresh model by next-token prediction on fresh stationary
 sequences of that chain, then measures where the run ended on held-out sequences:
 
-* ``excess`` = mean ``KL(P[x_t] || q_t)`` (:func:`empirical.markov_chains.excess_losses`), so the
+* ``excess`` = mean ``KL(P[x_t] || q_t)`` (:func:`empirical.markov.chains.excess_losses`), so the
   final loss is ``H_rate + excess`` and
   ``relative_excess = excess / (H_unigram - H_rate)``: 0 on the bigram (Markov-kernel) line, 1 on
   the unigram (stationary) line;
 * **trapped at unigram** iff ``relative_excess >= TRAP_THRESHOLD = 1/2``, i.e. the final loss is
   closer to the unigram line than to the bigram line; otherwise it **reached bigram**;
 * the transition probabilities read back from the predictions and their memory coordinate
-  (:func:`empirical.markov_chains.memory_coordinate`: 0 unigram, 1 bigram);
+  (:func:`empirical.markov.chains.memory_coordinate`: 0 unigram, 1 bigram);
 * attention scores per layer and head (:func:`attention_scores`): previous-token and
   induction-style;
 * the escape step (:func:`escape_step`): when the training loss first fell below the midpoint of
@@ -45,7 +45,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from empirical.configs import JSONConfig  # noqa: E402
 from empirical.data import EVAL_STREAM, TRAIN_STREAM, stream_seed  # noqa: E402
-from empirical.markov_chains import (  # noqa: E402
+from empirical.markov.chains import (  # noqa: E402
     MEMORY_NORM_TOLERANCE,
     binary_kernel,
     excess_losses,

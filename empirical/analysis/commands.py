@@ -2,8 +2,8 @@
 network -- the shuffle test (Figure 2), layer-wise probes (Figure 3a/3b) with a randomly
 initialised network of the same shape as chance baseline, attention heat-maps (Figure 7) and
 relative-offset attention profiles matched against the hand-built history layers. Writes
-``analysis.json`` and the figures (``empirical.analysis_figures``) to ``--out``. Definitions are
-in the docstrings of ``empirical.analysis_shuffle``, ``analysis_probes`` and ``analysis_offsets``,
+``analysis.json`` and the figures (``empirical.analysis.figures``) to ``--out``. Definitions are
+in the docstrings of ``empirical.analysis.shuffle``, ``.probes`` and ``.offsets``,
 and in ``docs/analysis.md``.
 
 Prompts: every set comes from its own seed ``stream_seed(data_seed, stream, 0)`` with streams
@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 import hmm
-from empirical.analysis_figures import (
+from empirical.analysis.figures import (
     plot_attention_comparison,
     plot_offset_profiles,
     plot_previous_token_probes,
@@ -28,7 +28,7 @@ from empirical.analysis_figures import (
     plot_task_state_probes,
     plot_trained_attention,
 )
-from empirical.analysis_networks import (
+from empirical.analysis.networks import (
     HAND_BUILT_STEPS,
     hand_built_composed_history,
     hand_built_scores,
@@ -40,9 +40,9 @@ from empirical.analysis_networks import (
     roformer_scores,
     roformer_streams,
 )
-from empirical.analysis_offsets import best_matching_heads, offset_profile
-from empirical.analysis_probes import probe_accuracy, probe_positions, probe_targets
-from empirical.analysis_shuffle import ScoresFunction, random_derangements, shuffle_change
+from empirical.analysis.offsets import best_matching_heads, offset_profile
+from empirical.analysis.probes import probe_accuracy, probe_positions, probe_targets
+from empirical.analysis.shuffle import ScoresFunction, random_derangements, shuffle_change
 from empirical.checkpoint import load_checkpoint
 from empirical.commands import build_mixture
 from empirical.data import stream_seed
@@ -228,7 +228,7 @@ def offset_report(networks: dict[str, RoFormer], tokens: torch.Tensor, hand_buil
 
 def write_figures(report: dict, model: RoFormer, example: torch.Tensor, example_trace,
                   prompt_format: hmm.PromptFormat, out: Path, device: torch.device) -> None:
-    """The six figures of :mod:`empirical.analysis_figures` into ``out``."""
+    """The six figures of :mod:`empirical.analysis.figures` into ``out``."""
     trained_patterns = roformer_patterns(model, example[None], device)[0]
     plot_shuffle(report["shuffle"], out / "shuffle.png")
     plot_task_state_probes(report["probes"], out / "probes_task_state.png")

@@ -19,8 +19,8 @@ import torch
 from tqdm import tqdm
 
 import construction
-from empirical.analysis_offsets import composed_history_attention, offset_profile
-from empirical.analysis_shuffle import ScoresFunction
+from empirical.analysis.offsets import composed_history_attention, offset_profile
+from empirical.analysis.shuffle import ScoresFunction
 from empirical.model import RoFormer
 
 HAND_BUILT_STEPS = 2

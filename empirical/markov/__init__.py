@@ -1,0 +1,1 @@
+"""The Markov-chain study (``hmmtf markov-sweep``)."""
