@@ -257,6 +257,12 @@ def memory_norm(kernel) -> float:
     return float(pi @ ((kernel - pi[None, :]) ** 2).sum(axis=1))
 
 
+def is_memoryless(p: float, q: float) -> bool:
+    """True iff the binary chain ``(p, q)`` is i.i.d. (``p + q = 1``): every kernel row equals
+    ``pi``, so its :func:`memory_norm` is at most :data:`MEMORY_NORM_TOLERANCE`."""
+    return memory_norm(binary_kernel(p, q)) <= MEMORY_NORM_TOLERANCE
+
+
 def memory_coordinate(estimated_kernel: np.ndarray, kernel) -> float:
     """Where ``estimated_kernel`` lies between the unigram (0) and bigram (1) solutions.
 

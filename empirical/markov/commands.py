@@ -2,16 +2,45 @@
 
 ``hmmtf markov-sweep`` trains single-layer (tied / untied embeddings) and two-layer RoFormers on a
 grid of binary Markov chains and writes ``results.json``, ``phase_diagram.png``,
-``loss_curves.png`` and ``plateau_survival.png`` (see :mod:`empirical.markov.runs` and ``docs/markov.md``).
+``loss_curves.png`` and ``plateau_survival.png`` (see :mod:`empirical.markov` and ``docs/markov.md``).
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
-from empirical.markov.runs import ARCHITECTURES, MarkovSweepConfig, run_sweep, write_sweep
+from empirical.markov.aggregate import aggregate_cells
+from empirical.markov.config import ARCHITECTURES, MarkovSweepConfig
+from empirical.markov.criterion import TRAP_CRITERION
+from empirical.markov.figures import loss_curve_cells, plot_loss_curves, plot_phase_diagram, plot_plateau_survival
+from empirical.markov.runs import run_sweep
 
 DEFAULTS = MarkovSweepConfig()
+
+
+def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *, command: str,
+                wall_seconds: float) -> dict:
+    """Write ``results.json`` (config, ``command`` = the command line that ran the sweep,
+    criterion, cells, runs), ``phase_diagram.png``, ``loss_curves.png`` and
+    ``plateau_survival.png`` to ``directory``; return the JSON document."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    cells = aggregate_cells(runs)
+    document = {
+        "command": command,
+        "wall_seconds": wall_seconds,
+        "config": config.to_dict(),
+        "criterion": TRAP_CRITERION,
+        "skipped_iid_cells": [list(cell) for cell in config.iid_cells()],
+        "cells": cells,
+        "runs": runs,
+    }
+    (directory / "results.json").write_text(json.dumps(document, indent=1) + "\n")
+    plot_phase_diagram(cells, config, directory / "phase_diagram.png")
+    plot_loss_curves(runs, loss_curve_cells(config), config.architectures, directory / "loss_curves.png")
+    plot_plateau_survival(runs, config, directory / "plateau_survival.png")
+    return document
 
 
 def run_markov_sweep(args) -> int:
