@@ -18,16 +18,11 @@ from empirical.checkpoint import load_checkpoint
 from empirical.data import PromptStream, held_out_prompts, unigram_distribution
 from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
 from empirical.plots import plot_in_context, plot_training_loss
-from empirical.presets import PRESETS, ExperimentPreset, get_preset, preset_from_task
+from empirical.presets import PRESETS, get_preset, preset_from_task
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
-
-
-def build_mixture(preset: ExperimentPreset) -> hmm.Mixture:
-    """The preset's mixture (float64, CPU)."""
-    return hmm.mixture_preset(preset.mixture, seed=preset.mixture_seed)
 
 
 def run_train(args) -> int:
@@ -43,7 +38,7 @@ def run_train(args) -> int:
     default_device = init_distributed()
     device = torch.device(args.device) if args.device else default_device
     run_dir = Path(args.run_dir or Path("runs") / preset.name)
-    mixture = build_mixture(preset)
+    mixture = preset.build_mixture()
     stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
     started = time.perf_counter()
     result = train(
@@ -81,7 +76,7 @@ def run_evaluate(args) -> int:
     saved = load_checkpoint(checkpoint_dir, device)
     preset = preset_from_task(saved.config["task"])
     num_prompts = args.num_prompts or preset.eval_prompts
-    mixture = build_mixture(preset)
+    mixture = preset.build_mixture()
     prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
     predictors = {
         "model": model_predictor(saved.model, mixture.num_tokens, device),

@@ -52,6 +52,10 @@ class ExperimentPreset:
             tie_embeddings=self.tie_embeddings,
         )
 
+    def build_mixture(self) -> hmm.Mixture:
+        """The preset's mixture (float64, CPU), generated from ``mixture_seed``."""
+        return hmm.mixture_preset(self.mixture, seed=self.mixture_seed)
+
     def task(self) -> dict:
         """JSON description of the data, stored in checkpoints so that evaluation can rebuild it."""
         return {

@@ -10,13 +10,12 @@ import json
 import time
 from pathlib import Path
 
+from empirical.configs import add_config_options, config_from_options
 from empirical.markov.aggregate import aggregate_cells
-from empirical.markov.config import ARCHITECTURES, MarkovSweepConfig
+from empirical.markov.config import MarkovSweepConfig
 from empirical.markov.criterion import TRAP_CRITERION
 from empirical.markov.figures import loss_curve_cells, plot_loss_curves, plot_phase_diagram, plot_plateau_survival
 from empirical.markov.runs import run_sweep
-
-DEFAULTS = MarkovSweepConfig()
 
 
 def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *, command: str,
@@ -44,21 +43,7 @@ def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *,
 
 
 def run_markov_sweep(args) -> int:
-    config = MarkovSweepConfig(
-        p_values=tuple(args.p_values),
-        q_values=tuple(args.q_values),
-        architectures=tuple(args.architectures),
-        seeds=args.seeds,
-        width=args.width,
-        sequence_length=args.sequence_length,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        warmup_steps=args.warmup_steps,
-        learning_rate=args.learning_rate,
-        init_std=args.init_std,
-        data_seed=args.data_seed,
-        workers=args.workers,
-    )
+    config = config_from_options(MarkovSweepConfig, vars(args))
     started = time.perf_counter()
     runs = run_sweep(config, progress=not args.no_progress)
     document = write_sweep(runs, config, Path(args.out), command=args.command_line,
@@ -78,20 +63,6 @@ def register(subparsers) -> None:
                     "whose final loss is closer to the unigram line than to the bigram line.",
     )
     parser.add_argument("--out", default="figures/markov", help="output directory (default: %(default)s)")
-    parser.add_argument("--p-values", type=float, nargs="+", default=list(DEFAULTS.p_values), metavar="P")
-    parser.add_argument("--q-values", type=float, nargs="+", default=list(DEFAULTS.q_values), metavar="Q")
-    parser.add_argument("--architectures", nargs="+", default=list(DEFAULTS.architectures), choices=list(ARCHITECTURES),
-                        metavar="NAME", help=f"subset of {list(ARCHITECTURES)}")
-    parser.add_argument("--seeds", type=int, default=DEFAULTS.seeds)
-    parser.add_argument("--width", type=int, default=DEFAULTS.width)
-    parser.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length)
-    parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
-    parser.add_argument("--steps", type=int, default=DEFAULTS.steps)
-    parser.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps)
-    parser.add_argument("--learning-rate", type=float, default=DEFAULTS.learning_rate)
-    parser.add_argument("--init-std", type=float, default=DEFAULTS.init_std,
-                        help="std of every weight matrix at initialisation (default: %(default)s)")
-    parser.add_argument("--data-seed", type=int, default=DEFAULTS.data_seed)
-    parser.add_argument("--workers", type=int, default=DEFAULTS.workers, help="parallel training processes")
+    add_config_options(parser, MarkovSweepConfig)
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run_markov_sweep)

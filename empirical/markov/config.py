@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from empirical.configs import JSONConfig
+from empirical.configs import JSONConfig, option
 from empirical.markov.chains import is_memoryless
 from empirical.model import RoFormerConfig
 from empirical.train import TrainConfig
@@ -33,23 +33,26 @@ class MarkovSweepConfig(JSONConfig):
     betas (0.9, 0.95), cosine schedule); sizes are scaled down to fit a CPU.
     """
 
-    p_values: tuple[float, ...] = (0.1, 0.5, 0.9)
-    q_values: tuple[float, ...] = (0.1, 0.5, 0.9)
-    architectures: tuple[str, ...] = tuple(ARCHITECTURES)
-    seeds: int = 4
-    width: int = 8
-    num_heads: int = 1
-    sequence_length: int = 64
-    batch_size: int = 32
-    steps: int = 500
-    learning_rate: float = 2e-3
-    warmup_steps: int = 20
-    weight_decay: float = 1e-3
-    init_std: float = 0.02
-    eval_sequences: int = 256
-    log_every: int = 10
-    data_seed: int = 0
-    workers: int = 2
+    p_values: tuple[float, ...] = option((0.1, 0.5, 0.9), "switching probabilities p = P(1|0) of the grid",
+                                         metavar="P")
+    q_values: tuple[float, ...] = option((0.1, 0.5, 0.9), "switching probabilities q = P(0|1) of the grid",
+                                         metavar="Q")
+    architectures: tuple[str, ...] = option(tuple(ARCHITECTURES), f"RoFormer variants, a subset of {list(ARCHITECTURES)}",
+                                            choices=tuple(ARCHITECTURES), metavar="NAME")
+    seeds: int = option(4, "runs per architecture and cell (seed = initial weights and training data)")
+    width: int = option(8, "residual-stream width of the RoFormer")
+    num_heads: int = option(1, "attention heads per layer")
+    sequence_length: int = option(64, "tokens per training and held-out sequence")
+    batch_size: int = option(32, "sequences per training step")
+    steps: int = option(500, "training steps per run")
+    learning_rate: float = option(2e-3, "peak AdamW learning rate")
+    warmup_steps: int = option(20, "linear warm-up steps before the cosine decay")
+    weight_decay: float = option(1e-3, "AdamW weight decay of the weight matrices")
+    init_std: float = option(0.02, "std of every weight matrix at initialisation")
+    eval_sequences: int = option(256, "held-out sequences per cell")
+    log_every: int = option(10, "steps averaged per logged training loss (the resolution of escape steps)")
+    data_seed: int = option(0, "seed of the held-out sequences")
+    workers: int = option(2, "parallel training processes")
 
     def __post_init__(self) -> None:
         for name in ("p_values", "q_values"):
