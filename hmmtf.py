@@ -12,7 +12,6 @@ import sys
 import bounds.commands
 import construction.commands
 import empirical.analysis.commands
-import empirical.calibrate
 import empirical.commands
 import empirical.markov.commands
 
@@ -28,7 +27,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     empirical.commands.register(subparsers)
-    empirical.calibrate.register(subparsers)
     empirical.markov.commands.register(subparsers)
     empirical.analysis.commands.register(subparsers)
     construction.commands.register(subparsers)
