@@ -12,7 +12,6 @@ from empirical.analysis.networks import hand_built_trace, hand_built_weights
 from empirical.analysis.offsets import (
     best_matching_heads,
     composed_history_attention,
-    layer_attention,
     offset_profile,
     profile_similarity,
 )
@@ -21,6 +20,13 @@ from empirical.analysis.shuffle import random_derangements, shuffle_change, shuf
 
 FORMAT = hmm.PROMPT_FORMATS["tiny"]
 MIXTURE = hmm.mixture_preset("tiny")
+
+
+def layer_attention(weights: dict[str, torch.Tensor], layer: str) -> torch.Tensor:
+    """``weights[layer]``; ``ValueError`` naming the layer and the known names otherwise."""
+    if layer not in weights:
+        raise ValueError(f"layer: {layer!r}; expected one of {sorted(weights)}")
+    return weights[layer]
 
 
 def planted_stream(num_prompts: int, positions: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

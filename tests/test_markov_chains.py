@@ -15,8 +15,6 @@ from hypothesis import strategies as st
 
 from empirical.markov.chains import (
     binary_kernel,
-    bigram_log_probs,
-    bigram_loss_variance,
     check_kernel,
     entropy_rate,
     memory_coordinate,
@@ -27,6 +25,7 @@ from empirical.markov.chains import (
     stationary_distribution,
     stationary_entropy,
 )
+from markov_oracles import bigram_log_probs, bigram_loss_variance
 
 BINARY_CELLS = [(0.1, 0.1), (0.2, 0.7), (0.5, 0.8), (0.9, 0.9), (1.0, 0.3), (0.0, 0.4), (0.3, 0.7)]
 

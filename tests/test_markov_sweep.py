@@ -9,7 +9,7 @@ import torch
 
 from empirical.markov.aggregate import aggregate_cells, plateau_survival
 from empirical.markov.attention import attention_scores, induction_targets
-from empirical.markov.chains import bigram_log_probs, binary_kernel, is_memoryless, reference_losses, stationary_distribution
+from empirical.markov.chains import binary_kernel, is_memoryless, reference_losses, stationary_distribution
 from empirical.markov.commands import write_sweep
 from empirical.markov.config import ARCHITECTURES, MarkovSweepConfig
 from empirical.markov.criterion import (
@@ -22,6 +22,7 @@ from empirical.markov.criterion import (
 )
 from empirical.markov.runs import MarkovStream, held_out_sequences, train_and_evaluate
 from empirical.model import RoFormer, RoFormerConfig
+from markov_oracles import bigram_log_probs
 import hmmtf
 
 
