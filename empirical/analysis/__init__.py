@@ -15,8 +15,8 @@ Public API (import from the modules named; this file imports nothing)::
                roformer_patterns, roformer_offset_profiles) and from the hand-built network
                (hand_built_trace, hand_built_streams, hand_built_scores, hand_built_weights,
                hand_built_composed_history)
-    report:    AnalysisConfig, analyze(model, preset, config, device) -> Analysis(report,
-               example, example_trace): the sections of ``analysis.json``
+    report:    AnalysisConfig, analyze(model, preset, config, device) -> Analysis: the sections
+               of ``analysis.json`` and the attention maps of its figures
     figures:   the six figures
     commands:  ``hmmtf analyze``
 """

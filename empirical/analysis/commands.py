@@ -11,7 +11,6 @@ from pathlib import Path
 
 import torch
 
-import construction
 import hmm
 from empirical.analysis.figures import (
     plot_attention_comparison,
@@ -21,27 +20,24 @@ from empirical.analysis.figures import (
     plot_task_state_probes,
     plot_trained_attention,
 )
-from empirical.analysis.networks import hand_built_composed_history, hand_built_weights, roformer_patterns
-from empirical.analysis.report import AnalysisConfig, analyze
+from empirical.analysis.report import Analysis, AnalysisConfig, analyze
 from empirical.checkpoint import load_checkpoint
 from empirical.configs import add_config_options, config_from_options
-from empirical.model import RoFormer
 from empirical.presets import preset_from_task
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
 REPORT_FILE = "analysis.json"
 
 
-def write_figures(report: dict, model: RoFormer, example: torch.Tensor, example_trace: construction.Trace,
-                  prompt_format: hmm.PromptFormat, max_distance: int, out: Path, device: torch.device) -> None:
+def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
     """The six figures of :mod:`empirical.analysis.figures` into ``out``."""
-    trained_patterns = roformer_patterns(model, example[None], device)[0]
+    report = analysis.report
     plot_shuffle(report["shuffle"], out / "shuffle.png")
     plot_task_state_probes(report["probes"], out / "probes_task_state.png")
     plot_previous_token_probes(report["probes"], max_distance, out / "probes_previous_tokens.png")
-    plot_trained_attention(trained_patterns, example, prompt_format, out / "attention_trained.png")
-    plot_attention_comparison(hand_built_weights(example_trace), list(hand_built_composed_history(example_trace).values()),
-                              trained_patterns, report["offsets"]["best_match_composed"],
+    plot_trained_attention(analysis.trained_patterns, analysis.example, prompt_format, out / "attention_trained.png")
+    plot_attention_comparison(analysis.hand_built_weights, list(analysis.hand_built_composed.values()),
+                              analysis.trained_patterns, report["offsets"]["best_match_composed"],
                               out / "attention_hand_built_vs_trained.png")
     plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
 
@@ -62,8 +58,7 @@ def run_analyze(args) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_figures(report, saved.model, analysis.example, analysis.example_trace, preset.prompt_format,
-                  config.max_distance, out, device)
+    write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report["claims"]}, indent=1))

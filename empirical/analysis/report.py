@@ -27,6 +27,7 @@ from empirical.analysis.networks import (
     hand_built_trace,
     hand_built_weights,
     roformer_offset_profiles,
+    roformer_patterns,
     roformer_scores,
     roformer_streams,
 )
@@ -247,20 +248,25 @@ def offset_report(networks: dict[str, RoFormer], tokens: torch.Tensor, hand_buil
 
 
 class Analysis(NamedTuple):
-    """What :func:`analyze` returns."""
+    """What :func:`analyze` returns: the report and what its attention figures show."""
 
     report: dict
     """The sections of ``analysis.json``: ``probe_positions_per_prompt``, ``hand_built``,
     ``shuffle``, ``probes``, ``offsets``, ``claims``."""
     example: torch.Tensor
-    """``(N,)``: the held-out prompt that the attention figures show."""
-    example_trace: construction.Trace
-    """The hand-built network's forward pass on ``example``."""
+    """``(N,)``: the held-out prompt of the attention figures."""
+    trained_patterns: torch.Tensor
+    """``(L, H, N, N)``: the trained RoFormer's attention weights on ``example``."""
+    hand_built_weights: dict[str, torch.Tensor]
+    """``{layer: (H, N, N)}``: the hand-built network's attention weights on ``example``."""
+    hand_built_composed: dict[str, torch.Tensor]
+    """``{history.r: C_r (N, N)}``: its composed history attention on ``example``."""
 
 
 def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, device: torch.device) -> Analysis:
     """Every section of the report for ``model`` (trained on ``preset``'s mixture and prompt
-    format), its random-init twin (``config.seed``) and the hand-built network."""
+    format), its random-init twin (``config.seed``) and the hand-built network, and the attention
+    of the trained and the hand-built network on one held-out prompt."""
     prompt_format = preset.prompt_format
     mixture = preset.build_mixture()
 
@@ -285,4 +291,5 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
         "offsets": offset_report(networks, test_prompts.tokens, example_trace, prompt_format, config, device),
     }
     report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)
-    return Analysis(report, example, example_trace)
+    return Analysis(report, example, roformer_patterns(model, example[None], device)[0],
+                    hand_built_weights(example_trace), hand_built_composed_history(example_trace))

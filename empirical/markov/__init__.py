@@ -18,8 +18,8 @@ Public API (import from the modules named; this file imports nothing)::
                 .train_config(seed), .cells(), .iid_cells()), ARCHITECTURES
     runs:       MarkovStream (the batch function), held_out_sequences,
                 train_and_evaluate(config, arch, p, q, seed) -> run record, run_sweep(config)
-    criterion:  TRAP_THRESHOLD, unigram_bigram_gap, relative_excess, is_trapped,
-                summarise_predictions, escape_step
+    criterion:  TRAP_THRESHOLD, reference_lines (of a binary chain), unigram_bigram_gap,
+                relative_excess, is_trapped, summarise_predictions, escape_step
     attention:  induction_targets, attention_scores
     aggregate:  aggregate_cells(runs) -> per-cell records, median_escape_step, plateau_survival
     figures:    plot_phase_diagram, plot_loss_curves, plot_plateau_survival, loss_curve_cells

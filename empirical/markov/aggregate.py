@@ -6,8 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from empirical.markov.chains import binary_kernel, reference_losses
-from empirical.markov.criterion import is_trapped
+from empirical.markov.criterion import is_trapped, reference_lines
 
 
 def aggregate_cells(runs: list[dict]) -> list[dict]:
@@ -20,7 +19,7 @@ def aggregate_cells(runs: list[dict]) -> list[dict]:
     cells = []
     for (architecture, p, q), members in groups.items():
         members = sorted(members, key=lambda run: run["seed"])
-        references = reference_losses(binary_kernel(p, q))
+        references = reference_lines(p, q)
         trapped = sum(is_trapped(run["relative_excess"]) for run in members)
         cells.append({
             "architecture": architecture,

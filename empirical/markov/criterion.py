@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from empirical.markov.chains import (
+    ReferenceLosses,
     binary_kernel,
     excess_losses,
     memory_coordinate,
@@ -33,9 +34,14 @@ TRAP_CRITERION = (f"trapped at unigram iff relative_excess = excess / (H_unigram
 """The criterion in words, as ``results.json`` records it."""
 
 
+def reference_lines(p: float, q: float) -> ReferenceLosses:
+    """The two lines of the binary chain ``(p, q)``: bigram ``H_rate`` and unigram ``H_unigram``."""
+    return reference_losses(binary_kernel(p, q))
+
+
 def unigram_bigram_gap(p: float, q: float) -> float:
     """``H_unigram - H_rate`` of the binary chain ``(p, q)``: the loss a trapped run leaves on the table."""
-    references = reference_losses(binary_kernel(p, q))
+    references = reference_lines(p, q)
     return references.unigram - references.bigram
 
 
@@ -74,6 +80,6 @@ def escape_step(curve: dict, p: float, q: float) -> int | None:
     """The first logged step whose training loss is below the midpoint
     ``(H_unigram + H_rate) / 2`` of the two lines, i.e. where the run left the unigram plateau;
     None if it never did. (Each logged loss averages ``log_every`` steps of fresh batches.)"""
-    references = reference_losses(binary_kernel(p, q))
+    references = reference_lines(p, q)
     midpoint = (references.unigram + references.bigram) / 2
     return next((step for step, loss in zip(curve["step"], curve["loss"]) if loss < midpoint), None)

@@ -11,9 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from empirical.markov.aggregate import median_escape_step, plateau_survival  # noqa: E402
-from empirical.markov.chains import binary_kernel, reference_losses  # noqa: E402
 from empirical.markov.config import MarkovSweepConfig  # noqa: E402
-from empirical.markov.criterion import TRAP_THRESHOLD, unigram_bigram_gap  # noqa: E402
+from empirical.markov.criterion import TRAP_THRESHOLD, reference_lines, unigram_bigram_gap  # noqa: E402
 
 
 def _grid_edges(values: list[float]) -> np.ndarray:
@@ -82,7 +81,7 @@ def plot_loss_curves(runs: list[dict], cells: list[tuple[float, float]], archite
     for row, architecture in enumerate(architectures):
         for column, (p, q) in enumerate(cells):
             axis = axes[row, column]
-            references = reference_losses(binary_kernel(p, q))
+            references = reference_lines(p, q)
             for run in runs:
                 if (run["architecture"], run["p"], run["q"]) == (architecture, p, q):
                     colour = "tab:red" if run["trapped"] else "tab:blue"
