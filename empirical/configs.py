@@ -1,5 +1,6 @@
-"""Plain-dataclass configurations: written to and read from JSON (checkpoints, run logs), and
-turned into command-line options, so that a subcommand's options are its config's fields.
+"""Plain-dataclass configurations: written to and read from JSON (checkpoints, run logs),
+validated on construction (:func:`check_integers`), and turned into command-line options, so that
+a subcommand's options are its config's fields.
 
 A field that is a command-line option is declared with :func:`option` (its default and help);
 :func:`add_config_options` adds one ``--field-name`` option per field to a parser and
@@ -26,6 +27,15 @@ class JSONConfig:
         if unknown:
             raise ValueError(f"{cls.__name__}: unknown keys {unknown}; expected a subset of {sorted(known)}")
         return cls(**values)
+
+
+def check_integers(config, names: tuple[str, ...], minimum: int) -> None:
+    """``ValueError`` naming the first of the fields ``names`` of ``config`` that is not an
+    integer ``>= minimum`` (a bool, an ``int`` to Python, is refused)."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name}: {value!r}; expected an integer >= {minimum}")
 
 
 def option(default, help: str, **argparse_settings) -> dataclasses.Field:

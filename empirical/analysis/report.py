@@ -34,7 +34,7 @@ from empirical.analysis.networks import (
 from empirical.analysis.offsets import best_matching_heads, offset_profile
 from empirical.analysis.probes import probe_accuracy, probe_positions, probe_targets
 from empirical.analysis.shuffle import ScoresFunction, random_derangements, shuffle_change
-from empirical.configs import option
+from empirical.configs import check_integers, option
 from empirical.data import stream_seed
 from empirical.model import RoFormer
 from empirical.presets import ExperimentPreset
@@ -60,13 +60,9 @@ class AnalysisConfig:
     seed: int = option(0, "random-init network and shuffles")
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "probe_train_prompts", "probe_test_prompts", "shuffle_prompts",
-                     "hand_built_prompts"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: {self.seed!r}; expected an integer >= 0")
+        check_integers(self, ("batch_size", "probe_train_prompts", "probe_test_prompts", "shuffle_prompts",
+                              "hand_built_prompts"), minimum=1)
+        check_integers(self, ("seed",), minimum=0)
 
     @property
     def hand_built_counts(self) -> tuple[int, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from empirical.configs import JSONConfig, option
+from empirical.configs import JSONConfig, check_integers, option
 from empirical.markov.chains import is_memoryless
 from empirical.model import RoFormerConfig
 from empirical.train import TrainConfig
@@ -65,11 +65,8 @@ class MarkovSweepConfig(JSONConfig):
         unknown = [name for name in self.architectures if name not in ARCHITECTURES]
         if unknown or not self.architectures:
             raise ValueError(f"architectures: {list(self.architectures)!r}; expected a non-empty subset of {list(ARCHITECTURES)}")
-        for name in ("seeds", "width", "num_heads", "sequence_length", "batch_size", "steps", "eval_sequences",
-                     "log_every", "workers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
+        check_integers(self, ("seeds", "width", "num_heads", "sequence_length", "batch_size", "steps",
+                              "eval_sequences", "log_every", "workers"), minimum=1)
         if not (isinstance(self.init_std, (int, float)) and math.isfinite(self.init_std) and self.init_std > 0):
             raise ValueError(f"init_std: {self.init_std!r}; expected a finite number > 0")
         # The remaining fields are validated where they are used (RoFormerConfig, TrainConfig).
