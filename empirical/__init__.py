@@ -17,7 +17,7 @@ Public API of the core (import from the modules named; this file imports nothing
     presets:     get_preset(name) -> ExperimentPreset (.model_config, .build_mixture, .task),
                  preset_from_task, PRESETS (the one registry)
     calibrate:   calibrate(preset, concentrations, num_prompts, seed)
-    configs:     JSONConfig, option, add_config_options, config_from_options
+    configs:     JSONConfig, check_integers, option, add_config_options, config_from_options
     plots:       plot_in_context, plot_training_loss, plot_calibration
     commands:    ``hmmtf train``, ``hmmtf evaluate``, ``hmmtf calibrate``
 """
