@@ -11,10 +11,9 @@ import sys
 
 import bounds.commands
 import construction.commands
-import empirical.analysis_commands
-import empirical.calibrate
+import empirical.analysis.commands
 import empirical.commands
-import empirical.markov_commands
+import empirical.markov.commands
 import empirical.transformer_lens_interop
 
 
@@ -29,9 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     empirical.commands.register(subparsers)
-    empirical.calibrate.register(subparsers)
-    empirical.markov_commands.register(subparsers)
-    empirical.analysis_commands.register(subparsers)
+    empirical.markov.commands.register(subparsers)
+    empirical.analysis.commands.register(subparsers)
     empirical.transformer_lens_interop.register(subparsers)
     construction.commands.register(subparsers)
     bounds.commands.register(subparsers)

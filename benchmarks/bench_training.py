@@ -27,7 +27,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import hmm  # noqa: E402
 from benchmarks.roofline import matmul_peak, synchronize  # noqa: E402
 from empirical.model import RoFormer  # noqa: E402
 from empirical.presets import PRESETS, get_preset  # noqa: E402
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     preset = get_preset(args.preset)
     batch_size = args.batch_size or preset.train.batch_size
     fmt = preset.prompt_format
-    num_tokens = hmm.MIXTURE_SPECS[preset.mixture].num_tokens
+    num_tokens = preset.mixture_spec.num_tokens
 
     peak = matmul_peak(device, torch.bfloat16 if cuda else torch.float32, 8192 if cuda else 1024)
 

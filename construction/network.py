@@ -47,6 +47,7 @@ class Trace:
 
     layout: Layout
     layer_names: tuple[str, ...]
+    layer_stages: tuple[Stage, ...]
     residuals: tuple[torch.Tensor, ...]
     attn_logits: dict[str, torch.Tensor]
     attn_weights: dict[str, torch.Tensor]
@@ -59,6 +60,10 @@ class Trace:
         if layer not in self.layer_names:
             raise ValueError(f"layer={layer!r} does not exist; expected 'embedding' or one of {self.layer_names}")
         return self.residuals[self.layer_names.index(layer) + 1]
+
+    def layers_of(self, *stages: Stage) -> tuple[str, ...]:
+        """Names of the layers of ``stages``, in forward order."""
+        return tuple(name for name, stage in zip(self.layer_names, self.layer_stages) if stage in stages)
 
     def slot(self, name: str, layer: str = "readout") -> torch.Tensor:
         """``(size, N)`` rows of slot ``name`` after ``layer``."""
@@ -126,6 +131,7 @@ class Network:
         return Trace(
             layout=self.layout,
             layer_names=tuple(layer.name for layer in self.layers),
+            layer_stages=tuple(layer.stage for layer in self.layers),
             residuals=tuple(residuals),
             attn_logits=logits_by_layer,
             attn_weights=weights_by_layer,

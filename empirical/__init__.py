@@ -1,0 +1,23 @@
+"""A RoFormer trained on the paper's mixture of HMMs and measured against the Bayes-optimal
+predictor (``docs/empirical.md``); the two studies built on it are the subpackages
+:mod:`empirical.analysis` (inside the networks) and :mod:`empirical.markov` (unigram traps on
+Markov chains).
+
+Public API of the core (import from the modules named; this file imports nothing)::
+
+    model:       RoFormerConfig, RoFormer (.forward, .run_with_cache -> logits, cache under
+                 HOOK_NAMES), rotary_cos_sin, apply_rotary
+    train:       TrainConfig, Batch, IGNORE_INDEX,
+                 train(model_config, train_config, batch_fn, run_dir) -> TrainResult (DDP under
+                 torchrun, bit-exact resume), init_distributed, distributed_context
+    checkpoint:  save_checkpoint, load_checkpoint -> Checkpoint(model, config, optimizer_state)
+    data:        PromptStream (batch function of a mixture), held_out_prompts,
+                 unigram_distribution, stream_seed
+    evaluate:    model_predictor, bayes_predictor, unigram_predictor, evaluate_predictors
+    presets:     get_preset(name) -> ExperimentPreset (.model_config, .build_mixture, .task),
+                 preset_from_task, PRESETS (the one registry)
+    calibrate:   calibrate(preset, concentrations, num_prompts, seed)
+    configs:     JSONConfig, check_integers, option, add_config_options, config_from_options
+    plots:       plot_in_context, plot_training_loss, plot_calibration
+    commands:    ``hmmtf train``, ``hmmtf evaluate``, ``hmmtf calibrate``
+"""

@@ -1,8 +1,9 @@
 """Subcommands of the ``empirical`` package (registered in :mod:`hmmtf`):
 
 ``hmmtf train --preset {tiny,cpu-small,paper}`` trains a RoFormer (also under
-``torchrun --nproc_per_node=G hmmtf.py train ...``) and ``hmmtf evaluate CHECKPOINT`` writes the
-in-context metrics (JSON) and figures.
+``torchrun --nproc_per_node=G hmmtf.py train ...``), ``hmmtf evaluate CHECKPOINT`` writes the
+in-context metrics (JSON) and figures, and ``hmmtf calibrate --preset PRESET`` the Bayes-optimal
+in-context signal of the preset's mixture vs its Dirichlet concentration.
 """
 from __future__ import annotations
 
@@ -14,20 +15,16 @@ from pathlib import Path
 import torch
 
 import hmm
+from empirical.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.checkpoint import load_checkpoint
 from empirical.data import PromptStream, held_out_prompts, unigram_distribution
 from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
-from empirical.plots import plot_in_context, plot_training_loss
-from empirical.presets import PRESETS, ExperimentPreset, get_preset, preset_from_task
+from empirical.plots import plot_calibration, plot_in_context, plot_training_loss
+from empirical.presets import PRESETS, get_preset, preset_from_task
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
-
-
-def build_mixture(preset: ExperimentPreset) -> hmm.Mixture:
-    """The preset's mixture (float64, CPU)."""
-    return hmm.mixture_preset(preset.mixture, seed=preset.mixture_seed)
 
 
 def run_train(args) -> int:
@@ -43,7 +40,7 @@ def run_train(args) -> int:
     default_device = init_distributed()
     device = torch.device(args.device) if args.device else default_device
     run_dir = Path(args.run_dir or Path("runs") / preset.name)
-    mixture = build_mixture(preset)
+    mixture = preset.build_mixture()
     stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
     started = time.perf_counter()
     result = train(
@@ -81,7 +78,7 @@ def run_evaluate(args) -> int:
     saved = load_checkpoint(checkpoint_dir, device)
     preset = preset_from_task(saved.config["task"])
     num_prompts = args.num_prompts or preset.eval_prompts
-    mixture = build_mixture(preset)
+    mixture = preset.build_mixture()
     prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
     predictors = {
         "model": model_predictor(saved.model, mixture.num_tokens, device),
@@ -117,8 +114,24 @@ def run_evaluate(args) -> int:
     return 0
 
 
+def run_calibrate(args) -> int:
+    start = time.perf_counter()
+    report = calibrate(args.preset, args.concentrations, args.num_prompts, args.seed)
+    report["command"] = args.command_line
+    report["seconds"] = time.perf_counter() - start
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.preset}.json").write_text(json.dumps(report, indent=2))
+    plot_calibration(report, out / f"{args.preset}.png")
+    print(f"{'concentration':>13} | Bayes accuracy after 0 .. n demonstrations")
+    for entry in report["results"]:
+        print(f"{entry['concentration']:>13g} | " + " ".join(f"{value:.3f}" for value in entry["bayes_accuracy"]))
+    print(f"wrote {out / (args.preset + '.json')} and .png in {report['seconds']:.1f} s")
+    return 0
+
+
 def register(subparsers) -> None:
-    """Add ``train`` and ``evaluate`` to the ``hmmtf`` parser."""
+    """Add ``train``, ``evaluate`` and ``calibrate`` to the ``hmmtf`` parser."""
     parser = subparsers.add_parser("train", help="train a RoFormer on a mixture of HMMs (also under torchrun)")
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
     parser.add_argument("--run-dir", help="checkpoint and metrics folder (default runs/PRESET); resumes if present")
@@ -135,3 +148,11 @@ def register(subparsers) -> None:
     parser.add_argument("--num-prompts", type=int, help="held-out prompts (default: the preset's)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     parser.set_defaults(run=run_evaluate)
+
+    parser = subparsers.add_parser("calibrate", help="Bayes-optimal in-context signal of a mixture preset vs Dirichlet concentration")
+    parser.add_argument("--preset", default="cpu-small", choices=sorted(PRESETS))
+    parser.add_argument("--concentrations", type=float, nargs="+", default=list(DEFAULT_CONCENTRATIONS))
+    parser.add_argument("--num-prompts", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="figures/calibration")
+    parser.set_defaults(run=run_calibrate)

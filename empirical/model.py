@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from empirical.configs import JSONConfig
+from empirical.configs import JSONConfig, check_integers
 
 INIT_STD = 0.02
 """Standard deviation of the normal initialisation of every weight matrix (GPT-2)."""
@@ -71,10 +71,7 @@ class RoFormerConfig(JSONConfig):
     init_std: float = INIT_STD
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "num_layers", "num_heads", "width", "mlp_ratio"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
+        check_integers(self, ("vocab_size", "num_layers", "num_heads", "width", "mlp_ratio"), minimum=1)
         if self.width % self.num_heads:
             raise ValueError(
                 f"num_heads: {self.num_heads} does not divide width {self.width}; expected a divisor of width"

@@ -1,5 +1,5 @@
 """Figures of an evaluation (the paper's Figure 1 beside the Bayes-optimal and unigram
-predictors) and of a training run's loss curve."""
+predictors), of a training run's loss curve, and of a calibration of the Dirichlet concentration."""
 from __future__ import annotations
 
 import json
@@ -66,5 +66,25 @@ def plot_training_loss(metrics_path: Path, evaluation: dict, path: Path) -> None
     axis.set_ylabel("loss (nats/token)")
     axis.grid(alpha=0.3)
     axis.legend()
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
+def plot_calibration(report: dict, path: Path) -> None:
+    """Bayes-optimal top-1 accuracy (left) and Bayes-optimal and unigram losses (right) vs number of
+    demonstrations, one curve per concentration of ``report`` (from :func:`empirical.calibrate.calibrate`)."""
+    figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for entry in report["results"]:
+        label = f"Dirichlet({entry['concentration']:g})"
+        accuracy_axis.errorbar(entry["num_demonstrations"], entry["bayes_accuracy"], yerr=entry["bayes_accuracy_stderr"], marker="o", capsize=2, label=label)
+        line = loss_axis.plot(entry["num_demonstrations"], entry["bayes_loss"], marker="o", label=f"{label} Bayes")[0]
+        loss_axis.plot(entry["num_demonstrations"], entry["unigram_loss"], linestyle=":", color=line.get_color(), label=f"{label} unigram")
+    accuracy_axis.set(xlabel="number of demonstrations", ylabel="Bayes-optimal top-1 accuracy")
+    loss_axis.set(xlabel="number of demonstrations", ylabel="loss (nats/token)")
+    for axis in (accuracy_axis, loss_axis):
+        axis.grid(alpha=0.3)
+    accuracy_axis.legend()
+    loss_axis.legend(fontsize=7, ncol=2)
+    figure.suptitle(f"In-context signal of the '{report['preset']}' mixture vs Dirichlet concentration ({report['num_prompts']} prompts, mean +- s.e.)")
     figure.savefig(path, dpi=130)
     plt.close(figure)

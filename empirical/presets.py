@@ -1,4 +1,7 @@
-"""Named experiments: which mixture and prompt format, which RoFormer, how long to train.
+"""Named experiments: which mixture and prompt format, which RoFormer, how long to train. The one
+registry of presets: ``hmmtf train``, ``evaluate``, ``analyze`` and ``calibrate`` (and the training
+benchmark) look a name up here, with :func:`get_preset`, or rebuild the preset a checkpoint was
+trained on, with :func:`preset_from_task`.
 
 ``tiny`` is for tests (seconds), ``cpu-small`` trains in minutes on 2 CPU cores, ``paper`` is the
 paper's scale (arXiv 2506.01919, Section 2.1 and Appendix B): 8192 HMMs x 128 states x 16 tokens,
@@ -42,6 +45,10 @@ class ExperimentPreset:
     eval_prompts: int = 512
     tie_embeddings: bool = False
 
+    def __post_init__(self) -> None:
+        if self.mixture not in hmm.MIXTURE_SPECS:
+            raise ValueError(f"mixture: {self.mixture!r}; expected one of {sorted(hmm.MIXTURE_SPECS)}")
+
     def model_config(self, num_tokens: int) -> RoFormerConfig:
         """The RoFormer for a mixture of ``num_tokens`` tokens (vocabulary = tokens + delimiter)."""
         return RoFormerConfig(
@@ -52,13 +59,22 @@ class ExperimentPreset:
             tie_embeddings=self.tie_embeddings,
         )
 
+    @property
+    def mixture_spec(self) -> hmm.MixtureSpec:
+        """The current spec of the mixture named ``mixture`` (:data:`hmm.MIXTURE_SPECS`)."""
+        return hmm.MIXTURE_SPECS[self.mixture]
+
+    def build_mixture(self) -> hmm.Mixture:
+        """The preset's mixture (float64, CPU), generated from ``mixture_seed``."""
+        return self.mixture_spec.build(self.mixture_seed)
+
     def task(self) -> dict:
         """JSON description of the data, stored in checkpoints so that evaluation can rebuild it."""
         return {
             "kind": "hmm-mixture",
             "preset": self.name,
             "mixture": self.mixture,
-            "mixture_spec": dataclasses.asdict(hmm.MIXTURE_SPECS[self.mixture]),
+            "mixture_spec": dataclasses.asdict(self.mixture_spec),
             "mixture_seed": self.mixture_seed,
             "prompt_format": dataclasses.asdict(self.prompt_format),
             "data_seed": self.data_seed,
@@ -118,13 +134,7 @@ def preset_from_task(task: dict) -> ExperimentPreset:
     """
     if task.get("kind") != "hmm-mixture":
         raise ValueError(f"task: kind {task.get('kind')!r}; expected 'hmm-mixture' (a checkpoint of `hmmtf train`)")
-    current = dataclasses.asdict(hmm.MIXTURE_SPECS[task["mixture"]])
-    if task.get("mixture_spec") != current:
-        raise ValueError(
-            f"task: trained on mixture {task['mixture']!r} with spec {task.get('mixture_spec')}, but that preset is now "
-            f"{current}; expected the spec the checkpoint was trained on (retrain, or use the code version that trained it)"
-        )
-    return dataclasses.replace(
+    preset = dataclasses.replace(
         get_preset(task["preset"]),
         mixture=task["mixture"],
         mixture_seed=task["mixture_seed"],
@@ -132,3 +142,10 @@ def preset_from_task(task: dict) -> ExperimentPreset:
         data_seed=task["data_seed"],
         eval_prompts=task["eval_prompts"],
     )
+    current = dataclasses.asdict(preset.mixture_spec)
+    if task.get("mixture_spec") != current:
+        raise ValueError(
+            f"task: trained on mixture {task['mixture']!r} with spec {task.get('mixture_spec')}, but that preset is now "
+            f"{current}; expected the spec the checkpoint was trained on (retrain, or use the code version that trained it)"
+        )
+    return preset

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from empirical.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
-from empirical.configs import JSONConfig
+from empirical.configs import JSONConfig, check_integers
 from empirical.model import RoFormer, RoFormerConfig
 
 IGNORE_INDEX = -100
@@ -85,14 +85,8 @@ class TrainConfig(JSONConfig):
     compile: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "log_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
-        for name in ("warmup_steps", "checkpoint_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}: {value!r}; expected an integer >= 0")
+        check_integers(self, ("steps", "batch_size", "log_every"), minimum=1)
+        check_integers(self, ("warmup_steps", "checkpoint_every"), minimum=0)
         if self.checkpoint_every % self.log_every:
             raise ValueError(
                 f"checkpoint_every: {self.checkpoint_every}; expected a multiple of log_every = {self.log_every} "

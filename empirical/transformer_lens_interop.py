@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from construction import Trace
+from construction import Stage, Trace
 from empirical.checkpoint import load_checkpoint
 from empirical.model import RoFormer, RoFormerConfig
 
@@ -64,9 +64,9 @@ EXPRESSIBLE_FIELDS = {
 }
 """Every :class:`~empirical.model.RoFormerConfig` field the export knows, and where it goes."""
 
-SOFTMAX_STAGES = ("history", "label")
-"""Stages of the hand-built network whose heads are softmax heads (layer names ``history.*``,
-``label``/``label.*``; the ``gd.*`` and ``readout`` heads are ReLU heads, ``joint`` an MLP)."""
+SOFTMAX_STAGES = (Stage.HISTORY, Stage.LABEL)
+"""Stages of the hand-built network whose heads are softmax heads (the ``gd`` and ``readout``
+heads are ReLU heads, ``joint`` an MLP)."""
 
 
 def check_expressible(config: RoFormerConfig) -> None:
@@ -233,7 +233,7 @@ def hand_built_patterns(traces: Sequence[Trace]) -> dict[str, torch.Tensor]:
     """
     if not traces:
         raise ValueError("traces: empty; expected at least one construction.Trace")
-    names = [name for name in traces[0].layer_names if name.split(".")[0] in SOFTMAX_STAGES]
+    names = traces[0].layers_of(*SOFTMAX_STAGES)
     for index, trace in enumerate(traces):
         missing = [name for name in names if name not in trace.attn_weights]
         if missing:

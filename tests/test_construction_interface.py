@@ -19,6 +19,7 @@ from construction import (
     load_weights,
     parameters_for_prompt,
     save_weights,
+    Stage,
 )
 from construction.leak import choose_beta
 from test_construction_helpers import hmm_prompt
@@ -71,6 +72,8 @@ def test_trace_shapes_and_names():
     N, D = len(TOKENS) + 1, network.layout.width
     assert trace.layer_names == ("history.1", "label", "gd.1", "gd.2", "gd.3", "gd.4", "readout")
     assert len(trace.residuals) == len(trace.layer_names) + 1
+    assert trace.layers_of(Stage.GD) == ("gd.1", "gd.2", "gd.3", "gd.4")
+    assert trace.layers_of(Stage.HISTORY, Stage.LABEL) == ("history.1", "label")
     assert all(residual.shape == (D, N) and residual.dtype == torch.float64 for residual in trace.residuals)
     assert trace.attn_logits["history.1"].shape == (1, N, N)
     assert trace.attn_weights["gd.1"].shape == (2 * P, N, N)

@@ -8,19 +8,25 @@ import torch
 
 import hmm
 import hmmtf
-from empirical.analysis_networks import hand_built_trace, hand_built_weights
-from empirical.analysis_offsets import (
+from empirical.analysis.networks import hand_built_trace, hand_built_weights
+from empirical.analysis.offsets import (
     best_matching_heads,
     composed_history_attention,
-    layer_attention,
     offset_profile,
     profile_similarity,
 )
-from empirical.analysis_probes import bootstrap_interval, check_distance, probe_accuracy, probe_targets
-from empirical.analysis_shuffle import random_derangements, shuffle_change, shuffle_demonstrations, shuffle_pairs
+from empirical.analysis.probes import bootstrap_interval, check_distance, probe_accuracy, probe_targets
+from empirical.analysis.shuffle import random_derangements, shuffle_change, shuffle_demonstrations, shuffle_pairs
 
 FORMAT = hmm.PROMPT_FORMATS["tiny"]
 MIXTURE = hmm.mixture_preset("tiny")
+
+
+def layer_attention(weights: dict[str, torch.Tensor], layer: str) -> torch.Tensor:
+    """``weights[layer]``; ``ValueError`` naming the layer and the known names otherwise."""
+    if layer not in weights:
+        raise ValueError(f"layer: {layer!r}; expected one of {sorted(weights)}")
+    return weights[layer]
 
 
 def planted_stream(num_prompts: int, positions: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

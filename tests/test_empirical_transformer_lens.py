@@ -19,7 +19,6 @@ from empirical.checkpoint import save_checkpoint
 from empirical.model import HOOK_NAMES, RoFormer, RoFormerConfig
 from empirical.transformer_lens_interop import (
     CONFIG_FILE,
-    SOFTMAX_STAGES,
     WEIGHTS_FILE,
     export_hooked_transformer,
     hand_built_patterns,
@@ -214,7 +213,7 @@ def hand_built_traces() -> list[construction.Trace]:
     for seed in (1, 2):
         tokens = hmm_prompt(3, [8, 9], 5, seed=seed)
         parameters = construction.parameters_for_prompt(tokens, 3, 3, 1)
-        traces.append(construction.build_network(3, 3, 1, **parameters._asdict()).forward(tokens))
+        traces.append(construction.build_network(parameters).forward(tokens))
     return traces
 
 
@@ -222,7 +221,6 @@ def test_hand_built_patterns_have_the_hook_pattern_layout():
     traces = hand_built_traces()
     patterns = hand_built_patterns(traces)
     assert list(patterns) == ["history.1", "history.2", "label"]
-    assert all(name.split(".")[0] in SOFTMAX_STAGES for name in patterns)
     columns = 8 + 1 + 9 + 1 + 5 + 1
     for name, pattern in patterns.items():
         heads = traces[0].attn_weights[name].shape[0]
@@ -240,7 +238,7 @@ def test_hand_built_patterns_refuses_traces_it_cannot_stack():
     with pytest.raises(ValueError, match="traces: empty"):
         hand_built_patterns([])
     tokens = hmm_prompt(3, [8, 9], 6, seed=3)
-    longer = construction.build_network(3, 3, 1, **construction.parameters_for_prompt(tokens, 3, 3, 1)._asdict())
+    longer = construction.build_network(construction.parameters_for_prompt(tokens, 3, 3, 1))
     with pytest.raises(ValueError, match="expected prompts of one length"):
         hand_built_patterns([traces[0], longer.forward(tokens)])
     message = r"traces\[0\]: no attention weights for \['history.1', 'history.2', 'label'\]"

@@ -1,4 +1,4 @@
-"""Markov-chain data and exact reference losses (:mod:`empirical.markov_chains`).
+"""Markov-chain data and exact reference losses (:mod:`empirical.markov.chains`).
 
 Oracles: the binary closed forms, and brute-force enumeration of every sequence of a small chain
 (joint entropies, marginals, exact variance of a mean log-loss). The stationary distribution of
@@ -13,10 +13,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from empirical.markov_chains import (
+from empirical.markov.chains import (
     binary_kernel,
-    bigram_log_probs,
-    bigram_loss_variance,
     check_kernel,
     entropy_rate,
     memory_coordinate,
@@ -27,6 +25,7 @@ from empirical.markov_chains import (
     stationary_distribution,
     stationary_entropy,
 )
+from markov_oracles import bigram_log_probs, bigram_loss_variance
 
 BINARY_CELLS = [(0.1, 0.1), (0.2, 0.7), (0.5, 0.8), (0.9, 0.9), (1.0, 0.3), (0.0, 0.4), (0.3, 0.7)]
 

@@ -1,4 +1,4 @@
-"""The Markov sweep (:mod:`empirical.markov_sweep`): trap criterion, aggregation on planted runs,
+"""The Markov sweep (:mod:`empirical.markov`): trap criterion, aggregation on planted runs,
 prediction summaries of planted predictors, attention scores, wiring of one short training run,
 and input validation."""
 import json
@@ -7,27 +7,22 @@ import numpy as np
 import pytest
 import torch
 
-from empirical.markov_chains import bigram_log_probs, binary_kernel, reference_losses, stationary_distribution
-from empirical.markov_sweep import (
-    ARCHITECTURES,
+from empirical.markov.aggregate import aggregate_cells, plateau_survival
+from empirical.markov.attention import attention_scores, induction_targets
+from empirical.markov.chains import binary_kernel, is_memoryless, reference_losses, stationary_distribution
+from empirical.markov.commands import write_sweep
+from empirical.markov.config import ARCHITECTURES, MarkovSweepConfig
+from empirical.markov.criterion import (
     TRAP_THRESHOLD,
-    MarkovStream,
-    MarkovSweepConfig,
-    aggregate_cells,
-    attention_scores,
     escape_step,
-    held_out_sequences,
-    induction_targets,
-    is_memoryless,
     is_trapped,
-    plateau_survival,
     relative_excess,
     summarise_predictions,
-    train_and_evaluate,
     unigram_bigram_gap,
-    write_sweep,
 )
+from empirical.markov.runs import MarkovStream, held_out_sequences, train_and_evaluate
 from empirical.model import RoFormer, RoFormerConfig
+from markov_oracles import bigram_log_probs
 import hmmtf
 
 

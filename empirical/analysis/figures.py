@@ -139,15 +139,15 @@ def plot_trained_attention(patterns: torch.Tensor, tokens: torch.Tensor, prompt_
     plt.close(figure)
 
 
-def plot_attention_comparison(hand_weights: dict[str, torch.Tensor], composed: list[torch.Tensor],
+def plot_attention_comparison(hand_weights: dict[str, torch.Tensor], composed: dict[str, torch.Tensor],
                               trained_patterns: torch.Tensor, best_match: dict[str, dict], path: Path,
                               window: int = 40) -> None:
     """For each hand-built history layer r, on the last ``window`` positions of one prompt: its
     own attention (all at offset -1), the composed attention ``C_r`` (at -r) and the trained head
     whose offset profile matches ``C_r`` best."""
-    names = [name for name in hand_weights if name.startswith("history.")]
-    figure, axes = plt.subplots(len(names), 3, figsize=(9, 3 * len(names)), constrained_layout=True, squeeze=False)
-    for row, (name, composed_weights) in enumerate(zip(names, composed)):
+    figure, axes = plt.subplots(len(composed), 3, figsize=(9, 3 * len(composed)), constrained_layout=True,
+                                squeeze=False)
+    for row, (name, composed_weights) in enumerate(composed.items()):
         match = best_match[name]
         panels = (
             (hand_weights[name][0], f"hand-built {name}: own attention"),

@@ -102,7 +102,7 @@ def stationary_distribution(kernel) -> np.ndarray:
     return pi
 
 
-def _surprise(probabilities: np.ndarray) -> np.ndarray:
+def surprise(probabilities: np.ndarray) -> np.ndarray:
     """``-log x`` elementwise where ``x > 0``, and 0 where ``x = 0`` (such outcomes never occur, so
     every expectation weights them by 0 and ``0 log 0 = 0``)."""
     return -np.log(probabilities, where=probabilities > 0, out=np.zeros_like(probabilities))
@@ -111,13 +111,13 @@ def _surprise(probabilities: np.ndarray) -> np.ndarray:
 def entropy_rate(kernel) -> float:
     """``H(x_{t+1} | x_t) = -sum_i pi_i sum_j P_ij log P_ij`` in nats: the bigram optimum."""
     kernel = check_kernel(kernel)
-    return float(stationary_distribution(kernel) @ (kernel * _surprise(kernel)).sum(axis=1))
+    return float(stationary_distribution(kernel) @ (kernel * surprise(kernel)).sum(axis=1))
 
 
 def stationary_entropy(kernel) -> float:
     """``H(pi) = -sum_i pi_i log pi_i`` in nats: the loss of the unigram predictor."""
     pi = stationary_distribution(kernel)
-    return float(pi @ _surprise(pi))
+    return float(pi @ surprise(pi))
 
 
 def reference_losses(kernel) -> ReferenceLosses:
@@ -182,51 +182,10 @@ def excess_losses(kernel, tokens: torch.Tensor, log_probs: torch.Tensor) -> torc
             f"(B, T, {kernel.shape[0]}) matching tokens (B, T) with T >= 2"
         )
     true_next = torch.from_numpy(kernel)[tokens[:, :-1]]
-    true_log = torch.from_numpy(-_surprise(kernel))[tokens[:, :-1]]
+    true_log = torch.from_numpy(-surprise(kernel))[tokens[:, :-1]]
     # Outcomes with P_ij = 0 contribute 0 even where the predictor gives them log q = -inf.
     terms = torch.where(true_next > 0, true_next * (true_log - log_probs[:, :-1].double()), 0.0)
     return terms.sum(-1).mean(-1)
-
-
-def bigram_log_probs(kernel, tokens: torch.Tensor) -> torch.Tensor:
-    """``(B, T, m)`` log-predictions of the bigram predictor: row ``t`` is ``log kernel[x_t]``."""
-    kernel = check_kernel(kernel)
-    tokens = check_tokens(tokens, kernel.shape[0], "tokens")
-    with np.errstate(divide="ignore"):
-        return torch.from_numpy(np.log(kernel))[tokens]
-
-
-def bigram_loss_variance(kernel, num_predicted: int) -> float:
-    """Exact variance of the bigram predictor's mean log-loss over ``n = num_predicted`` tokens of
-    one stationary sequence.
-
-    With ``l_t = -log P(x_t, x_{t+1})``, ``f_ij = -log P_ij``, ``h_i = sum_j P_ij f_ij`` (so
-    ``E l_t = pi^T h = H_rate``) and ``a_j = sum_i pi_i P_ij f_ij``::
-
-        c_0 = Var l_t = sum_ij pi_i P_ij f_ij^2 - H_rate^2,
-        c_d = Cov(l_t, l_{t+d}) = a^T P^{d-1} h - H_rate^2          (d >= 1),
-        Var((1/n) sum_t l_t) = (n c_0 + 2 sum_{d=1}^{n-1} (n - d) c_d) / n^2.
-
-    The covariances decay like ``lambda_2^d`` (``lambda_2 = 1 - p - q`` for the binary chain), so
-    by the Markov-chain CLT the mean of ``B`` independent sequences is normal with standard
-    deviation ``sqrt(bigram_loss_variance / B)`` for large ``B`` or ``n``.
-    """
-    kernel = check_kernel(kernel)
-    if not isinstance(num_predicted, (int, np.integer)) or num_predicted < 1:
-        raise ValueError(f"num_predicted: {num_predicted!r}; expected an integer >= 1")
-    pi = stationary_distribution(kernel)
-    surprise = _surprise(kernel)
-    joint = pi[:, None] * kernel
-    rate = float((joint * surprise).sum())
-    conditional_mean = (kernel * surprise).sum(axis=1)
-    outgoing = (joint * surprise).sum(axis=0)
-    n = int(num_predicted)
-    total = n * (float((joint * surprise**2).sum()) - rate**2)
-    propagated = conditional_mean
-    for lag in range(1, n):
-        total += 2 * (n - lag) * (float(outgoing @ propagated) - rate**2)
-        propagated = kernel @ propagated
-    return max(total, 0.0) / n**2
 
 
 def read_back_kernel(tokens: torch.Tensor, probs: torch.Tensor) -> np.ndarray:
@@ -255,6 +214,12 @@ def memory_norm(kernel) -> float:
     kernel = check_kernel(kernel)
     pi = stationary_distribution(kernel)
     return float(pi @ ((kernel - pi[None, :]) ** 2).sum(axis=1))
+
+
+def is_memoryless(p: float, q: float) -> bool:
+    """True iff the binary chain ``(p, q)`` is i.i.d. (``p + q = 1``): every kernel row equals
+    ``pi``, so its :func:`memory_norm` is at most :data:`MEMORY_NORM_TOLERANCE`."""
+    return memory_norm(binary_kernel(p, q)) <= MEMORY_NORM_TOLERANCE
 
 
 def memory_coordinate(estimated_kernel: np.ndarray, kernel) -> float:

@@ -21,13 +21,6 @@ from __future__ import annotations
 import torch
 
 
-def layer_attention(weights: dict[str, torch.Tensor], layer: str) -> torch.Tensor:
-    """``weights[layer]``; ``ValueError`` naming the layer and the known names otherwise."""
-    if layer not in weights:
-        raise ValueError(f"layer: {layer!r}; expected one of {sorted(weights)}")
-    return weights[layer]
-
-
 def offset_profile(pattern: torch.Tensor, query_positions: torch.Tensor, max_offset: int) -> torch.Tensor:
     """``(H, max_offset + 2)`` float64: entry ``d`` (``d = 0..max_offset``) is the mean over prompts
     and query positions of ``pattern[..., h, i, i - d]`` (0 where ``i - d < 0``), the last entry

@@ -19,8 +19,8 @@ import torch
 from tqdm import tqdm
 
 import construction
-from empirical.analysis_offsets import composed_history_attention, offset_profile
-from empirical.analysis_shuffle import ScoresFunction
+from empirical.analysis.offsets import composed_history_attention, offset_profile
+from empirical.analysis.shuffle import ScoresFunction
 from empirical.model import RoFormer
 
 HAND_BUILT_STEPS = 2
@@ -110,7 +110,7 @@ def hand_built_weights(trace: construction.Trace) -> dict[str, torch.Tensor]:
 def hand_built_composed_history(trace: construction.Trace) -> dict[str, torch.Tensor]:
     """``{history.r: C_r (N, N)}``, :func:`composed_history_attention` of the trace's history
     layers, composed over all columns and then restricted to prompt positions."""
-    names = [name for name in trace.layer_names if name.startswith("history.")]
+    names = trace.layers_of(construction.Stage.HISTORY)
     composed = composed_history_attention([trace.attn_weights[name][0] for name in names])
     return {name: matrix[1:, 1:] for name, matrix in zip(names, composed)}
 

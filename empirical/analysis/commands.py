@@ -1,0 +1,77 @@
+"""``hmmtf analyze [CHECKPOINT]`` (registered in :mod:`hmmtf`): the analyses of
+:mod:`empirical.analysis.report` on a checkpoint; writes ``analysis.json`` and the figures of
+:mod:`empirical.analysis.figures` to ``--out``. Its options are the fields of
+:class:`~empirical.analysis.report.AnalysisConfig` plus where to read, where to write and how to
+run."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import hmm
+from empirical.analysis.figures import (
+    plot_attention_comparison,
+    plot_offset_profiles,
+    plot_previous_token_probes,
+    plot_shuffle,
+    plot_task_state_probes,
+    plot_trained_attention,
+)
+from empirical.analysis.report import Analysis, AnalysisConfig, analyze
+from empirical.checkpoint import load_checkpoint
+from empirical.configs import add_config_options, config_from_options
+from empirical.presets import preset_from_task
+
+DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
+REPORT_FILE = "analysis.json"
+
+
+def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
+    """The six figures of :mod:`empirical.analysis.figures` into ``out``."""
+    report = analysis.report
+    plot_shuffle(report["shuffle"], out / "shuffle.png")
+    plot_task_state_probes(report["probes"], out / "probes_task_state.png")
+    plot_previous_token_probes(report["probes"], max_distance, out / "probes_previous_tokens.png")
+    plot_trained_attention(analysis.trained_patterns, analysis.example, prompt_format, out / "attention_trained.png")
+    plot_attention_comparison(analysis.hand_built_weights, analysis.hand_built_composed,
+                              analysis.trained_patterns, report["offsets"]["best_match_composed"],
+                              out / "attention_hand_built_vs_trained.png")
+    plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
+
+
+def run_analyze(args) -> int:
+    started = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    config = config_from_options(AnalysisConfig, vars(args))
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    saved = load_checkpoint(Path(args.checkpoint), device)
+    preset = preset_from_task(saved.config["task"])
+    analysis = analyze(saved.model, preset, config, device)
+    report = {
+        "command": args.command_line, "checkpoint": str(args.checkpoint), "step": saved.config["step"],
+        "task": saved.config["task"], "model": saved.config["model"], "device": str(device),
+        "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
+        **analysis.report,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_figures(analysis, preset.prompt_format, config.max_distance, out)
+    report["runtime_s"] = time.perf_counter() - started
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report["claims"]}, indent=1))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``analyze`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser("analyze", help="shuffle test, probes, attention maps, hand-built vs trained")
+    parser.add_argument("checkpoint", nargs="?", default=DEFAULT_CHECKPOINT,
+                        help=f"a checkpoint folder (default {DEFAULT_CHECKPOINT})")
+    parser.add_argument("--out", default="figures/analysis", help="folder for analysis.json and the figures")
+    parser.add_argument("--device", help="default: CUDA if available, else CPU")
+    add_config_options(parser, AnalysisConfig)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.set_defaults(run=run_analyze)
