@@ -15,7 +15,13 @@ from empirical.analysis.offsets import (
     offset_profile,
     profile_similarity,
 )
-from empirical.analysis.probes import bootstrap_interval, check_distance, probe_accuracy, probe_targets
+from empirical.analysis.probes import (
+    bootstrap_interval,
+    bootstrap_ratio_interval,
+    check_distance,
+    probe_accuracy,
+    probe_targets,
+)
 from empirical.analysis.shuffle import random_derangements, shuffle_change, shuffle_demonstrations, shuffle_pairs
 
 FORMAT = hmm.PROMPT_FORMATS["tiny"]
@@ -65,6 +71,21 @@ def test_bootstrap_interval_of_grouped_outcomes():
     groups = torch.arange(20).repeat_interleave(20)
     low, high = bootstrap_interval(correct, groups)
     assert 0.2 < low < 0.35 and 0.65 < high < 0.8
+
+
+def test_bootstrap_ratio_interval_is_a_ratio_of_sums_over_resampled_prompts():
+    denominators = torch.rand(400, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 0.5
+    groups = torch.arange(20).repeat_interleave(20)
+    low, high = bootstrap_ratio_interval(0.3 * denominators, denominators, groups)
+    assert low == pytest.approx(0.3, rel=1e-12) and high == pytest.approx(0.3, rel=1e-12)
+    # The ratio of sums weighs prompts by their denominators: one heavy prompt at ratio 1 among
+    # light ones at 0 gives about 100 / (100 + 19 * 1) = 0.84 when all are drawn.
+    numerators = torch.zeros(20, dtype=torch.float64)
+    numerators[0] = 100.0
+    weights = torch.ones(20, dtype=torch.float64)
+    weights[0] = 100.0
+    low, high = bootstrap_ratio_interval(numerators, weights, torch.arange(20))
+    assert 0.0 <= low < 0.84 < high <= 1.0
 
 
 def test_probe_targets_are_read_at_the_right_positions():
