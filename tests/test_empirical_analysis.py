@@ -194,7 +194,8 @@ def tiny_checkpoint(tmp_path_factory):
 def test_analyze_command_end_to_end(tiny_checkpoint, tmp_path):
     argv = ["analyze", str(tiny_checkpoint), "--out", str(tmp_path), "--probe-train-prompts", "48",
             "--probe-test-prompts", "24", "--shuffle-prompts", "16", "--hand-built-prompts", "8",
-            "--max-distance", "3", "--max-offset", "4", "--batch-size", "16"]
+            "--max-distance", "3", "--max-offset", "4", "--batch-size", "16",
+            "--sections", "shuffle", "probes", "offsets"]  # patching: tests/test_empirical_patching.py
     assert hmmtf.main(argv) == 0
     report = json.loads((tmp_path / "analysis.json").read_text())
     assert report["command"] == "hmmtf " + " ".join(argv)
