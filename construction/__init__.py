@@ -13,8 +13,9 @@ Public API::
     spec = construction.ConstructionSpec(num_tokens, history_length, gd_steps, eta, beta, theta,
                                          future_length=1, doubling=False, penalty=None)  # by hand
     net = construction.build_network(spec, tolerance=1e-9, allow_leak=False)
-    trace = net.forward(tokens, dtype=torch.float64, record_attention=True)
-                               # tokens: demo_1, p, ..., demo_n, p, test (1-d ints)
+    trace = net.forward(tokens, dtype=torch.float64, record_attention=True, patch=None)
+                               # tokens: demo_1, p, ..., demo_n, p, test (1-d ints); patch(name,
+                               # stream) -> stream: an intervention after 'embedding' and each layer
     trace.prediction           # (p^m,)  W_T x_test, output slot of the last column
     trace.layer_names          # ('history.1', ..., 'label', 'gd.1', ..., 'gd.T', 'readout')
     net.layers[l].stage, net.layers[l].index   # construction.Stage.GD, 3 for 'gd.3'

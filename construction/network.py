@@ -8,6 +8,7 @@ also carries its :class:`~construction.weights.Stage` and its index within the s
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,11 +95,15 @@ class Network:
         """The residual-stream layout (``spec.layout``)."""
         return self.spec.layout
 
-    def forward(self, tokens, dtype: torch.dtype = torch.float64, record_attention: bool = True) -> Trace:
+    def forward(self, tokens, dtype: torch.dtype = torch.float64, record_attention: bool = True,
+                patch: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> Trace:
         """Run the prompt ``tokens`` (demo_1, p, demo_2, p, ..., demo_n, p, test) through every layer.
 
         ``record_attention=False`` leaves ``attn_logits`` and ``attn_weights`` empty (they take
         ``2 * heads * N^2`` numbers per layer; sweeps that need only predictions can skip them).
+        ``patch(name, stream)`` is an intervention: it is called with ``"embedding"`` and the
+        input stream, then with each layer's name and the stream after that layer, and what it
+        returns (a ``(D, N)`` tensor) is what the next layer reads and the trace records.
 
         Raises ``ValueError`` (:mod:`construction.checks`) for a malformed prompt, a theta that
         wraps, a beta too small for the prompt (unless ``allow_leak``: then a warning states the
@@ -111,6 +116,8 @@ class Network:
         checks.check_angle(self.spec, num_columns)
         checks.check_beta(self.spec, num_columns, self.tolerance, self.allow_leak)
         stream = torch.as_tensor(embed(tokens, self.layout, self.spec.theta), dtype=dtype)
+        if patch is not None:
+            stream = patch(Stage.EMBEDDING.value, stream)
         residuals, logits_by_layer, weights_by_layer = [stream], {}, {}
         for layer, weights in zip(self.layers, self._torch_weights(dtype)):
             if layer.stage is Stage.GD and layer.index == 1:
@@ -126,6 +133,8 @@ class Network:
                 if record_attention:
                     logits_by_layer[layer.name], weights_by_layer[layer.name] = logits, attention
             stream = stream + update
+            if patch is not None:
+                stream = patch(layer.name, stream)
             residuals.append(stream)
         output = self.layout.rows("output")
         return Trace(

@@ -6,7 +6,8 @@ Markov chains).
 Public API of the core (import from the modules named; this file imports nothing)::
 
     model:       RoFormerConfig, RoFormer (.forward, .run_with_cache -> logits, cache under
-                 HOOK_NAMES), rotary_cos_sin, apply_rotary
+                 HOOK_NAMES; both take patches=[ResidualPatch(layer, position, vector, mode)]),
+                 rotary_cos_sin, apply_rotary
     train:       TrainConfig, Batch, IGNORE_INDEX,
                  train(model_config, train_config, batch_fn, run_dir) -> TrainResult (DDP under
                  torchrun, bit-exact resume), init_distributed, distributed_context

@@ -11,11 +11,13 @@ Block ``l`` (pre-norm, residual stream ``x``)::
 Two forward paths share the weights: :meth:`RoFormer.forward` uses the fused
 ``scaled_dot_product_attention``; :meth:`RoFormer.run_with_cache` computes attention explicitly
 and returns, under TransformerLens-like names (see :data:`HOOK_NAMES`), every layer's residual
-stream, pre-softmax attention logits and attention weights.
+stream, pre-softmax attention logits and attention weights. Both take ``patches``
+(:class:`ResidualPatch`): interventions on the residual stream after a block, at one position.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +45,65 @@ HOOK_NAMES = (
 ``-inf`` above the diagonal (the causal mask, as in TransformerLens).
 ``attn.hook_pattern`` (B, H, N, N): attention weights, the row-wise softmax of the scores.
 """
+
+
+PATCH_MODES = ("replace", "add")
+"""How a :class:`ResidualPatch` changes the stream: ``x <- v`` or ``x <- x + v``."""
+
+
+@dataclass(frozen=True)
+class ResidualPatch:
+    """An intervention at ``blocks.{layer}.hook_resid_post``, the residual stream after block
+    ``layer`` (0-based), at prompt position ``position`` of every prompt of the batch::
+
+        replace:  x[b, position] <- vector[b]         add:  x[b, position] <- x[b, position] + vector[b]
+
+    ``vector`` is ``(W,)`` (the same for every prompt) or ``(B, W)`` (one per prompt). Later blocks
+    read the patched stream, and :meth:`RoFormer.run_with_cache` records it. Layer, position and
+    width are checked against the model and the tokens by :func:`check_patches`.
+    """
+
+    layer: int
+    position: int
+    vector: torch.Tensor
+    mode: str = "replace"
+
+    def __post_init__(self) -> None:
+        if self.mode not in PATCH_MODES:
+            raise ValueError(f"mode: {self.mode!r}; expected one of {PATCH_MODES}")
+        if not isinstance(self.vector, torch.Tensor) or not self.vector.is_floating_point():
+            raise ValueError(f"vector: {type(self.vector).__name__}; expected a floating-point tensor (W,) or (B, W)")
+
+
+def check_patches(patches: Sequence[ResidualPatch], num_layers: int, width: int, tokens_shape: torch.Size) -> None:
+    """``ValueError`` naming the first patch whose layer is not in ``0..num_layers-1``, whose
+    position is not a position of the ``(B, N)`` prompts, or whose vector is not ``(W,)`` or ``(B, W)``."""
+    batch, length = tokens_shape
+    for index, patch in enumerate(patches):
+        name = f"patches[{index}]"
+        if isinstance(patch.layer, bool) or not isinstance(patch.layer, int) or not 0 <= patch.layer < num_layers:
+            raise ValueError(f"{name}.layer: {patch.layer!r}; expected an integer in 0..{num_layers - 1} "
+                             f"(blocks.{{layer}}.hook_resid_post of a {num_layers}-layer model)")
+        if isinstance(patch.position, bool) or not isinstance(patch.position, int) or not 0 <= patch.position < length:
+            raise ValueError(f"{name}.position: {patch.position!r}; expected an integer in 0..{length - 1} "
+                             f"(a position of the {length}-token prompts)")
+        if tuple(patch.vector.shape) not in ((width,), (batch, width)):
+            raise ValueError(f"{name}.vector: shape {tuple(patch.vector.shape)}; expected ({width},) or "
+                             f"({batch}, {width}) (the residual width, once or once per prompt)")
+
+
+def apply_patches(x: torch.Tensor, layer: int, patches: Sequence[ResidualPatch]) -> torch.Tensor:
+    """The stream ``x (B, N, W)`` after block ``layer`` with the patches of that layer applied in
+    order (a new tensor if any applies; ``x`` itself otherwise)."""
+    for patch in patches:
+        if patch.layer == layer:
+            x = x.clone()
+            vector = patch.vector.to(device=x.device, dtype=x.dtype)
+            if patch.mode == "replace":
+                x[:, patch.position] = vector
+            else:
+                x[:, patch.position] += vector
+    return x
 
 
 @dataclass(frozen=True)
@@ -151,7 +212,9 @@ class RotarySelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: ``x + Attn(LN1 x)``, then ``+ MLP(LN2 x)``."""
+    """Pre-norm transformer block: ``x + Attn(LN1 x)``, then ``+ MLP(LN2 x)``; with ``cache``, it
+    records its attention and ``hook_resid_mid`` (the model records ``hook_resid_post``, after any
+    patch)."""
 
     def __init__(self, config: RoFormerConfig) -> None:
         super().__init__()
@@ -169,10 +232,7 @@ class Block(nn.Module):
         x = x + self.attn(self.ln1(x), rotary, cache, f"{prefix}attn.")
         if cache is not None:
             cache[f"{prefix}hook_resid_mid"] = x
-        x = x + self.mlp(self.ln2(x))
-        if cache is not None:
-            cache[f"{prefix}hook_resid_post"] = x
-        return x
+        return x + self.mlp(self.ln2(x))
 
 
 class RoFormer(nn.Module):
@@ -210,22 +270,27 @@ class RoFormer(nn.Module):
         dtype = torch.promote_types(self.embed.weight.dtype, torch.float32)
         return rotary_cos_sin(positions, self.config.head_dim, self.config.rotary_base, dtype)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Fast path (fused attention): logits ``(B, N, vocab_size)``."""
+    def forward(self, tokens: torch.Tensor, patches: Sequence[ResidualPatch] = ()) -> torch.Tensor:
+        """Fast path (fused attention): logits ``(B, N, vocab_size)``, with ``patches`` applied."""
+        check_patches(patches, self.config.num_layers, self.config.width, tokens.shape)
         x = self.embed(tokens)
         rotary = self._rotary(tokens)
-        for block in self.blocks:
-            x = block(x, rotary)
+        for layer, block in enumerate(self.blocks):
+            x = apply_patches(block(x, rotary), layer, patches)
         return self.unembed(self.ln_final(x))
 
-    def run_with_cache(self, tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Recording path: the logits of :meth:`forward` and the activations of :data:`HOOK_NAMES`."""
+    def run_with_cache(self, tokens: torch.Tensor,
+                       patches: Sequence[ResidualPatch] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Recording path: the logits of :meth:`forward` and the activations of :data:`HOOK_NAMES`,
+        with ``patches`` applied (``hook_resid_post`` records the patched stream)."""
+        check_patches(patches, self.config.num_layers, self.config.width, tokens.shape)
         cache: dict[str, torch.Tensor] = {}
         x = self.embed(tokens)
         cache["hook_embed"] = x
         rotary = self._rotary(tokens)
         for layer, block in enumerate(self.blocks):
-            x = block(x, rotary, cache, f"blocks.{layer}.")
+            x = apply_patches(block(x, rotary, cache, f"blocks.{layer}."), layer, patches)
+            cache[f"blocks.{layer}.hook_resid_post"] = x
         return self.unembed(self.ln_final(x)), cache
 
     def num_parameters(self, *, embeddings: bool = True) -> int:

@@ -88,6 +88,36 @@ def test_trace_shapes_and_names():
     assert torch.equal(lean.prediction, trace.prediction)
 
 
+def test_a_patch_sees_every_stream_in_order_and_the_next_layer_reads_what_it_returns():
+    network = build_network(PARAMS)
+    clean = network.forward(TOKENS)
+    seen = []
+
+    def identity(name, stream):
+        seen.append(name)
+        return stream
+
+    assert all(torch.equal(a, b) for a, b in zip(network.forward(TOKENS, patch=identity).residuals, clean.residuals))
+    assert seen == ["embedding", *clean.layer_names]
+    # Write 1 into the output slot of the last column after gd.4: the read-out adds W_T x_test to
+    # it, so the prediction moves by exactly 1; written after the read-out, the 1 is the prediction.
+    output = network.layout.rows("output")
+
+    def ones_after(layer):
+        def patch(name, stream):
+            if name != layer:
+                return stream
+            patched = stream.clone()
+            patched[output.start : output.stop, -1] = 1.0
+            return patched
+        return patch
+
+    before_readout = network.forward(TOKENS, patch=ones_after("gd.4"))
+    assert torch.equal(before_readout.prediction, clean.prediction + 1.0)
+    assert torch.equal(network.forward(TOKENS, patch=ones_after("readout")).prediction, torch.ones(P, dtype=torch.float64))
+    assert torch.equal(before_readout.slot("output", "gd.4")[:, -1], torch.ones(P, dtype=torch.float64))  # recorded
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

@@ -17,6 +17,7 @@ from empirical.analysis.offsets import (
 )
 from empirical.analysis.probes import (
     bootstrap_interval,
+    bootstrap_ratio_interval,
     check_distance,
     decoding_ceilings,
     probe_accuracy,
@@ -73,6 +74,21 @@ def test_bootstrap_interval_of_grouped_outcomes():
     groups = torch.arange(20).repeat_interleave(20)
     low, high = bootstrap_interval(correct, groups)
     assert 0.2 < low < 0.35 and 0.65 < high < 0.8
+
+
+def test_bootstrap_ratio_interval_is_a_ratio_of_sums_over_resampled_prompts():
+    denominators = torch.rand(400, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 0.5
+    groups = torch.arange(20).repeat_interleave(20)
+    low, high = bootstrap_ratio_interval(0.3 * denominators, denominators, groups)
+    assert low == pytest.approx(0.3, rel=1e-12) and high == pytest.approx(0.3, rel=1e-12)
+    # The ratio of sums weighs prompts by their denominators: one heavy prompt at ratio 1 among
+    # light ones at 0 gives about 100 / (100 + 19 * 1) = 0.84 when all are drawn.
+    numerators = torch.zeros(20, dtype=torch.float64)
+    numerators[0] = 100.0
+    weights = torch.ones(20, dtype=torch.float64)
+    weights[0] = 100.0
+    low, high = bootstrap_ratio_interval(numerators, weights, torch.arange(20))
+    assert 0.0 <= low < 0.84 < high <= 1.0
 
 
 def test_probe_targets_are_read_at_the_right_positions():
@@ -227,7 +243,8 @@ def tiny_checkpoint(tmp_path_factory):
 def test_analyze_command_end_to_end(tiny_checkpoint, tmp_path):
     argv = ["analyze", str(tiny_checkpoint), "--out", str(tmp_path), "--probe-train-prompts", "48",
             "--probe-test-prompts", "24", "--shuffle-prompts", "16", "--hand-built-prompts", "8",
-            "--max-distance", "3", "--max-offset", "4", "--batch-size", "16"]
+            "--max-distance", "3", "--max-offset", "4", "--batch-size", "16",
+            "--sections", "shuffle", "probes", "offsets"]  # patching: tests/test_empirical_patching.py
     assert hmmtf.main(argv) == 0
     report = json.loads((tmp_path / "analysis.json").read_text())
     assert report["command"] == "hmmtf " + " ".join(argv)

@@ -16,7 +16,7 @@ import torch
 import construction
 import hmmtf
 from empirical.checkpoint import save_checkpoint
-from empirical.model import HOOK_NAMES, RoFormer, RoFormerConfig
+from empirical.model import HOOK_NAMES, ResidualPatch, RoFormer, RoFormerConfig
 from empirical.transformer_lens_interop import (
     CONFIG_FILE,
     WEIGHTS_FILE,
@@ -114,30 +114,24 @@ def test_hooked_transformer_has_our_logits_and_activations(config, dtype):
         assert_matches(name, cache[name], their_cache[name], config)
 
 
-def test_a_hook_patch_acts_on_both_models_alike():
-    """``blocks.1.hook_resid_post`` replaced at one position by a given vector: in
-    TransformerLens with ``run_with_hooks``, in ours by a forward hook on block 1 (whose output is
-    that residual stream)."""
+@pytest.mark.parametrize("mode", ["replace", "add"])
+def test_a_hook_patch_acts_on_both_models_alike(mode):
+    """``blocks.1.hook_resid_post`` replaced at one position by a given vector (or that vector
+    added): in TransformerLens with ``run_with_hooks``, in ours with a :class:`ResidualPatch`."""
     model = random_roformer(SEVERAL, torch.float32)
     hooked = to_hooked_transformer(model)
     tokens = random_prompts(SEVERAL)
     position = 17
     vector = torch.randn(SEVERAL.width, generator=torch.Generator().manual_seed(3))
 
-    def patch(stream: torch.Tensor) -> torch.Tensor:
+    def patch(stream: torch.Tensor, hook) -> torch.Tensor:
         patched = stream.clone()
-        patched[:, position] = vector
+        patched[:, position] = vector if mode == "replace" else patched[:, position] + vector
         return patched
 
-    handle = model.blocks[1].register_forward_hook(lambda module, inputs, output: patch(output))
     with torch.no_grad():
-        try:
-            ours = model(tokens)
-        finally:
-            handle.remove()
-        theirs = hooked.run_with_hooks(
-            tokens, fwd_hooks=[("blocks.1.hook_resid_post", lambda stream, hook: patch(stream))]
-        )
+        ours = model(tokens, [ResidualPatch(1, position, vector, mode)])
+        theirs = hooked.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_resid_post", patch)])
         unpatched = model(tokens)
     assert_matches("logits", ours, theirs, SEVERAL)
     torch.testing.assert_close(ours[:, :position], unpatched[:, :position], rtol=0, atol=0)

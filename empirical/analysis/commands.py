@@ -1,11 +1,13 @@
 """``hmmtf analyze [CHECKPOINT]`` (registered in :mod:`hmmtf`): the analyses of
-:mod:`empirical.analysis.report` on a checkpoint; writes ``analysis.json`` and the figures of
-:mod:`empirical.analysis.figures` to ``--out``. Its options are the fields of
+:mod:`empirical.analysis.report` on a checkpoint; writes ``analysis.json`` (with the command and
+the git commit that made it) and the figures of :mod:`empirical.analysis.figures` and
+:mod:`empirical.analysis.patching_figures` of the sections that ran to ``--out``. Its options are the fields of
 :class:`~empirical.analysis.report.AnalysisConfig` plus where to read, where to write and how to
 run."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from empirical.analysis.figures import (
     plot_task_state_probes,
     plot_trained_attention,
 )
+from empirical.analysis.patching_figures import plot_history_patching, plot_state_forcing
 from empirical.analysis.report import Analysis, AnalysisConfig, analyze
 from empirical.checkpoint import load_checkpoint
 from empirical.configs import add_config_options, config_from_options
@@ -30,20 +33,44 @@ REPORT_FILE = "analysis.json"
 
 
 def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
-    """The six figures of :mod:`empirical.analysis.figures` into ``out``."""
+    """The figures of the report's sections into ``out``: the six of :mod:`empirical.analysis.figures`
+    and the two of :mod:`empirical.analysis.patching_figures`."""
     report = analysis.report
-    plot_shuffle(report["shuffle"], out / "shuffle.png")
-    plot_task_state_probes(report["probes"], out / "probes_task_state.png")
-    plot_previous_token_probes(report["probes"], max_distance, out / "probes_previous_tokens.png")
-    plot_trained_attention(analysis.trained_patterns, analysis.example, prompt_format, out / "attention_trained.png")
-    plot_attention_comparison(analysis.hand_built_weights, analysis.hand_built_composed,
-                              analysis.trained_patterns, report["offsets"]["best_match_composed"],
-                              out / "attention_hand_built_vs_trained.png")
-    plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
+    if "shuffle" in report:
+        plot_shuffle(report["shuffle"], out / "shuffle.png")
+    if "probes" in report:
+        plot_task_state_probes(report["probes"], out / "probes_task_state.png")
+        plot_previous_token_probes(report["probes"], max_distance, out / "probes_previous_tokens.png")
+    if "offsets" in report:
+        plot_trained_attention(analysis.trained_patterns, analysis.example, prompt_format,
+                               out / "attention_trained.png")
+        plot_attention_comparison(analysis.hand_built_weights, analysis.hand_built_composed,
+                                  analysis.trained_patterns, report["offsets"]["best_match_composed"],
+                                  out / "attention_hand_built_vs_trained.png")
+        plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
+    if "patching" in report:
+        plot_state_forcing(report["patching"]["state_forcing"], out / "patching_state_forcing.png")
+        plot_history_patching(report["patching"]["history"], out / "patching_history.png")
+
+
+def source_commit() -> dict:
+    """``{"commit": HEAD of the checkout this code runs from, "dirty": whether tracked files differ
+    from it}``, both None outside a git checkout (or without git)."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*arguments: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *arguments], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
 
 
 def run_analyze(args) -> int:
     started = time.perf_counter()
+    source = source_commit()
     torch.set_num_threads(args.threads)
     config = config_from_options(AnalysisConfig, vars(args))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -51,7 +78,7 @@ def run_analyze(args) -> int:
     preset = preset_from_task(saved.config["task"])
     analysis = analyze(saved.model, preset, config, device)
     report = {
-        "command": args.command_line, "checkpoint": str(args.checkpoint), "step": saved.config["step"],
+        "command": args.command_line, "git": source, "checkpoint": str(args.checkpoint), "step": saved.config["step"],
         "task": saved.config["task"], "model": saved.config["model"], "device": str(device),
         "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
         **analysis.report,
@@ -61,13 +88,15 @@ def run_analyze(args) -> int:
     write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report["claims"]}, indent=1))
+    print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report.get("claims")},
+                     indent=1))
     return 0
 
 
 def register(subparsers) -> None:
     """Add ``analyze`` to the ``hmmtf`` parser."""
-    parser = subparsers.add_parser("analyze", help="shuffle test, probes, attention maps, hand-built vs trained")
+    parser = subparsers.add_parser("analyze", help="shuffle test, probes, attention maps, hand-built vs trained, "
+                                                   "activation patching")
     parser.add_argument("checkpoint", nargs="?", default=DEFAULT_CHECKPOINT,
                         help=f"a checkpoint folder (default {DEFAULT_CHECKPOINT})")
     parser.add_argument("--out", default="figures/analysis", help="folder for analysis.json and the figures")

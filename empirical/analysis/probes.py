@@ -136,16 +136,25 @@ def fit_logistic_probe(features: torch.Tensor, labels: torch.Tensor, num_classes
 
 
 def bootstrap_interval(correct: torch.Tensor, groups: torch.Tensor, seed: int = 0) -> tuple[float, float]:
-    """Percentile interval (:data:`CONFIDENCE`) of the accuracy ``mean(correct)`` when the groups
-    (prompts) are resampled with replacement :data:`BOOTSTRAP_RESAMPLES` times."""
+    """Percentile interval (:data:`CONFIDENCE`) of the accuracy ``mean(correct)`` (or of the mean
+    of any per-position values) when the groups (prompts) are resampled with replacement
+    :data:`BOOTSTRAP_RESAMPLES` times: :func:`bootstrap_ratio_interval` with denominators 1."""
+    return bootstrap_ratio_interval(correct, torch.ones_like(correct, dtype=torch.float64), groups, seed)
+
+
+def bootstrap_ratio_interval(numerators: torch.Tensor, denominators: torch.Tensor, groups: torch.Tensor,
+                             seed: int = 0) -> tuple[float, float]:
+    """Percentile interval (:data:`CONFIDENCE`) of the ratio of sums ``sum_i a_i / sum_i b_i``
+    over items i when the groups (prompts) are resampled with replacement
+    :data:`BOOTSTRAP_RESAMPLES` times (a resampled group brings all its items)."""
     group_ids, inverse = torch.unique(groups, return_inverse=True)
-    hits = torch.zeros(len(group_ids), dtype=torch.float64).index_add_(0, inverse, correct.double())
-    sizes = torch.zeros(len(group_ids), dtype=torch.float64).index_add_(0, inverse, torch.ones_like(correct, dtype=torch.float64))
+    top = torch.zeros(len(group_ids), dtype=torch.float64).index_add_(0, inverse, numerators.double())
+    bottom = torch.zeros(len(group_ids), dtype=torch.float64).index_add_(0, inverse, denominators.double())
     generator = torch.Generator().manual_seed(seed)
     draws = torch.randint(len(group_ids), (BOOTSTRAP_RESAMPLES, len(group_ids)), generator=generator)
-    accuracies = hits[draws].sum(1) / sizes[draws].sum(1)
+    ratios = top[draws].sum(1) / bottom[draws].sum(1)
     tail = (1.0 - CONFIDENCE) / 2
-    low, high = torch.quantile(accuracies, torch.tensor([tail, 1.0 - tail], dtype=torch.float64))
+    low, high = torch.quantile(ratios, torch.tensor([tail, 1.0 - tail], dtype=torch.float64))
     return float(low), float(high)
 
 

@@ -2,12 +2,14 @@
 as the sections of ``analysis.json``: the shuffle test (Figure 2), layer-wise probes (Figure
 3a/3b) with a randomly initialised network of the same shape as chance baseline, relative-offset
 attention profiles matched against the hand-built history layers, and the numbers behind the
-three verdicts of ``docs/analysis.md``. Definitions are in the docstrings of
-``empirical.analysis.shuffle``, ``.probes`` and ``.offsets``, and in ``docs/analysis.md``.
+three verdicts of ``docs/analysis.md``, and activation patching against exact HMM
+counterfactuals. Definitions are in the docstrings of ``empirical.analysis.shuffle``,
+``.probes``, ``.offsets`` and ``.patching``, and in ``docs/analysis.md``.
 
 Prompts: every set comes from its own seed ``stream_seed(data_seed, stream, 0)`` with streams
-:data:`PROBE_TRAIN_STREAM`, :data:`PROBE_TEST_STREAM`, :data:`SHUFFLE_STREAM`, none of which
-training (stream 0) or ``hmmtf evaluate`` (1, 2) uses.
+:data:`PROBE_TRAIN_STREAM`, :data:`PROBE_TEST_STREAM`, :data:`SHUFFLE_STREAM`,
+:data:`PATCHING_STREAM`, :data:`CENTROID_STREAM`, none of which training (stream 0) or
+``hmmtf evaluate`` (1, 2) uses.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from empirical.analysis.networks import (
     roformer_streams,
 )
 from empirical.analysis.offsets import best_matching_heads, offset_profile
+from empirical.analysis.patching import check_threshold, history_patching, state_forcing
 from empirical.analysis.probes import decoding_ceilings, probe_accuracy, probe_positions, probe_targets
 from empirical.analysis.shuffle import ScoresFunction, random_derangements, shuffle_change
 from empirical.configs import check_integers, option
@@ -43,6 +46,12 @@ from empirical.presets import ExperimentPreset
 PROBE_TRAIN_STREAM = 3
 PROBE_TEST_STREAM = 4
 SHUFFLE_STREAM = 5
+PATCHING_STREAM = 6
+CENTROID_STREAM = 7
+
+SECTIONS = ("shuffle", "probes", "offsets", "patching")
+"""The sections of ``analysis.json`` that ``hmmtf analyze --sections`` can choose (``offsets``
+includes the attention maps; ``claims`` needs ``shuffle`` and ``probes``)."""
 
 
 @dataclass(frozen=True)
@@ -54,16 +63,25 @@ class AnalysisConfig:
     probe_train_prompts: int = option(512, "prompts the probes are trained on")
     probe_test_prompts: int = option(256, "prompts the probes are tested on")
     shuffle_prompts: int = option(256, "prompts of the shuffle test")
-    hand_built_prompts: int = option(48, "probe-training prompts of the hand-built network (half as many to test "
-                                         "and shuffle)")
-    max_distance: int = option(5, "largest k of the o_{t-k} probes")
+    hand_built_prompts: int = option(48, "probe-training prompts of the hand-built network (half as many to test, "
+                                         "shuffle and patch)")
+    max_distance: int = option(5, "largest k of the o_{t-k} probes and r of history patching")
     max_offset: int = option(8, "offsets 0..-max of the attention profiles")
-    seed: int = option(0, "random-init network and shuffles")
+    seed: int = option(0, "random-init network, shuffles and patching draws")
+    sections: tuple[str, ...] = option(SECTIONS, "which analyses to run", choices=SECTIONS)
+    centroid_prompts: int = option(512, "prompts whose residual streams give the state centroids")
+    patching_prompts: int = option(256, "prompts patched by state forcing and the trained network's history patching")
+    state_threshold: float = option(0.9, "least filtered posterior P(s_t | o_1..o_t, task) of the state a test "
+                                         "position is labelled with")
 
     def __post_init__(self) -> None:
         check_integers(self, ("batch_size", "probe_train_prompts", "probe_test_prompts", "shuffle_prompts",
-                              "hand_built_prompts"), minimum=1)
+                              "hand_built_prompts", "centroid_prompts", "patching_prompts"), minimum=1)
         check_integers(self, ("seed",), minimum=0)
+        check_threshold(self.state_threshold)
+        unknown = [name for name in self.sections if name not in SECTIONS]
+        if not self.sections or unknown or len(set(self.sections)) < len(self.sections):
+            raise ValueError(f"sections: {self.sections!r}; expected distinct names among {SECTIONS}")
 
     @property
     def hand_built_counts(self) -> tuple[int, int]:
@@ -287,12 +305,25 @@ def offset_report(networks: dict[str, RoFormer], tokens: torch.Tensor, hand_buil
     }
 
 
+def patching_report(model: RoFormer, mixture: hmm.Mixture, centroid_prompts: hmm.Prompts,
+                    patched_prompts: hmm.Prompts, config: AnalysisConfig, device: torch.device) -> dict:
+    """State forcing of the trained network and history patching of both networks
+    (:mod:`empirical.analysis.patching`); the hand-built network patches as many prompts as it tests."""
+    return {
+        "state_forcing": state_forcing(model, mixture, centroid_prompts, patched_prompts, config.state_threshold,
+                                       config.seed, config.batch_size, device),
+        "history": history_patching(model, mixture, patched_prompts, config.hand_built_counts[1], config.max_distance,
+                                    config.seed, config.batch_size, device),
+    }
+
+
 class Analysis(NamedTuple):
     """What :func:`analyze` returns: the report and what its attention figures show."""
 
     report: dict
-    """The sections of ``analysis.json``: ``probe_positions_per_prompt``, ``hand_built``,
-    ``shuffle``, ``probes``, ``offsets``, ``claims``."""
+    """The sections of ``analysis.json``: ``probe_positions_per_prompt``, ``hand_built``, and those
+    of ``config.sections`` (``shuffle``, ``probes``, ``offsets``, ``patching``), with ``claims``
+    when both ``shuffle`` and ``probes`` ran."""
     example: torch.Tensor
     """``(N,)``: the held-out prompt of the attention figures."""
     trained_patterns: torch.Tensor
@@ -304,9 +335,9 @@ class Analysis(NamedTuple):
 
 
 def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, device: torch.device) -> Analysis:
-    """Every section of the report for ``model`` (trained on ``preset``'s mixture and prompt
-    format), its random-init twin (``config.seed``) and the hand-built network, and the attention
-    of the trained and the hand-built network on one held-out prompt."""
+    """The sections ``config.sections`` of the report for ``model`` (trained on ``preset``'s
+    mixture and prompt format), its random-init twin (``config.seed``) and the hand-built network,
+    and the attention of the trained and the hand-built network on one held-out prompt."""
     prompt_format = preset.prompt_format
     mixture = preset.build_mixture()
 
@@ -324,12 +355,19 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
         "probe_positions_per_prompt": int(probe_positions(prompt_format, config.max_distance).sum()),
         "hand_built": {"history_length": config.max_distance + 1, "gd_steps": HAND_BUILT_STEPS,
                        "probe_train_prompts": hand_train, "probe_test_prompts": hand_test,
-                       "shuffle_prompts": hand_test},
-        "shuffle": shuffle_report(networks, shuffle_tokens[:hand_test], shuffle_tokens, prompt_format,
-                                  mixture.num_tokens, config, device),
-        "probes": probe_report(networks, train_prompts, test_prompts, mixture, config, device),
-        "offsets": offset_report(networks, test_prompts.tokens, example_trace, prompt_format, config, device),
+                       "shuffle_prompts": hand_test, "patched_prompts": hand_test},
     }
-    report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)
+    if "shuffle" in config.sections:
+        report["shuffle"] = shuffle_report(networks, shuffle_tokens[:hand_test], shuffle_tokens, prompt_format,
+                                           mixture.num_tokens, config, device)
+    if "probes" in config.sections:
+        report["probes"] = probe_report(networks, train_prompts, test_prompts, mixture, config, device)
+    if "offsets" in config.sections:
+        report["offsets"] = offset_report(networks, test_prompts.tokens, example_trace, prompt_format, config, device)
+    if "patching" in config.sections:
+        report["patching"] = patching_report(model, mixture, prompts(CENTROID_STREAM, config.centroid_prompts),
+                                             prompts(PATCHING_STREAM, config.patching_prompts), config, device)
+    if {"shuffle", "probes"} <= set(config.sections):
+        report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)
     return Analysis(report, example, roformer_patterns(model, example[None], device)[0],
                     hand_built_weights(example_trace), hand_built_composed_history(example_trace))
