@@ -5,7 +5,6 @@ uninterrupted run."""
 import json
 import re
 import tarfile
-import time
 
 import pytest
 import torch
@@ -13,14 +12,15 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import hmm
 import hmmtf
+from empirical.analysis.report import probe_mixture
 from empirical.data import PromptStream
 from empirical.evaluate import EVAL_BATCH
 from empirical.model import RoFormer
 from empirical.presets import get_preset
-from empirical.reproduce import plan
+from empirical.reproduce import commands, plan
 from empirical.reproduce.bundle import write_bundle
 from empirical.reproduce.config import reproduce_config
-from empirical.reproduce.record import LOG_FILE, read_status
+from empirical.reproduce.record import read_status
 from empirical.reproduce.stages import STAGE_NAMES, plan_costs
 from empirical.train import learning_rate
 
@@ -100,6 +100,18 @@ def test_paper_plan_on_an_assumed_h100_fits_25_minutes_with_host_work_twice_as_s
     assert train.flops == {"bfloat16": pytest.approx(4.34e16, rel=0.01)}
 
 
+def test_probe_prompts_come_from_the_first_tasks_with_their_ids():
+    mixture = get_preset("paper-mini").build_mixture()
+    probed = probe_mixture(mixture, 16)
+    assert probed.num_tasks == 16 and torch.equal(probed.hmm.emission, mixture.hmm.emission[:16])
+    assert float(probed.weights.sum()) == pytest.approx(1.0)
+    prompts = hmm.sample_prompts(probed, 64, hmm.PROMPT_FORMATS["paper-mini"], seed=0)
+    assert int(prompts.task_ids.max()) < 16 and len(set(prompts.task_ids.tolist())) > 8
+    assert probe_mixture(mixture, 0) is mixture
+    with pytest.raises(ValueError, match=r"probe_tasks: 129; expected at most the mixture's 128 tasks \(or 0\)"):
+        probe_mixture(mixture, 129)
+
+
 def test_bundle_holds_every_json_and_figure_and_refuses_more_than_the_limit(tmp_path):
     (tmp_path / "evaluate").mkdir()
     (tmp_path / "evaluate" / "evaluation.json").write_text("{}")
@@ -175,12 +187,12 @@ def test_paper_mini_runs_every_stage_and_resumes_after_a_stop_to_the_outputs_of_
     assert (resumed / checkpoint).read_bytes() == (whole / checkpoint).read_bytes()
 
 
-def test_detached_run_writes_its_log_and_fails_where_a_foreground_run_would(tmp_path):
+def test_a_detached_run_is_followed_with_wait_until_it_fails_as_a_foreground_run_would(tmp_path, capsys,
+                                                                                       monkeypatch):
+    monkeypatch.setattr(commands, "POLL_SECONDS", 0.2)
     assert reproduce(tmp_path, "--budget-minutes", "0.0001", "--detach") == 0
-    log = tmp_path / LOG_FILE
-    deadline = time.time() + 120
-    while "error" not in (log.read_text() if log.is_file() else "") and time.time() < deadline:
-        time.sleep(0.5)
-    assert "hmmtf reproduce: error: --budget-minutes: 0.0001" in log.read_text()
-    with pytest.raises(ValueError, match=r"--out: .* has no progress.json; expected the folder of a started run"):
-        read_status(tmp_path)
+    assert f"follow it with: hmmtf reproduce --preset paper-mini --out {tmp_path} --wait 540" in capsys.readouterr().out
+    assert reproduce(tmp_path, "--wait", "120") == 1
+    assert "planning: hmmtf reproduce: error: --budget-minutes: 0.0001" in capsys.readouterr().out
+    assert reproduce(tmp_path, "--status") == 2
+    assert "has no progress.json; expected the folder of a started run" in capsys.readouterr().err

@@ -23,37 +23,60 @@ import torch
 from empirical.presets import PRESETS
 from empirical.reproduce import plan
 from empirical.reproduce.config import reproduce_config
-from empirical.reproduce.record import LOG_FILE, RECORD_FILE, read_json, read_status, status_line
+from empirical.reproduce.record import LOG_FILE, PROGRESS_FILE, RECORD_FILE, read_json, read_status, status_line
 from empirical.reproduce.stages import STAGE_NAMES, check_settings, done_stages, plan_costs, run_stages
 
 DEFAULT_BUDGET_MINUTES = 25.0
 """The GPU budget of a session: 30 minutes of device time, less the machine's start."""
 POLL_SECONDS = 30.0
 """Interval of ``--wait``'s status lines."""
+ERROR_PREFIX = "hmmtf reproduce: error: "
 
 
 def default_out(preset: str) -> Path:
     return Path("runs") / "reproduce" / preset
 
 
-def show_status(out: Path, wait_seconds: float | None) -> int:
-    """Print the run's status (``--status``: the whole JSON; ``--wait S``: a line every
-    :data:`POLL_SECONDS` until the run ends or S seconds pass). Exit code 0 while it runs or
-    once it finished or stopped as asked, 1 if it failed or its process is gone."""
-    if wait_seconds is None:
-        status = read_status(out)
-        print(json.dumps(status, indent=2))
-        return 1 if status["state"] in ("failed", "gone") else 0
-    deadline = time.time() + wait_seconds
+FAILED_STATES = ("failed", "gone")
+
+
+def show_status(out: Path) -> int:
+    """``--status``: print the run's status as JSON; exit code 1 if it failed or its process is
+    gone, else 0."""
+    status = read_status(out)
+    print(json.dumps(status, indent=2))
+    return 1 if status["state"] in FAILED_STATES else 0
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log (tqdm's carriage returns split lines too), "" if none."""
+    lines = [line for line in path.read_text(errors="replace").replace("\r", "\n").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def wait_for(out: Path, seconds: float) -> int:
+    """``--wait SECONDS``: a status line every :data:`POLL_SECONDS` until the run ends or the
+    seconds pass. Before its first ``progress.json`` a detached run is planning (measuring the
+    device): the line is then the last of its log. Exit code 1 once it failed or its process is
+    gone, else 0."""
+    deadline = time.time() + seconds
     while True:
-        status = read_status(out)
-        print(status_line(status), flush=True)
-        if status["state"] != "running" or time.time() >= deadline:
-            return 1 if status["state"] in ("failed", "gone") else 0
+        if (out / PROGRESS_FILE).is_file() or not (out / LOG_FILE).is_file():
+            status = read_status(out)
+            print(status_line(status), flush=True)
+            if status["state"] != "running":
+                return 1 if status["state"] in FAILED_STATES else 0
+        else:
+            line = last_line(out / LOG_FILE)
+            print(f"planning: {line}", flush=True)
+            if line.startswith(ERROR_PREFIX):
+                return 1
+        if time.time() >= deadline:
+            return 0
         time.sleep(min(POLL_SECONDS, max(deadline - time.time(), 0.0)))
 
 
-def detach(command_line: str, out: Path) -> int:
+def detach(command_line: str, preset: str, out: Path) -> int:
     """Start this command again without ``--detach`` in a new session (it outlives the calling
     shell), its output in ``OUT/reproduce.log``; print how to follow it."""
     arguments = [word for word in shlex.split(command_line)[1:] if word != "--detach"]
@@ -61,7 +84,6 @@ def detach(command_line: str, out: Path) -> int:
     with open(out / LOG_FILE, "ab") as log:
         child = subprocess.Popen([sys.executable, "-m", "hmmtf", *arguments], stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
-    preset = arguments[arguments.index("--preset") + 1]
     print(f"started process {child.pid}, log {out / LOG_FILE}; follow it with: hmmtf reproduce --preset {preset} "
           f"--out {out} --wait 540")
     return 0
@@ -91,8 +113,10 @@ def summary(record: dict) -> str:
 
 def reproduce(args) -> int:
     out = Path(args.out) if args.out else default_out(args.preset)
-    if args.status or args.wait is not None:
-        return show_status(out, args.wait)
+    if args.status:
+        return show_status(out)
+    if args.wait is not None:
+        return wait_for(out, args.wait)
     assumed = args.assume_peak_tflops is not None
     if assumed and not args.plan:
         raise ValueError(f"--assume-peak-tflops: {args.assume_peak_tflops:g} without --plan; expected it only with "
@@ -102,7 +126,7 @@ def reproduce(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.detach:
-        return detach(args.command_line, out)
+        return detach(args.command_line, config.preset.name, out)
     record = read_json(out / RECORD_FILE)
     if record is not None:
         check_settings(record, config, out)
@@ -130,7 +154,7 @@ def run_reproduce(args) -> int:
     try:
         return reproduce(args)
     except ValueError as error:
-        print(f"hmmtf reproduce: error: {error}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{error}", file=sys.stderr)
         return 2
 
 

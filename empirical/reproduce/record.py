@@ -128,6 +128,8 @@ def read_status(out: Path) -> dict:
 
 def status_line(status: dict) -> str:
     """One line: state, stage, its elapsed and planned seconds, and training step and loss."""
+    if status["stage"] is None:
+        return f"{status['state']}: before the first stage"
     line = f"{status['state']}: stage {status['stage']}"
     if status["state"] == "running":
         line += f" for {time.time() - status['stage_started']:.0f} s (planned {status['planned_s'][status['stage']]:.0f} s)"

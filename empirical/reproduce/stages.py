@@ -90,11 +90,13 @@ class Reproduction:
         the checkpoint would then be evaluated on a mixture it was not trained on."""
         mixture = self.config.preset.build_mixture()
         recorded = read_json(self.out / "mixture" / MIXTURE_FILE)
-        if recorded is not None and recorded["fingerprint"] != plan.mixture_fingerprint(mixture):
-            raise ValueError(
-                f"mixture: this machine generates preset {self.config.preset.name!r} (seed "
-                f"{self.config.preset.mixture_seed}) with fingerprint {plan.mixture_fingerprint(mixture)}; expected "
-                f"{recorded['fingerprint']}, recorded by the mixture stage in {str(self.out)!r}")
+        if recorded is not None:
+            fingerprint = plan.mixture_fingerprint(mixture)
+            if fingerprint != recorded["fingerprint"]:
+                raise ValueError(
+                    f"mixture: this machine generates preset {self.config.preset.name!r} (seed "
+                    f"{self.config.preset.mixture_seed}) with fingerprint {fingerprint}; expected "
+                    f"{recorded['fingerprint']}, recorded by the mixture stage in {str(self.out)!r}")
         return mixture
 
 
@@ -135,9 +137,8 @@ def train_stage(run: Reproduction) -> dict:
     length = preset.prompt_format.length
     tokens = (result.step - start) * preset.train.batch_size * length
     flops_per_token = training_flops_per_token(model_config, length)
-    records = metrics_records(folder / METRICS_FILE)
-    attempt = [record for record in records if record["step"] > start]
-    steady = steady_tokens_per_s(attempt, start + preset.train.log_every)
+    windows = [record for record in metrics_records(folder / METRICS_FILE) if record["step"] > start]
+    steady = steady_tokens_per_s(windows, start + preset.train.log_every)
     return {
         "steps": result.step - start,
         "tokens": tokens,
@@ -145,7 +146,7 @@ def train_stage(run: Reproduction) -> dict:
         "last_loss": result.last_loss,
         "steady_tokens_per_s": steady,
         "steady_mfu": steady * flops_per_token / run.rates.train if steady else None,
-        "first_window_s": attempt[0]["elapsed_s"] if attempt else None,
+        "first_window_s": windows[0]["elapsed_s"] if windows else None,
     }
 
 
