@@ -31,13 +31,13 @@ DEFAULT_BUDGET_MINUTES = 25.0
 POLL_SECONDS = 30.0
 """Interval of ``--wait``'s status lines."""
 ERROR_PREFIX = "hmmtf reproduce: error: "
+FAILED_STATES = ("failed", "gone")
+"""States of ``read_status`` that end ``--status`` and ``--wait`` with exit code 1."""
 
 
 def default_out(preset: str) -> Path:
+    """``runs/reproduce/PRESET``."""
     return Path("runs") / "reproduce" / preset
-
-
-FAILED_STATES = ("failed", "gone")
 
 
 def show_status(out: Path) -> int:
