@@ -10,6 +10,16 @@ A delimiter contributes no likelihood and restarts the chain: the next predicted
 where the prompt format puts a delimiter next, that row is the HMM's continuation (the delimiter
 itself is deterministic and is excluded from every metric).
 
+With ``decode=True`` it also returns the Bayes-optimal *decoders* of the task and of the hidden
+state at every position (the ceilings of any probe reading them from a prefix)::
+
+    P(task = k | x_<=t) = softmax_k(log w_k(t))
+    P(s_t = s | x_<=t) = sum_k P(task = k | x_<=t) P_k(s_t = s | current segment x_<=t)
+
+(given the task, earlier segments carry no information about the current state: each segment is
+a fresh run of the HMM). The decoders answer ``argmax``; their expected accuracy at t is the
+largest posterior probability.
+
 Memory is bounded by processing tasks in chunks and merging chunks with an online log-sum-exp:
 with ``m`` a running max of ``log w``, the numerator ``sum_k e^{log w_k - m} P_k`` and the
 denominator ``sum_k e^{log w_k - m}`` are rescaled by ``e^{m_old - m_new}`` whenever ``m`` grows.
@@ -34,6 +44,13 @@ class BayesPrediction(NamedTuple):
     """``(B, N, p)``: row t is the mixture's ``P(next HMM token | prompt[:t+1])``."""
     task_log_posterior: torch.Tensor
     """``(B, K)``: ``log P(task = k | whole prompt)``."""
+    task_map: torch.Tensor | None = None
+    """``(B, N)`` int64, with ``decode=True``: ``argmax_k P(task = k | prompt[:t+1])`` (ties: the lowest k)."""
+    task_map_probability: torch.Tensor | None = None
+    """``(B, N)``, with ``decode=True``: ``max_k P(task = k | prompt[:t+1])``."""
+    state_posterior: torch.Tensor | None = None
+    """``(B, N, S)``, with ``decode=True``: ``P(s_t = s | prompt[:t+1])`` over the state index s
+    (mixed over tasks); NaN at delimiter positions, which have no hidden state."""
 
 
 def _chunk_size(num_prompts: int, num_states: int, num_tokens: int, itemsize: int, chunk_bytes: int) -> int:
@@ -41,13 +58,15 @@ def _chunk_size(num_prompts: int, num_states: int, num_tokens: int, itemsize: in
     return max(1, chunk_bytes // per_task)
 
 
-def bayes_predictive(mixture: Mixture, tokens, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> BayesPrediction:
+def bayes_predictive(mixture: Mixture, tokens, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                     decode: bool = False) -> BayesPrediction:
     """Exact posterior-predictive of ``mixture`` at every position of every prompt.
 
     Args:
         mixture: K HMMs and their weights.
         tokens: ``(B, N)`` prompts, tokens ``0..p`` with ``p`` the delimiter.
         chunk_bytes: memory budget of one chunk of tasks (results do not depend on it).
+        decode: also return the Bayes-optimal task and hidden-state decoders (module docstring).
 
     Raises ``ValueError`` for invalid tokens and for a prompt that no task can emit.
     """
@@ -66,6 +85,9 @@ def bayes_predictive(mixture: Mixture, tokens, *, chunk_bytes: int = DEFAULT_CHU
     numerator = torch.zeros(B, N, p, dtype=dtype, device=device)
     denominator = torch.zeros(B, N, dtype=dtype, device=device)
     task_log_weight = torch.empty(B, K, dtype=dtype, device=device)
+    if decode:
+        state_numerator = torch.zeros(B, N, S, dtype=dtype, device=device)
+        task_map = torch.zeros(B, N, dtype=torch.int64, device=device)
 
     # Per position: does any / every prompt have a delimiter here? (Python bools, so the common
     # cases -- no delimiter, or the fixed format's all-delimiter columns -- need no masking.)
@@ -89,6 +111,7 @@ def bayes_predictive(mixture: Mixture, tokens, *, chunk_bytes: int = DEFAULT_CHU
             if all_delimiter[t]:
                 predicted = initial.expand(c, B, S)
                 prediction = initial_prediction.expand(c, B, p)
+                filtered = None
             else:
                 likelihood = emission_by_token[:, safe_tokens[:, t], :]  # (c, B, S)
                 joint = predicted * likelihood
@@ -114,6 +137,13 @@ def bayes_predictive(mixture: Mixture, tokens, *, chunk_bytes: int = DEFAULT_CHU
             chunk_weight = (log_weight - shift[None, :]).exp()  # (c, B)
             numerator[:, t] = numerator[:, t] * scale_old[:, None] + torch.einsum("cb,cbp->bp", chunk_weight, prediction)
             denominator[:, t] = denominator[:, t] * scale_old + chunk_weight.sum(0)
+            if decode:
+                if filtered is not None:
+                    state_numerator[:, t] = (state_numerator[:, t] * scale_old[:, None]
+                                             + torch.einsum("cb,cbs->bs", chunk_weight, filtered))
+                # A chunk takes over the MAP task only where its best weight beats the earlier chunks'.
+                chunk_best = log_weight.argmax(0) + start
+                task_map[:, t] = torch.where(chunk_max > running_max[:, t], chunk_best, task_map[:, t])
             running_max[:, t] = new_max
         task_log_weight[:, sl] = log_weight.transpose(0, 1)
 
@@ -123,4 +153,8 @@ def bayes_predictive(mixture: Mixture, tokens, *, chunk_bytes: int = DEFAULT_CHU
         raise ValueError(f"tokens: prompt {b} up to position {t} has probability 0 under every task; expected a prompt the mixture can emit")
     next_token = numerator / denominator[..., None]
     task_log_posterior = task_log_weight - torch.logsumexp(task_log_weight, dim=-1, keepdim=True)
-    return BayesPrediction(next_token, task_log_posterior)
+    if not decode:
+        return BayesPrediction(next_token, task_log_posterior)
+    # The running max is the MAP task's log-weight, so its posterior is e^0 / denominator.
+    state_posterior = (state_numerator / denominator[..., None]).masked_fill(is_delimiter[..., None], torch.nan)
+    return BayesPrediction(next_token, task_log_posterior, task_map, 1.0 / denominator, state_posterior)

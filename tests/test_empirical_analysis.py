@@ -15,7 +15,15 @@ from empirical.analysis.offsets import (
     offset_profile,
     profile_similarity,
 )
-from empirical.analysis.probes import bootstrap_interval, check_distance, probe_accuracy, probe_targets
+from empirical.analysis.probes import (
+    bootstrap_interval,
+    check_distance,
+    decoding_ceilings,
+    probe_accuracy,
+    probe_positions,
+    probe_targets,
+)
+from empirical.analysis.report import decoding_order, first_layer_at_ceiling
 from empirical.analysis.shuffle import random_derangements, shuffle_change, shuffle_demonstrations, shuffle_pairs
 
 FORMAT = hmm.PROMPT_FORMATS["tiny"]
@@ -163,6 +171,52 @@ def test_bad_inputs_are_refused_with_the_argument_named():
         random_derangements(3, 1, torch.Generator())
 
 
+def test_decoding_ceilings_of_one_task_are_its_filter():
+    """With one task the task is known (ceiling 1) and the state decoder is the argmax of the
+    HMM's filtered belief on the current segment (hmm.filter_beliefs, a second implementation)."""
+    single = hmm.Mixture.single(MIXTURE.hmm[0])
+    prompts = hmm.sample_prompts(single, 6, FORMAT, seed=5)
+    ceilings = decoding_ceilings(single, prompts, 2)
+    assert ceilings["task"]["accuracy"] == ceilings["task"]["expected"] == 1.0
+    assert all(ceilings[f"token {k} back"]["accuracy"] == 1.0 for k in (1, 2))
+    positions = torch.nonzero(probe_positions(FORMAT, 2)).squeeze(1)
+    starts = positions - FORMAT.position_in_segment[positions]  # first position of each one's segment
+    hits, confidence = [], []
+    for b in range(6):
+        for position, start in zip(positions.tolist(), starts.tolist()):
+            belief = hmm.filter_beliefs(single.hmm, prompts.tokens[b, start : position + 1]).filtered[..., -1, :].flatten()
+            hits.append(int(belief.argmax()) == int(prompts.states[b, position]))
+            confidence.append(float(belief.max()))
+    assert ceilings["state"]["accuracy"] == pytest.approx(sum(hits) / len(hits), abs=1e-12)
+    assert ceilings["state"]["expected"] == pytest.approx(sum(confidence) / len(confidence), rel=1e-12)
+    assert ceilings["state"]["ci_low"] <= ceilings["state"]["accuracy"] <= ceilings["state"]["ci_high"]
+
+
+def planted_probe_curve(accuracies: list[float], half_width: float) -> list[dict]:
+    return [{"accuracy": a, "ci_low": a - half_width, "ci_high": a + half_width} for a in accuracies]
+
+
+def test_the_decoding_order_rule_on_planted_probe_curves():
+    """A network whose state probe crosses 95% of its ceiling clearly before the task probe passes
+    "state first"; the mirror network passes "task first"; overlapping intervals decide nothing."""
+    early = planted_probe_curve([0.2, 0.945, 0.97, 0.98], 0.01)
+    late = planted_probe_curve([0.1, 0.2, 0.5, 0.97], 0.01)
+    ceiling = 1.0
+    assert first_layer_at_ceiling(early, ceiling) == {"bar": 0.95, "estimate": 2, "earliest": 1, "latest": 2}
+    assert first_layer_at_ceiling(late, ceiling)["estimate"] == 3
+    assert decoding_order(task=first_layer_at_ceiling(late, ceiling), state=first_layer_at_ceiling(early, ceiling)) \
+        == "state first"
+    assert decoding_order(task=first_layer_at_ceiling(early, ceiling), state=first_layer_at_ceiling(late, ceiling)) \
+        == "task first"
+    wide = planted_probe_curve([0.2, 0.945, 0.97, 0.98], 0.2)
+    assert decoding_order(task=first_layer_at_ceiling(wide, ceiling), state=first_layer_at_ceiling(early, ceiling)) \
+        == "not separated"
+    never = planted_probe_curve([0.1, 0.2, 0.3, 0.4], 0.01)
+    assert first_layer_at_ceiling(never, ceiling)["latest"] is None
+    assert decoding_order(task=first_layer_at_ceiling(never, ceiling), state=first_layer_at_ceiling(early, ceiling)) \
+        == "state first"
+
+
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("tiny-run")
@@ -194,3 +248,7 @@ def test_analyze_command_end_to_end(tiny_checkpoint, tmp_path):
     assert set(report["probes"]["trained"]) == {"task", "state", "token 1 back", "token 2 back", "token 3 back"}
     assert len(report["offsets"]["trained"]) == 2 and len(report["offsets"]["trained"][0][0]) == 6
     assert report["claims"]["shuffle"]["min_context=0"]["lower_layers"] == ["layer 1"]
+    assert report["claims"]["task_vs_state"]["decision"] in ("state first", "task first", "not separated")
+    for target in ("task", "state"):
+        ceiling = report["probes"]["ceiling"][target]
+        assert 0 < ceiling["ci_low"] <= ceiling["accuracy"] <= ceiling["ci_high"] <= 1

@@ -1,4 +1,7 @@
-"""The Bayes-optimal mixture predictor against a direct per-task computation."""
+"""The Bayes-optimal mixture predictor (and decoders) against direct per-task computations and
+path enumeration."""
+import itertools
+
 import pytest
 import torch
 from hypothesis import given
@@ -82,3 +85,63 @@ def test_sparse_tasks_that_cannot_emit_the_prompt_get_zero_posterior():
     torch.testing.assert_close(result.next_token[0, -1], torch.tensor([0.0, 1.0], dtype=torch.float64))
     with pytest.raises(ValueError, match=r"tokens: prompt 0 up to position 1 has probability 0 under every task"):
         hmm.bayes_predictive(hmm.Mixture.uniform(both), torch.tensor([[0, 1]]))
+
+
+def enumerated_task_state_joint(mixture: hmm.Mixture, prompt: torch.Tensor, t: int) -> torch.Tensor:
+    """Oracle by path enumeration: ``(K, S)`` joint ``P(task = k, s_t = s, prompt[:t+1])`` (t not a
+    delimiter): every hidden path of every segment is summed, never filtered."""
+    model, delimiter = mixture.hmm, mixture.delimiter
+    segments, current = [], []
+    for token in prompt[: t + 1].tolist():
+        if token == delimiter:
+            segments.append(current)
+            current = []
+        else:
+            current.append(token)
+    joint = torch.zeros(mixture.num_tasks, model.num_states, dtype=torch.float64)
+    for k in range(mixture.num_tasks):
+        initial, transition, emission = model.initial[k], model.transition[k], model.emission[k]
+
+        def path_probability(path, tokens):
+            probability = initial[path[0]] * emission[path[0], tokens[0]]
+            for previous, state, token in zip(path, path[1:], tokens[1:]):
+                probability = probability * transition[previous, state] * emission[state, token]
+            return probability
+
+        earlier = mixture.weights[k]
+        for segment in segments:
+            earlier = earlier * sum(path_probability(path, segment)
+                                    for path in itertools.product(range(model.num_states), repeat=len(segment)))
+        for path in itertools.product(range(model.num_states), repeat=len(current)):
+            joint[k, path[-1]] += earlier * path_probability(path, current)
+    return joint
+
+
+@given(mixtures_and_prompts())
+def test_decoders_match_path_enumeration(case):
+    """The Bayes-optimal task and state decoders (the probes' ceilings) against enumeration."""
+    mixture, prompts = case
+    result = hmm.bayes_predictive(mixture, prompts.tokens, decode=True)
+    is_delimiter = prompts.tokens == mixture.delimiter
+    assert torch.isnan(result.state_posterior[is_delimiter]).all()
+    for b in range(prompts.tokens.shape[0]):
+        for t in range(prompts.tokens.shape[1]):
+            if is_delimiter[b, t]:
+                continue
+            joint = enumerated_task_state_joint(mixture, prompts.tokens[b], t)
+            posterior = joint / joint.sum()
+            torch.testing.assert_close(result.state_posterior[b, t], posterior.sum(0), rtol=1e-10, atol=1e-13)
+            task_posterior = posterior.sum(1)
+            assert result.task_map_probability[b, t].item() == pytest.approx(task_posterior.max().item(), rel=1e-10)
+            # The MAP task is a maximiser (ties between tasks are left to the implementation).
+            assert task_posterior[result.task_map[b, t]].item() == pytest.approx(task_posterior.max().item(), rel=1e-10)
+
+
+def test_decoders_do_not_depend_on_the_chunking():
+    mixture = hmm.mixture_preset("tiny", seed=3)
+    prompts = hmm.sample_prompts(mixture, 4, hmm.PROMPT_FORMATS["tiny"], seed=4)
+    whole = hmm.bayes_predictive(mixture, prompts.tokens, decode=True)
+    chunked = hmm.bayes_predictive(mixture, prompts.tokens, decode=True, chunk_bytes=1)
+    torch.testing.assert_close(chunked.state_posterior, whole.state_posterior, rtol=1e-12, atol=1e-14, equal_nan=True)
+    torch.testing.assert_close(chunked.task_map_probability, whole.task_map_probability, rtol=1e-12, atol=1e-14)
+    assert torch.equal(chunked.task_map, whole.task_map)

@@ -64,7 +64,7 @@ def _probe_curve(axis, results: dict[str, dict], label: str, color, linestyle: s
 def plot_task_state_probes(probes: dict[str, dict], path: Path) -> None:
     """Figure 3a: probe accuracy for task id and hidden state per layer; trained (solid) beside
     random-init (dashed) in one panel, the hand-built network in the other; majority-class rates
-    as dotted lines."""
+    as dotted lines, the Bayes-optimal decoder's accuracy (the ceiling) as a shaded band."""
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     colors = {"task": "tab:red", "state": "tab:green"}
     for target, color in colors.items():
@@ -74,6 +74,9 @@ def plot_task_state_probes(probes: dict[str, dict], path: Path) -> None:
         for axis, network in ((axes[0], "trained"), (axes[1], "hand-built")):
             majority = next(iter(probes[network][target].values()))["majority"]
             axis.axhline(majority, color=color, linestyle=":", linewidth=1, label=f"{target}: majority class")
+            ceiling = probes["ceiling"][target]
+            axis.axhspan(ceiling["ci_low"], ceiling["ci_high"], color=color, alpha=0.15,
+                         label=f"{target}: Bayes-optimal decoder")
     for axis, title in zip(axes, ("trained RoFormer vs random init", "hand-built network")):
         axis.set_ylabel("probe accuracy (held-out prompts)")
         axis.set_xlabel("residual stream after")

@@ -9,6 +9,13 @@ prompts and tested on the positions of a disjoint set of prompts (same mixture: 
 needs the tasks it is tested on). Accuracy = fraction of test positions whose argmax is the label;
 its 95% interval is a bootstrap over test *prompts* (positions of one prompt are not independent).
 
+Ceiling. A probe's accuracy means little without the best accuracy any decoder could reach from
+the same prefix: with many tasks, "task id" and "hidden state index" are only partly identifiable
+(state s of one HMM has nothing to do with state s of another). :func:`decoding_ceilings` is the
+accuracy of the Bayes-optimal decoders ``argmax P(target | x_<=t)``, computed exactly from the
+mixture (:func:`hmm.bayes_predictive` with ``decode=True``), on the same test positions, with the
+same interval; for ``o_{t-k}`` the prefix contains the answer, so the ceiling is 1.
+
 Targets, at every non-delimiter position t with at least ``max_distance`` earlier tokens in its
 segment (the same positions for every target): the task id of the prompt, the hidden state at t,
 and ``o_{t-k}``, the token k steps back, for ``k = 1..max_distance``.
@@ -69,6 +76,34 @@ def probe_targets(prompts: hmm.Prompts, max_distance: int) -> dict[str, torch.Te
     for k in range(1, max_distance + 1):
         targets[f"token {k} back"] = prompts.tokens[:, positions - k].reshape(-1)
     return targets
+
+
+def decoding_ceilings(mixture: hmm.Mixture, prompts: hmm.Prompts, max_distance: int) -> dict[str, dict]:
+    """``{target: {accuracy, ci_low, ci_high, expected}}`` of the Bayes-optimal decoder of each
+    :func:`probe_targets` target on ``prompts`` (module docstring): ``accuracy`` is its hit rate
+    on the sampled labels (interval: bootstrap over prompts, as for the probes), ``expected``
+    the mean of ``max_y P(y | x_<=t)``, its expected hit rate (no sampling noise of the labels)."""
+    positions = torch.nonzero(probe_positions(prompts.format, max_distance)).squeeze(1)
+    decoded = hmm.bayes_predictive(mixture, prompts.tokens, decode=True)
+    state_posterior = decoded.state_posterior[:, positions].cpu()
+    batch = prompts.tokens.shape[0]
+    groups = torch.arange(batch).repeat_interleave(len(positions))
+    answers = {
+        "task": (decoded.task_map[:, positions].cpu().reshape(-1), decoded.task_map_probability[:, positions].cpu()),
+        "state": (state_posterior.argmax(-1).reshape(-1), state_posterior.amax(-1)),
+    }
+    targets = probe_targets(prompts, max_distance)
+    ceilings = {}
+    for target, labels in targets.items():
+        if target in answers:
+            decision, confidence = answers[target]
+            correct = decision == labels
+            low, high = bootstrap_interval(correct, groups)
+            ceilings[target] = {"accuracy": float(correct.double().mean()), "ci_low": low, "ci_high": high,
+                                "expected": float(confidence.double().mean())}
+        else:
+            ceilings[target] = {"accuracy": 1.0, "ci_low": 1.0, "ci_high": 1.0, "expected": 1.0}
+    return ceilings
 
 
 def standardise(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

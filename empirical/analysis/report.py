@@ -11,6 +11,7 @@ training (stream 0) or ``hmmtf evaluate`` (1, 2) uses.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -32,7 +33,7 @@ from empirical.analysis.networks import (
     roformer_streams,
 )
 from empirical.analysis.offsets import best_matching_heads, offset_profile
-from empirical.analysis.probes import probe_accuracy, probe_positions, probe_targets
+from empirical.analysis.probes import decoding_ceilings, probe_accuracy, probe_positions, probe_targets
 from empirical.analysis.shuffle import ScoresFunction, random_derangements, shuffle_change
 from empirical.configs import check_integers, option
 from empirical.data import stream_seed
@@ -140,11 +141,45 @@ def hand_built_profiles(trace: construction.Trace, query_positions: torch.Tensor
     return {"direct": direct, "composed": composed_profiles}
 
 
+CEILING_FRACTION = 0.95
+"""A probe 'decodes' its target from the first layer whose accuracy reaches this fraction of the
+Bayes-optimal decoder's (the ceiling)."""
+
+
+def first_layer_at_ceiling(results: list[dict], ceiling: float) -> dict:
+    """When a probe first reaches ``CEILING_FRACTION * ceiling`` along the layers (index 0 = the
+    embedding), from its accuracies and 95% intervals: ``estimate`` (accuracy), ``earliest``
+    (upper end of the interval: the first layer that may have reached it) and ``latest`` (lower
+    end: the first layer that certainly has); None where no layer does."""
+    bar = CEILING_FRACTION * ceiling
+
+    def first(key: str) -> int | None:
+        return next((index for index, result in enumerate(results) if result[key] >= bar), None)
+
+    return {"bar": bar, "estimate": first("accuracy"), "earliest": first("ci_high"), "latest": first("ci_low")}
+
+
+def decoding_order(task: dict, state: dict) -> str:
+    """Decision rule for "the hidden state is decoded before the task": ``state first`` when the
+    state's ``latest`` crossing comes before the task's ``earliest``, ``task first`` in the mirror
+    case, ``not separated`` when the intervals of the two crossing layers overlap (a probe that
+    never crosses counts as crossing after the last layer)."""
+    def crossing(result: dict, key: str) -> float:
+        return math.inf if result[key] is None else result[key]
+
+    if crossing(state, "latest") < crossing(task, "earliest"):
+        return "state first"
+    if crossing(task, "latest") < crossing(state, "earliest"):
+        return "task first"
+    return "not separated"
+
+
 def claims_summary(report: dict, num_layers: int, max_distance: int) -> dict:
     """The numbers behind the three verdicts of ``docs/analysis.md``, from the trained network:
-    shuffle metric of the lower and upper half of the layers; for task and state the best layer
-    and the first layer reaching 95% of the best accuracy; for each distance k the layer of the
-    peak accuracy, the peak and the last layer's accuracy (with intervals)."""
+    shuffle metric of the lower and upper half of the layers; for task and state the best layer,
+    the first layer reaching 95% of the best accuracy and the crossing of 95% of the Bayes-optimal
+    ceiling (:func:`first_layer_at_ceiling`, decided by :func:`decoding_order`); for each distance
+    k the layer of the peak accuracy, the peak and the last layer's accuracy (with intervals)."""
     layers = [f"layer {layer}" for layer in range(1, num_layers + 1)]
     half = num_layers // 2
     lower, upper = layers[:half], layers[half:]
@@ -158,8 +193,14 @@ def claims_summary(report: dict, num_layers: int, max_distance: int) -> dict:
     timing = {}
     for target in ("task", "state"):
         values = accuracies(target)
+        ceiling = report["probes"]["ceiling"][target]
+        results = [report["probes"]["trained"][target][name] for name in ["embedding"] + layers]
         timing[target] = {"accuracy_by_layer": values, "best_layer": values.index(max(values)),
-                          "first_layer_at_95_percent_of_best": first_reaching(values, 0.95)}
+                          "first_layer_at_95_percent_of_best": first_reaching(values, 0.95),
+                          "ceiling": ceiling,
+                          "first_layer_at_95_percent_of_ceiling": first_layer_at_ceiling(results, ceiling["accuracy"])}
+    timing["decision"] = decoding_order(timing["task"]["first_layer_at_95_percent_of_ceiling"],
+                                        timing["state"]["first_layer_at_95_percent_of_ceiling"])
     previous = {}
     for k in range(1, max_distance + 1):
         target = f"token {k} back"
@@ -196,9 +237,11 @@ def shuffle_report(networks: dict[str, RoFormer], hand_built_tokens: torch.Tenso
 
 
 def probe_report(networks: dict[str, RoFormer], train_prompts: hmm.Prompts, test_prompts: hmm.Prompts,
-                 num_tokens: int, config: AnalysisConfig, device: torch.device) -> dict:
+                 mixture: hmm.Mixture, config: AnalysisConfig, device: torch.device) -> dict:
     """:func:`probe_section` of both RoFormers, and of the hand-built network on the first
-    ``config.hand_built_counts = (train, test)`` prompts of each set."""
+    ``config.hand_built_counts = (train, test)`` prompts of each set; ``ceiling``: the
+    Bayes-optimal decoders on the test prompts (:func:`decoding_ceilings`)."""
+    num_tokens = mixture.num_tokens
     positions = probe_positions(train_prompts.format, config.max_distance)
     per_prompt = int(positions.sum())
     train_targets = probe_targets(train_prompts, config.max_distance)
@@ -219,6 +262,7 @@ def probe_report(networks: dict[str, RoFormer], train_prompts: hmm.Prompts, test
         {key: value[: hand_train * per_prompt] for key, value in train_targets.items()},
         {key: value[: hand_test * per_prompt] for key, value in test_targets.items()},
         groups[: hand_test * per_prompt], device, "probes hand-built")
+    report["ceiling"] = decoding_ceilings(mixture, test_prompts, config.max_distance)
     return report
 
 
@@ -299,7 +343,7 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
                        "shuffle_prompts": hand_test},
         "shuffle": shuffle_report(networks, shuffle_tokens[:hand_test], shuffle_tokens, prompt_format,
                                   mixture.num_tokens, config, device),
-        "probes": probe_report(networks, train_prompts, test_prompts, mixture.num_tokens, config, device),
+        "probes": probe_report(networks, train_prompts, test_prompts, mixture, config, device),
         "offsets": offset_report(networks, test_prompts.tokens, example_trace, prompt_format, config, device),
     }
     report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)
