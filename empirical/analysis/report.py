@@ -343,7 +343,7 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
                        "shuffle_prompts": hand_test},
         "shuffle": shuffle_report(networks, shuffle_tokens[:hand_test], shuffle_tokens, prompt_format,
                                   mixture.num_tokens, config, device),
-        "probes": probe_report(networks, train_prompts, test_prompts, mixture, config, device),
+        "probes": probe_report(networks, train_prompts, test_prompts, probed, config, device),
         "offsets": offset_report(networks, test_prompts.tokens, example_trace, prompt_format, config, device),
     }
     report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)

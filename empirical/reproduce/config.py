@@ -7,7 +7,8 @@ the others):
 
 * ``paper``: probe prompts from the first 64 of the 8192 tasks (1024 for training, 16 per task,
   256 for testing): with prompts from all 8192 tasks the 512 default training prompts would name
-  about 500 tasks once each and the test prompts would come from tasks the probe never saw.
+  about 500 tasks once each and the test prompts would come from tasks the probe never saw (and
+  the probe ceilings, Bayes-optimal decoders on the host, would take 128 times longer).
   Recorded passes 16 prompts at a time (a pass stores ``2 L H N^2`` = 35 M floats per prompt). 8
   hand-built prompts (4 to test, 4 to shuffle): a paper-scale hand-built network (p = 16, width
   1675) takes 8-15 s per prompt on one core of the 2-core CPU machine, most of it converting its

@@ -45,6 +45,8 @@ BANDWIDTH_BYTES = {"cuda": STREAMED_BYTES, "cpu": 64 << 20}
 """Size of the array whose re-reading measures the memory bandwidth: beyond every cache."""
 HOST_SAMPLE_TASKS = 64
 """Tasks of the scaled-down mixture whose generation is timed (then scaled to K tasks)."""
+HOST_DECODE_PROMPTS = 4
+"""Prompts of the timed Bayes-optimal decoding (on the scaled-down mixture)."""
 OPTIMIZER_BYTES_PER_PARAMETER = 44
 """Device bytes per parameter and step outside the matrix products: AdamW reads parameter,
 gradient and both moments and writes parameter and moments (7 x 4 bytes), backward writes the
@@ -96,6 +98,9 @@ class HostTimings(NamedTuple):
     """Sampling one training batch of prompts."""
     hand_built_s: float
     """One forward pass of the hand-built network (built for one prompt)."""
+    decode_s: float
+    """The Bayes-optimal decoders (:func:`hmm.bayes_predictive` with ``decode=True``, float64 on
+    the host: the analysis's probe ceilings) per task and prompt."""
     hand_built_width: int
     hand_built_layers: int
 
@@ -153,8 +158,11 @@ def measure_host(config: ReproduceConfig) -> HostTimings:
     prompts, batch_s = timed(lambda: hmm.sample_prompts(small, preset.train.batch_size, preset.prompt_format, seed=0))
     trace, hand_built_s = timed(lambda: hand_built_trace(prompts.tokens[0], spec.num_tokens,
                                                          config.analysis.max_distance))
+    decoded = prompts.tokens[:HOST_DECODE_PROMPTS]
+    _, decode_s = timed(lambda: hmm.bayes_predictive(small, decoded, decode=True))
     return HostTimings((build_s + hash_s) * spec.num_tasks / small_spec.num_tasks, batch_s, hand_built_s,
-                       trace.residuals[0].shape[0], len(trace.layer_names))
+                       decode_s / (small_spec.num_tasks * len(decoded)), trace.residuals[0].shape[0],
+                       len(trace.layer_names))
 
 
 def _seconds(flops: float, rate: float) -> float:
@@ -261,7 +269,8 @@ def analysis_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> S
     probe-training, probe-test (streams and offsets) and shuffle prompts (original and shuffled),
     their attention tensors crossing memory :data:`ATTENTION_TOUCHES` times; probe fits
     (:func:`probe_flops`) on every stream of the three networks for the targets task, state and
-    ``o_{t-k}``; host: the hand-built network on its prompts and the figures."""
+    ``o_{t-k}``; host: the hand-built network on its prompts, the probe ceilings (Bayes-optimal
+    decoders of the probe-test prompts over the probe tasks) and the figures."""
     preset, analysis = config.preset, config.analysis
     spec, fmt = preset.mixture_spec, preset.prompt_format
     model_config = preset.model_config(spec.num_tokens)
@@ -278,12 +287,14 @@ def analysis_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> S
         for c in classes)
     device_s = _seconds(forward + probes, rates.float32) + attention_bytes / rates.bandwidth
     hand_built_runs = hand_train + 3 * hand_test + 1
-    host_s = hand_built_runs * host.hand_built_s + FIGURE_SECONDS_PER_HEAD * layers * heads + FIGURE_SECONDS
+    decode_s = (analysis.probe_tasks or spec.num_tasks) * analysis.probe_test_prompts * host.decode_s
+    host_s = (hand_built_runs * host.hand_built_s + decode_s + FIGURE_SECONDS_PER_HEAD * layers * heads
+              + FIGURE_SECONDS)
     return StageCost(
         "analyze", {"float32": forward + probes}, attention_bytes, host_s, device_s + host_s,
         f"device {device_s:.1f} s ({forward:.3g} forward + {probes:.3g} probe FLOPs float32, {attention_bytes:.3g} "
         f"attention bytes) + host {host_s:.0f} s ({hand_built_runs} hand-built prompts x {host.hand_built_s:.1f} s, "
-        f"figures)")
+        f"probe ceilings {decode_s:.1f} s, figures)")
 
 
 def bundle_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
