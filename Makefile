@@ -22,7 +22,7 @@ EXTRAS := test,interp
 # pip freeze of a venv in the lock's form (torch without its local "+cpu" label).
 freeze = $(1)/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/torch==$(TORCH_VERSION)/'
 
-.PHONY: run test test-latest bench lock clean-venv
+.PHONY: run test test-latest bench lock clean-venv wheels unpack-paper
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,3 +58,27 @@ lock:
 
 clean-venv:
 	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV)
+
+# The GPU machine (docs/reproduce.md): Python 3.12, its own torch, no network. Its image holds
+# every runtime dependency (numpy, scipy, torch, sympy, matplotlib, tqdm, safetensors), so
+# `hmmtf reproduce` needs no wheel; the test suite needs hmmlearn. `make wheels` downloads those
+# missing, at the lock's versions, as Python 3.12 manylinux wheels into the ignored .whl/; there:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:.
+DEVICE_WHEELS := hmmlearn
+WHEEL_DIR := .whl
+WHEEL_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
+
+wheels:
+	$(PYTHON) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(addprefix --platform ,$(WHEEL_PLATFORMS)) -d $(WHEEL_DIR) \
+	  $(foreach name,$(DEVICE_WHEELS),$(shell grep -i '^$(name)==' $(CONSTRAINTS)))
+
+# The results bundle of `hmmtf reproduce --preset paper` (brought back from the GPU machine) into
+# figures/paper/, to be committed like every other result.
+PAPER_FIGURES := figures/paper
+
+unpack-paper:
+	@test -n "$(BUNDLE)" || { echo "BUNDLE: empty; expected make unpack-paper BUNDLE=path/to/paper-results.tar.gz"; exit 2; }
+	mkdir -p $(PAPER_FIGURES)
+	tar -xzf $(BUNDLE) -C $(PAPER_FIGURES)
+	@echo "unpacked $(BUNDLE) into $(PAPER_FIGURES)"

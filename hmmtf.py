@@ -14,6 +14,7 @@ import construction.commands
 import empirical.analysis.commands
 import empirical.commands
 import empirical.markov.commands
+import empirical.reproduce.commands
 import empirical.transformer_lens_interop
 
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     empirical.commands.register(subparsers)
     empirical.markov.commands.register(subparsers)
     empirical.analysis.commands.register(subparsers)
+    empirical.reproduce.commands.register(subparsers)
     empirical.transformer_lens_interop.register(subparsers)
     construction.commands.register(subparsers)
     bounds.commands.register(subparsers)

@@ -26,7 +26,7 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hmm  # noqa: E402
-from benchmarks.roofline import matmul_peak  # noqa: E402
+from empirical.roofline import matmul_peak  # noqa: E402
 
 
 def _timed(function):

@@ -4,7 +4,8 @@ matrix-multiply peak measured in the same run on the same device.
     python benchmarks/bench_training.py --preset cpu-small            # CPU, float32
     python benchmarks/bench_training.py --preset paper --compile      # GPU, bf16 autocast
 
-Model FLOPs per trained token (PaLM convention, Chowdhery et al. 2022, Appendix B)::
+Model FLOPs per trained token (PaLM convention, Chowdhery et al. 2022, Appendix B;
+:func:`empirical.model.training_flops_per_token`)::
 
     6 * (N_matrices + V W) + 12 L W N_ctx
 
@@ -27,9 +28,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.roofline import matmul_peak, synchronize  # noqa: E402
-from empirical.model import RoFormer  # noqa: E402
+from empirical.model import RoFormer, training_flops_per_token  # noqa: E402
 from empirical.presets import PRESETS, get_preset  # noqa: E402
+from empirical.roofline import matmul_peak, synchronize  # noqa: E402
 from empirical.train import (  # noqa: E402
     IGNORE_INDEX,
     Batch,
@@ -37,13 +38,6 @@ from empirical.train import (  # noqa: E402
     accumulate_gradients,
     build_optimizer,
 )
-
-def flops_per_token(model: RoFormer, context: int) -> float:
-    """``6 (N_matrices + V W) + 12 L W N_ctx`` (module docstring)."""
-    config = model.config
-    matrices = sum(p.numel() for block in model.blocks for p in block.parameters() if p.ndim == 2)
-    return 6 * (matrices + config.vocab_size * config.width) + 12 * config.num_layers * config.width * context
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -95,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - start
 
     tokens_per_s = args.steps * tokens.numel() / seconds
-    model_flops = flops_per_token(model, fmt.length) * tokens_per_s
+    model_flops = training_flops_per_token(model.config, fmt.length) * tokens_per_s
     result = {
         "command": ["python", *sys.argv],
         "device": torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
@@ -108,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "parameters": model.num_parameters(),
         "seconds_per_step": seconds / args.steps,
         "tokens_per_s": tokens_per_s,
-        "model_flops_per_token": flops_per_token(model, fmt.length),
+        "model_flops_per_token": training_flops_per_token(model.config, fmt.length),
         "model_flops_per_s": model_flops,
         "matmul_peak_flops_per_s": peak,
         "mfu": model_flops / peak,

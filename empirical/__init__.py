@@ -7,18 +7,22 @@ Public API of the core (import from the modules named; this file imports nothing
 
     model:       RoFormerConfig, RoFormer (.forward, .run_with_cache -> logits, cache under
                  HOOK_NAMES; both take patches=[ResidualPatch(layer, position, vector, mode)]),
-                 rotary_cos_sin, apply_rotary
+                 rotary_cos_sin, apply_rotary, forward_flops_per_token, training_flops_per_token
     train:       TrainConfig, Batch, IGNORE_INDEX,
                  train(model_config, train_config, batch_fn, run_dir) -> TrainResult (DDP under
                  torchrun, bit-exact resume), init_distributed, distributed_context
     checkpoint:  save_checkpoint, load_checkpoint -> Checkpoint(model, config, optimizer_state)
     data:        PromptStream (batch function of a mixture), held_out_prompts,
                  unigram_distribution, stream_seed
-    evaluate:    model_predictor, bayes_predictor, unigram_predictor, evaluate_predictors
+    evaluate:    model_predictor, bayes_predictor, unigram_predictor, in_context_predictors,
+                 evaluate_predictors
     presets:     get_preset(name) -> ExperimentPreset (.model_config, .build_mixture, .task),
                  preset_from_task, PRESETS (the one registry)
     calibrate:   calibrate(preset, concentrations, num_prompts, seed)
     configs:     JSONConfig, check_integers, option, add_config_options, config_from_options
     plots:       plot_in_context, plot_training_loss, plot_calibration
+    roofline:    matmul_peak, read_bandwidth, timed, synchronize (the machine's rates)
     commands:    ``hmmtf train``, ``hmmtf evaluate``, ``hmmtf calibrate``
+
+``empirical.reproduce`` (``hmmtf reproduce``) runs the paper preset end to end on top of these.
 """

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import torch
 
-import hmm
 from empirical.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.checkpoint import load_checkpoint
-from empirical.data import PromptStream, held_out_prompts, unigram_distribution
-from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
+from empirical.data import PromptStream, held_out_prompts
+from empirical.evaluate import evaluate_predictors, in_context_predictors
 from empirical.plots import plot_calibration, plot_in_context, plot_training_loss
 from empirical.presets import PRESETS, get_preset, preset_from_task
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
@@ -80,11 +79,7 @@ def run_evaluate(args) -> int:
     num_prompts = args.num_prompts or preset.eval_prompts
     mixture = preset.build_mixture()
     prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
-    predictors = {
-        "model": model_predictor(saved.model, mixture.num_tokens, device),
-        "bayes": bayes_predictor(hmm.Mixture(mixture.hmm.to(device), mixture.weights.to(device))),
-        "unigram": unigram_predictor(unigram_distribution(mixture, preset.prompt_format, num_prompts, preset.data_seed)),
-    }
+    predictors = in_context_predictors(saved.model, mixture, preset, num_prompts, device)
     started = time.perf_counter()
     evaluation = evaluate_predictors(predictors, prompts, mixture.num_tokens)
     run_dir = checkpoint_dir.parent

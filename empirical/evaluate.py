@@ -26,15 +26,22 @@ import torch
 from tqdm import tqdm
 
 import hmm
-from empirical.data import prompt_batch
+from empirical.data import prompt_batch, unigram_distribution
 from empirical.model import RoFormer
+from empirical.presets import ExperimentPreset
 from empirical.train import IGNORE_INDEX
+from hmm.bayes import DEFAULT_CHUNK_BYTES
 
 Predictor = Callable[[torch.Tensor], torch.Tensor]
 """``predictor(tokens (B, N)) -> (B, N, p)`` float64 next-token probabilities over HMM tokens."""
 
 EVAL_BATCH = 256
 """Prompts per forward pass of the model (and per Bayes-optimal call) during evaluation."""
+CUDA_BAYES_CHUNK_BYTES = 1 << 30
+"""Per-chunk memory of the Bayes-optimal predictor on a GPU. The CPU default
+(:data:`hmm.bayes.DEFAULT_CHUNK_BYTES`, 4 MiB, sized for a cache) holds 4 tasks of the paper's
+mixture for :data:`EVAL_BATCH` prompts (about 1 MB of state per task), i.e. 2048 chunks of a few
+small kernels per position; 1 GiB holds about 1000 tasks, a few GiB of temporaries."""
 
 
 def _chunks(tokens: torch.Tensor, name: str):
@@ -57,11 +64,14 @@ def model_predictor(model: RoFormer, num_tokens: int, device: torch.device | str
 
 
 def bayes_predictor(mixture: hmm.Mixture) -> Predictor:
-    """The exact posterior predictive of the mixture (:func:`hmm.bayes_predictive`)."""
+    """The exact posterior predictive of the mixture (:func:`hmm.bayes_predictive`), computed on
+    the mixture's device in its dtype (chunks of :data:`CUDA_BAYES_CHUNK_BYTES` on a GPU)."""
+    chunk_bytes = CUDA_BAYES_CHUNK_BYTES if mixture.hmm.device.type == "cuda" else DEFAULT_CHUNK_BYTES
 
     def predict(tokens: torch.Tensor) -> torch.Tensor:
         return torch.cat([
-            hmm.bayes_predictive(mixture, chunk).next_token.double().cpu() for chunk in _chunks(tokens, "Bayes")
+            hmm.bayes_predictive(mixture, chunk, chunk_bytes=chunk_bytes).next_token.double().cpu()
+            for chunk in _chunks(tokens, "Bayes")
         ])
 
     return predict
@@ -74,6 +84,20 @@ def unigram_predictor(distribution: torch.Tensor) -> Predictor:
         return distribution.double().expand(*tokens.shape, -1)
 
     return predict
+
+
+def in_context_predictors(model: RoFormer, mixture: hmm.Mixture, preset: ExperimentPreset, num_prompts: int,
+                          device: torch.device) -> dict[str, Predictor]:
+    """The predictors ``hmmtf evaluate`` compares: ``model`` (on ``device``), ``bayes`` (the
+    mixture moved to ``device``, float64 kept) and ``unigram`` (from ``num_prompts`` prompts of
+    the preset's unigram stream)."""
+    on_device = hmm.Mixture(mixture.hmm.to(device), mixture.weights.to(device))
+    unigram = unigram_distribution(mixture, preset.prompt_format, num_prompts, preset.data_seed)
+    return {
+        "model": model_predictor(model, mixture.num_tokens, device),
+        "bayes": bayes_predictor(on_device),
+        "unigram": unigram_predictor(unigram),
+    }
 
 
 def _check_mask(mask: torch.Tensor, where: str) -> None:

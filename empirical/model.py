@@ -299,3 +299,25 @@ class RoFormer(nn.Module):
         matrices = {id(self.embed.weight), id(self.unembed.weight)}
         unique = {id(p): p for p in self.parameters()}
         return sum(p.numel() for key, p in unique.items() if embeddings or key not in matrices)
+
+
+def forward_flops_per_token(config: RoFormerConfig, context: int) -> int:
+    """Matrix-multiply FLOPs of one forward pass per token of a prompt of ``context`` tokens::
+
+        2 (N_matrices + V W) + 4 L W N_ctx,    N_matrices = L (4 + 2 mlp_ratio) W^2
+
+    ``N_matrices`` counts the weight matrices of the blocks (query/key/value ``3 W^2``, output
+    ``W^2``, MLP ``2 mlp_ratio W^2``), ``V W`` the unembedding (the embedding is a lookup), and
+    ``4 L W N_ctx`` the attention scores and the mixing over the full ``N_ctx x N_ctx`` square
+    (PaLM's convention, Chowdhery et al. 2022, Appendix B, though causal attention needs half).
+    Biases, LayerNorms, softmax and GELU are not counted.
+    """
+    matrices = config.num_layers * (4 + 2 * config.mlp_ratio) * config.width**2
+    return 2 * (matrices + config.vocab_size * config.width) + 4 * config.num_layers * config.width * context
+
+
+def training_flops_per_token(config: RoFormerConfig, context: int) -> int:
+    """FLOPs of forward + backward per trained token: ``3 x`` :func:`forward_flops_per_token`
+    (the backward pass multiplies by each matrix twice: for the input's and the weight's
+    gradient), i.e. ``6 (N_matrices + V W) + 12 L W N_ctx``."""
+    return 3 * forward_flops_per_token(config, context)

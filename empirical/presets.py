@@ -6,7 +6,8 @@ trained on, with :func:`preset_from_task`.
 ``tiny`` is for tests (seconds), ``cpu-small`` trains in minutes on 2 CPU cores, ``paper`` is the
 paper's scale (arXiv 2506.01919, Section 2.1 and Appendix B): 8192 HMMs x 128 states x 16 tokens,
 a RoFormer of 16 layers, 16 heads and width 1024, 131,072 prompts = 64 epochs x 64 steps x
-batch 32, each prompt fresh.
+batch 32, each prompt fresh; ``paper-mini`` runs the paper's pipeline (``hmmtf reproduce``) at a
+size that 2 CPU cores finish in seconds.
 """
 from __future__ import annotations
 
@@ -114,6 +115,19 @@ PRESETS: dict[str, ExperimentPreset] = {
         train=TrainConfig(steps=64 * 64, batch_size=32, learning_rate=3e-4, warmup_steps=200, log_every=16,
                           checkpoint_every=512, precision="bf16", compile=True),
         eval_prompts=2048,
+    ),
+    # The paper preset's pipeline (`hmmtf reproduce`) in miniature, for a rehearsal on 2 CPU
+    # cores: same precision setting (bf16 on CUDA) and the same stages, a 128-HMM mixture.
+    "paper-mini": ExperimentPreset(
+        name="paper-mini",
+        mixture="paper-mini",
+        prompt_format=hmm.PROMPT_FORMATS["paper-mini"],
+        num_layers=2,
+        num_heads=2,
+        width=32,
+        train=TrainConfig(steps=64, batch_size=32, learning_rate=3e-3, warmup_steps=8, log_every=8,
+                          checkpoint_every=32, precision="bf16"),
+        eval_prompts=128,
     ),
 }
 

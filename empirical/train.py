@@ -40,7 +40,10 @@ from empirical.model import RoFormer, RoFormerConfig
 IGNORE_INDEX = -100
 """Target value of positions that are not trained (``F.cross_entropy``'s ignore index)."""
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "bf16-cpu")
+"""``fp32``: float32 everywhere; ``bf16``: bf16 autocast on CUDA, float32 on the CPU (where bf16
+matrix products are slow); ``bf16-cpu``: bf16 autocast on the CPU too, a rehearsal of the CUDA
+run's dtypes on a machine without one."""
 CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
 
@@ -174,9 +177,9 @@ def _local_rows(batch: Batch, context: DistributedContext) -> Batch:
 
 
 def _autocast(device: torch.device, precision: str):
-    """bf16 autocast on CUDA when asked for; CPU always trains in float32."""
-    if device.type == "cuda" and precision == "bf16":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    """bf16 autocast as :data:`PRECISIONS` says for ``precision`` on ``device``."""
+    if precision == "bf16-cpu" or (device.type == "cuda" and precision == "bf16"):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return nullcontext()
 
 

@@ -1,5 +1,7 @@
-"""Named mixtures and prompt formats: ``tiny`` (tests), ``cpu-small`` (minutes on 2 cores) and
-``paper`` (8192 HMMs x 128 states x 16 tokens, as in arXiv 2506.01919, Appendix B).
+"""Named mixtures and prompt formats: ``tiny`` (tests), ``cpu-small`` (minutes on 2 cores),
+``paper`` (8192 HMMs x 128 states x 16 tokens, as in arXiv 2506.01919, Appendix B) and
+``paper-mini`` (the paper pipeline's rehearsal on a CPU: 128 HMMs, so that the Bayes-optimal
+predictor and the task-id probe are many-way).
 
 Why Dirichlet(0.1) rows: with concentration 1 the tasks of ``cpu-small`` are nearly
 indistinguishable in context (Bayes-optimal top-1 accuracy 0.149 with no demonstration, 0.162 with
@@ -47,12 +49,14 @@ MIXTURE_SPECS: dict[str, MixtureSpec] = {
     "tiny": MixtureSpec(num_tasks=8, num_states=4, num_tokens=4),
     "cpu-small": MixtureSpec(num_tasks=8, num_states=16, num_tokens=8),
     "paper": MixtureSpec(num_tasks=8192, num_states=128, num_tokens=16),
+    "paper-mini": MixtureSpec(num_tasks=128, num_states=16, num_tokens=8),
 }
 
 PROMPT_FORMATS: dict[str, PromptFormat] = {
     "tiny": PromptFormat(num_demos=3, demo_length=8, test_length=8),
     "cpu-small": PromptFormat(num_demos=6, demo_length=16, test_length=16),
     "paper": PromptFormat(num_demos=7, demo_length=32, test_length=32),
+    "paper-mini": PromptFormat(num_demos=3, demo_length=16, test_length=16),
 }
 
 

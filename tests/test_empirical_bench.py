@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from empirical.model import RoFormer, RoFormerConfig
+from empirical.model import RoFormer, RoFormerConfig, forward_flops_per_token, training_flops_per_token
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training.py"
 spec = importlib.util.spec_from_file_location("bench_training", BENCH)
@@ -16,14 +16,17 @@ spec.loader.exec_module(bench)
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_flops_per_token_equals_counted_matmul_flops_of_a_training_step(tied):
+def test_flops_per_token_equal_counted_matmul_flops_of_a_forward_pass_and_a_training_step(tied):
     model = RoFormer(RoFormerConfig(vocab_size=7, num_layers=2, num_heads=2, width=16, tie_embeddings=tied))
     tokens = torch.randint(0, 7, (3, 10))
     # The recording path: its attention is explicit matmuls, which the counter sees (it does not
     # count the fused CPU attention kernel); the arithmetic is the same as the fast path's.
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as forward:
+        model.run_with_cache(tokens)
+    with FlopCounterMode(display=False) as step:
         model.run_with_cache(tokens)[0].sum().backward()
-    assert counter.get_total_flops() == bench.flops_per_token(model, 10) * tokens.numel()
+    assert forward.get_total_flops() == forward_flops_per_token(model.config, 10) * tokens.numel()
+    assert step.get_total_flops() == training_flops_per_token(model.config, 10) * tokens.numel()
 
 
 def test_benchmark_runs_and_reports_a_utilisation(tmp_path):

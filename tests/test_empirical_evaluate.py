@@ -73,7 +73,7 @@ def test_unknown_reference_is_rejected():
 
 
 def test_unknown_preset_is_rejected():
-    with pytest.raises(ValueError, match=r"preset: 'huge'; expected one of \['cpu-small', 'paper', 'tiny'\]"):
+    with pytest.raises(ValueError, match=r"preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-mini', 'tiny'\]"):
         get_preset("huge")
 
 

@@ -73,11 +73,13 @@ class AnalysisConfig:
     patching_prompts: int = option(256, "prompts patched by state forcing and the trained network's history patching")
     state_threshold: float = option(0.9, "least filtered posterior P(s_t | o_1..o_t, task) of the state a test "
                                          "position is labelled with")
+    probe_tasks: int = option(0, "draw the probe prompts from the first N tasks of the mixture only (0: all "
+                                 "tasks); a task-id probe can only name tasks it was trained on")
 
     def __post_init__(self) -> None:
         check_integers(self, ("batch_size", "probe_train_prompts", "probe_test_prompts", "shuffle_prompts",
                               "hand_built_prompts", "centroid_prompts", "patching_prompts"), minimum=1)
-        check_integers(self, ("seed",), minimum=0)
+        check_integers(self, ("seed", "probe_tasks"), minimum=0)
         check_threshold(self.state_threshold)
         unknown = [name for name in self.sections if name not in SECTIONS]
         if not self.sections or unknown or len(set(self.sections)) < len(self.sections):
@@ -334,19 +336,33 @@ class Analysis(NamedTuple):
     """``{history.r: C_r (N, N)}``: its composed history attention on ``example``."""
 
 
-def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, device: torch.device) -> Analysis:
+def probe_mixture(mixture: hmm.Mixture, probe_tasks: int) -> hmm.Mixture:
+    """The mixture the probe prompts come from: its first ``probe_tasks`` tasks with their
+    weights renormalised (the task ids stay those of ``mixture``), or all of it for 0."""
+    if not probe_tasks:
+        return mixture
+    if probe_tasks > mixture.num_tasks:
+        raise ValueError(f"probe_tasks: {probe_tasks}; expected at most the mixture's {mixture.num_tasks} tasks (or 0)")
+    weights = mixture.weights[:probe_tasks]
+    return hmm.Mixture(mixture.hmm[:probe_tasks], weights / weights.sum())
+
+
+def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, device: torch.device,
+            mixture: hmm.Mixture | None = None) -> Analysis:
     """The sections ``config.sections`` of the report for ``model`` (trained on ``preset``'s
     mixture and prompt format), its random-init twin (``config.seed``) and the hand-built network,
-    and the attention of the trained and the hand-built network on one held-out prompt."""
+    and the attention of the trained and the hand-built network on one held-out prompt.
+    ``mixture``: the preset's mixture if the caller has built it already (default: build it)."""
     prompt_format = preset.prompt_format
-    mixture = preset.build_mixture()
+    mixture = mixture if mixture is not None else preset.build_mixture()
+    probed = probe_mixture(mixture, config.probe_tasks)
 
-    def prompts(stream: int, count: int) -> hmm.Prompts:
-        return hmm.sample_prompts(mixture, count, prompt_format, seed=stream_seed(preset.data_seed, stream, 0))
+    def prompts(source: hmm.Mixture, stream: int, count: int) -> hmm.Prompts:
+        return hmm.sample_prompts(source, count, prompt_format, seed=stream_seed(preset.data_seed, stream, 0))
 
-    train_prompts = prompts(PROBE_TRAIN_STREAM, config.probe_train_prompts)
-    test_prompts = prompts(PROBE_TEST_STREAM, config.probe_test_prompts)
-    shuffle_tokens = prompts(SHUFFLE_STREAM, config.shuffle_prompts).tokens
+    train_prompts = prompts(probed, PROBE_TRAIN_STREAM, config.probe_train_prompts)
+    test_prompts = prompts(probed, PROBE_TEST_STREAM, config.probe_test_prompts)
+    shuffle_tokens = prompts(mixture, SHUFFLE_STREAM, config.shuffle_prompts).tokens
     networks = {"trained": model, "random-init": random_init_like(model, config.seed).to(device)}
     hand_train, hand_test = config.hand_built_counts
     example = test_prompts.tokens[0]
@@ -361,12 +377,13 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
         report["shuffle"] = shuffle_report(networks, shuffle_tokens[:hand_test], shuffle_tokens, prompt_format,
                                            mixture.num_tokens, config, device)
     if "probes" in config.sections:
-        report["probes"] = probe_report(networks, train_prompts, test_prompts, mixture, config, device)
+        report["probes"] = probe_report(networks, train_prompts, test_prompts, probed, config, device)
     if "offsets" in config.sections:
         report["offsets"] = offset_report(networks, test_prompts.tokens, example_trace, prompt_format, config, device)
     if "patching" in config.sections:
-        report["patching"] = patching_report(model, mixture, prompts(CENTROID_STREAM, config.centroid_prompts),
-                                             prompts(PATCHING_STREAM, config.patching_prompts), config, device)
+        # Centroids are per task, so patching draws from the probed tasks too (several prompts each).
+        report["patching"] = patching_report(model, probed, prompts(probed, CENTROID_STREAM, config.centroid_prompts),
+                                             prompts(probed, PATCHING_STREAM, config.patching_prompts), config, device)
     if {"shuffle", "probes"} <= set(config.sections):
         report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)
     return Analysis(report, example, roformer_patterns(model, example[None], device)[0],

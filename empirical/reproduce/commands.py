@@ -1,0 +1,187 @@
+"""``hmmtf reproduce --preset NAME`` (registered in :mod:`hmmtf`): the paper's experiment in one
+command -- mixture, training, evaluation against the Bayes-optimal predictor, analysis, results
+bundle -- as resumable stages (:mod:`empirical.reproduce.stages`) after a plan checked against a
+time budget (:mod:`empirical.reproduce.plan`).
+
+    hmmtf reproduce --preset paper --device cuda --plan            # the stage table, nothing run
+    hmmtf reproduce --preset paper --plan --assume-peak-tflops 790 # planning a device not here
+    hmmtf reproduce --preset paper --device cuda --detach          # run in the background
+    hmmtf reproduce --preset paper --status [--wait 540]           # follow it
+    hmmtf reproduce --preset paper-mini --device cpu --threads 1   # the CPU rehearsal
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from empirical.presets import PRESETS
+from empirical.reproduce import plan
+from empirical.reproduce.config import reproduce_config
+from empirical.reproduce.record import LOG_FILE, PROGRESS_FILE, RECORD_FILE, read_json, read_status, status_line
+from empirical.reproduce.stages import STAGE_NAMES, check_settings, done_stages, plan_costs, run_stages
+
+DEFAULT_BUDGET_MINUTES = 25.0
+"""The GPU budget of a session: 30 minutes of device time, less the machine's start."""
+POLL_SECONDS = 30.0
+"""Interval of ``--wait``'s status lines."""
+ERROR_PREFIX = "hmmtf reproduce: error: "
+FAILED_STATES = ("failed", "gone")
+"""States of ``read_status`` that end ``--status`` and ``--wait`` with exit code 1."""
+
+
+def default_out(preset: str) -> Path:
+    """``runs/reproduce/PRESET``."""
+    return Path("runs") / "reproduce" / preset
+
+
+def show_status(out: Path) -> int:
+    """``--status``: print the run's status as JSON; exit code 1 if it failed or its process is
+    gone, else 0."""
+    status = read_status(out)
+    print(json.dumps(status, indent=2))
+    return 1 if status["state"] in FAILED_STATES else 0
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log (tqdm's carriage returns split lines too), "" if none."""
+    lines = [line for line in path.read_text(errors="replace").replace("\r", "\n").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def wait_for(out: Path, seconds: float) -> int:
+    """``--wait SECONDS``: a status line every :data:`POLL_SECONDS` until the run ends or the
+    seconds pass. Before its first ``progress.json`` a detached run is planning (measuring the
+    device): the line is then the last of its log. Exit code 1 once it failed or its process is
+    gone, else 0."""
+    deadline = time.time() + seconds
+    while True:
+        if (out / PROGRESS_FILE).is_file() or not (out / LOG_FILE).is_file():
+            status = read_status(out)
+            print(status_line(status), flush=True)
+            if status["state"] != "running":
+                return 1 if status["state"] in FAILED_STATES else 0
+        else:
+            line = last_line(out / LOG_FILE)
+            print(f"planning: {line}", flush=True)
+            if line.startswith(ERROR_PREFIX):
+                return 1
+        if time.time() >= deadline:
+            return 0
+        time.sleep(min(POLL_SECONDS, max(deadline - time.time(), 0.0)))
+
+
+def detach(command_line: str, preset: str, out: Path) -> int:
+    """Start this command again without ``--detach`` in a new session (it outlives the calling
+    shell), its output in ``OUT/reproduce.log``; print how to follow it."""
+    arguments = [word for word in shlex.split(command_line)[1:] if word != "--detach"]
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOG_FILE, "ab") as log:
+        child = subprocess.Popen([sys.executable, "-m", "hmmtf", *arguments], stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    print(f"started process {child.pid}, log {out / LOG_FILE}; follow it with: hmmtf reproduce --preset {preset} "
+          f"--out {out} --wait 540")
+    return 0
+
+
+def rates_for(args, config) -> plan.Rates:
+    """Assumed rates when ``--assume-peak-tflops`` is given (the other ``--assume-*`` default to
+    :data:`plan.H100_ASSUMPTIONS`; the device defaults to CUDA), else measured on the device now."""
+    if args.assume_peak_tflops is None:
+        return plan.measure_rates(config.device, config.train_dtype)
+    return plan.assumed_rates(args.assume_peak_tflops, args.assume_float32_tflops, args.assume_float64_tflops,
+                              args.assume_bandwidth_tbs)
+
+
+def summary(record: dict) -> str:
+    """Planned and measured seconds of every stage run so far (the last attempt of each)."""
+    lines = [f"{'stage':<9} {'planned s':>10} {'measured s':>10}  notes"]
+    for name, entry in record["stages"].items():
+        attempt = entry["attempts"][-1]
+        notes = ", ".join(f"{key} {attempt[key]:.3g}" for key in ("tokens_per_s", "steady_mfu") if attempt.get(key))
+        if "utilisation" in attempt:
+            notes += " utilisation " + ", ".join(f"{dtype} {value:.2f}" for dtype, value in attempt["utilisation"].items())
+        lines.append(f"{name:<9} {attempt.get('planned_s', float('nan')):>10.1f} {attempt['wall_s']:>10.1f}  "
+                     f"{entry['status']}{'; ' + notes if notes else ''}")
+    return "\n".join(lines)
+
+
+def reproduce(args) -> int:
+    out = Path(args.out) if args.out else default_out(args.preset)
+    if args.status:
+        return show_status(out)
+    if args.wait is not None:
+        return wait_for(out, args.wait)
+    assumed = args.assume_peak_tflops is not None
+    if assumed and not args.plan:
+        raise ValueError(f"--assume-peak-tflops: {args.assume_peak_tflops:g} without --plan; expected it only with "
+                         f"--plan (a run measures the peak of the device it runs on)")
+    config = reproduce_config(args.preset, args.device, compile_model=args.compile, cpu_bf16=args.cpu_bf16,
+                              planning_only=assumed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.detach:
+        return detach(args.command_line, config.preset.name, out)
+    record = read_json(out / RECORD_FILE)
+    if record is not None:
+        check_settings(record, config, out)
+    rates = rates_for(args, config)
+    host = plan.measure_host(config)
+    costs = plan_costs(config, rates, host)
+    done = done_stages(record)
+    title = f"plan: preset {config.preset.name} on {config.device} (training in {config.train_dtype}), run folder {out}"
+    print(plan.format_plan(costs, rates, done, args.budget_minutes, title), flush=True)
+    if args.plan:
+        try:
+            plan.check_budget(costs, done, args.budget_minutes)
+            print("within the budget")
+        except ValueError as error:
+            print(f"over the budget: {error}")
+        return 0
+    record = run_stages(config, out, args.command_line, rates, host, args.budget_minutes, args.stop_after)
+    print(summary(record))
+    return 0
+
+
+def run_reproduce(args) -> int:
+    """``reproduce``; a ``ValueError`` (bad argument, budget, another run's folder) is printed as
+    one line naming the argument, its value and what was expected, exit code 2."""
+    try:
+        return reproduce(args)
+    except ValueError as error:
+        print(f"{ERROR_PREFIX}{error}", file=sys.stderr)
+        return 2
+
+
+def register(subparsers) -> None:
+    """Add ``reproduce`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser(
+        "reproduce", help="the paper's experiment in one command: mixture, training, evaluation vs Bayes-optimal, "
+                          "analysis, results bundle (resumable stages, planned against a time budget)")
+    parser.add_argument("--preset", required=True, help=f"one of {sorted(PRESETS)}")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--out", help="run folder (default runs/reproduce/PRESET); running again resumes it")
+    parser.add_argument("--budget-minutes", type=float, default=DEFAULT_BUDGET_MINUTES,
+                        help="refuse to start when the stages to run are planned longer (default: %(default)s)")
+    parser.add_argument("--plan", action="store_true", help="print the stage table and stop")
+    parser.add_argument("--assume-peak-tflops", type=float,
+                        help="with --plan: plan for a device not here (default --device cuda) with this matmul peak "
+                             "(TFLOP/s, training dtype) instead of measuring")
+    for name, unit in (("float32_tflops", "TFLOP/s"), ("float64_tflops", "TFLOP/s"), ("bandwidth_tbs", "TB/s")):
+        parser.add_argument(f"--assume-{name.replace('_', '-')}", type=float, default=plan.H100_ASSUMPTIONS[name],
+                            help=f"with --assume-peak-tflops ({unit}; default: %(default)s, an H100)")
+    parser.add_argument("--stop-after", choices=STAGE_NAMES, help="stop after this stage (a later run resumes)")
+    parser.add_argument("--status", action="store_true", help="print the run's progress and exit")
+    parser.add_argument("--wait", type=float, metavar="SECONDS",
+                        help="print a status line every %g s until the run ends or SECONDS pass" % POLL_SECONDS)
+    parser.add_argument("--detach", action="store_true", help="run in a new session in the background (log in OUT)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model whatever the preset says")
+    parser.add_argument("--cpu-bf16", action="store_true",
+                        help="bf16 autocast on the CPU too (precision bf16-cpu): rehearses the CUDA run's dtypes")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a shared 2-core machine)")
+    parser.set_defaults(run=run_reproduce)

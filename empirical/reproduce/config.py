@@ -1,0 +1,109 @@
+"""What ``hmmtf reproduce`` runs: a preset of :mod:`empirical.presets`, the analysis settings that
+go with it, the device, and the two rehearsal switches (``torch.compile`` and bf16 autocast on
+the CPU) that make a CPU run take the code paths of the GPU run.
+
+Analysis settings per preset (:data:`ANALYSIS_CONFIGS`; :class:`AnalysisConfig`'s defaults for
+the others):
+
+* ``paper``: probe prompts from the first 64 of the 8192 tasks (1024 for training, 16 per task,
+  256 for testing): with prompts from all 8192 tasks the 512 default training prompts would name
+  about 500 tasks once each and the test prompts would come from tasks the probe never saw (and
+  the probe ceilings, Bayes-optimal decoders on the host, would take 128 times longer).
+  Recorded passes 16 prompts at a time (a pass stores ``2 L H N^2`` = 35 M floats per prompt). 8
+  hand-built prompts (4 to test, 4 to shuffle): a paper-scale hand-built network (p = 16, width
+  1675) takes 8-15 s per prompt on one core of the 2-core CPU machine, most of it converting its
+  dense weight matrices.
+* ``paper-mini``: the same code paths at a size 2 CPU cores run in seconds: a 16-way task probe
+  (the first 16 of 128 tasks), 64 / 32 probe prompts, 32 shuffled prompts, 4 hand-built prompts,
+  previous-token probes up to 3 back (70 probe fits instead of 112 for 5).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from empirical.analysis.report import AnalysisConfig
+from empirical.presets import ExperimentPreset, get_preset
+
+PLANNED_SECTIONS = ("shuffle", "probes", "offsets")
+"""The analyses the ``analyze`` stage runs and :mod:`empirical.reproduce.plan` costs. Activation
+patching is not among them yet: its hand-built history patching costs a forward pass per prompt
+and distance (about 8 s each at paper scale on the host), which the plan does not count."""
+
+ANALYSIS_CONFIGS: dict[str, AnalysisConfig] = {
+    "paper": AnalysisConfig(batch_size=16, probe_train_prompts=1024, probe_test_prompts=256, shuffle_prompts=256,
+                            hand_built_prompts=8, probe_tasks=64, sections=PLANNED_SECTIONS),
+    "paper-mini": AnalysisConfig(batch_size=32, probe_train_prompts=64, probe_test_prompts=32, shuffle_prompts=32,
+                                 hand_built_prompts=4, probe_tasks=16, max_distance=3, sections=PLANNED_SECTIONS),
+}
+
+
+@dataclass(frozen=True)
+class ReproduceConfig:
+    """One reproduction: ``preset`` (its ``train`` already carrying the rehearsal switches),
+    ``analysis`` and ``device``."""
+
+    preset: ExperimentPreset
+    analysis: AnalysisConfig
+    device: torch.device
+
+    @property
+    def train_dtype(self) -> torch.dtype:
+        """The dtype of the training matrix products: bfloat16 under autocast (``bf16`` on CUDA,
+        ``bf16-cpu`` anywhere), float32 otherwise."""
+        precision = self.preset.train.precision
+        autocast = precision == "bf16-cpu" or (precision == "bf16" and self.device.type == "cuda")
+        return torch.bfloat16 if autocast else torch.float32
+
+    def settings(self) -> dict:
+        """JSON of everything that determines the outputs: a resumed run must match it."""
+        return {
+            "preset": self.preset.name,
+            "task": self.preset.task(),
+            "model": self.preset.model_config(self.preset.mixture_spec.num_tokens).to_dict(),
+            "train": self.preset.train.to_dict(),
+            "analysis": dataclasses.asdict(self.analysis),
+            "device_type": self.device.type,
+        }
+
+
+def check_device(name: str | None, *, planning_only: bool = False) -> torch.device:
+    """``--device``: ``cuda`` (or ``cuda:i``) only where torch sees a GPU (or, ``planning_only``,
+    a device this machine need not have), ``cpu``; default CUDA when available or planned.
+    ``ValueError`` naming the value and what this torch build offers otherwise."""
+    cuda = torch.cuda.is_available() or planning_only
+    if name is None:
+        return torch.device("cuda" if cuda else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(f"--device: {name!r} is not a torch device ({error}); expected 'cuda' or 'cpu'") from error
+    if device.type == "cuda" and not cuda:
+        raise ValueError(
+            f"--device: {name!r}, but torch {torch.__version__} sees no CUDA device here (built with CUDA "
+            f"{torch.version.cuda}); expected 'cpu' on this machine, or a machine with a GPU"
+        )
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"--device: {name!r}; expected 'cuda' or 'cpu'")
+    return device
+
+
+def reproduce_config(preset_name: str, device_name: str | None, *, compile_model: bool = False,
+                     cpu_bf16: bool = False, planning_only: bool = False) -> ReproduceConfig:
+    """The reproduction of ``preset_name`` on ``device_name``; ``compile_model`` forces
+    ``torch.compile`` and ``cpu_bf16`` bf16 autocast on the CPU (precision ``bf16-cpu``);
+    ``planning_only``: a plan for a device this machine need not have (:func:`check_device`)."""
+    try:
+        preset = get_preset(preset_name)
+    except ValueError as error:  # "preset: 'x'; expected one of [...]": name the option
+        raise ValueError(f"--{error}") from None
+    device = check_device(device_name, planning_only=planning_only)
+    train = preset.train
+    if compile_model:
+        train = dataclasses.replace(train, compile=True)
+    if cpu_bf16:
+        train = dataclasses.replace(train, precision="bf16-cpu")
+    preset = dataclasses.replace(preset, train=train)
+    return ReproduceConfig(preset, ANALYSIS_CONFIGS.get(preset.name, AnalysisConfig(sections=PLANNED_SECTIONS)), device)

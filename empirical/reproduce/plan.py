@@ -1,0 +1,337 @@
+"""The plan of a reproduction: each stage's FLOPs, device-memory bytes and host seconds, and the
+time they should take on the chosen device, from rates measured on that device at the start of
+the run (or assumed, for a device this machine does not have).
+
+Rates (:func:`measure_rates`): the best ``n x n`` matrix product in the training dtype, in
+float32 and in float64, and the read bandwidth of device memory (``empirical.roofline``). Host
+work (generating the mixture, sampling prompts, the hand-built network) runs on this machine's
+CPU whatever the device; :func:`measure_host` times a scaled-down piece of each here.
+
+Expected time of a stage, with ``e`` = :data:`PLANNED_EFFICIENCY`::
+
+    device = sum_dtype FLOPs_dtype / (e rate_dtype)  (matrix work)   vs   bytes / bandwidth
+    stage  = max or sum of device and host time, as each cost function's ``basis`` says
+
+The FLOP formulas count matrix products only (each cost function's docstring); tests compare
+them with ``torch.utils.flop_counter.FlopCounterMode``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from typing import NamedTuple
+
+import torch
+
+import hmm
+from empirical.analysis.networks import hand_built_trace
+from empirical.analysis.probes import PROBE_MAX_ITERATIONS, probe_positions
+from empirical.evaluate import EVAL_BATCH
+from empirical.model import RoFormer, forward_flops_per_token, training_flops_per_token
+from empirical.reproduce.config import ReproduceConfig
+from empirical.roofline import STREAMED_BYTES, matmul_peak, read_bandwidth, timed
+
+PLANNED_EFFICIENCY = 0.4
+"""Fraction of the matmul peak the stages' matrix products are planned to reach (40%: the
+issue's target for training; ``benchmarks/bench_training.py`` measured 0.47 on one CPU thread)."""
+COMPILE_SECONDS = 60.0
+"""Planned ``torch.compile`` time of the model's training step: an assumption, not yet measured
+on a GPU here (``paper-mini``'s step compiled in 67-82 s on the loaded 2-core CPU machine); the
+record holds the measured seconds of the first log window, compilation included."""
+MATMUL_SIZES = {"cuda": 8192, "cpu": 1024}
+"""``n`` of the timed ``n x n`` products: large enough to fill the device."""
+BANDWIDTH_BYTES = {"cuda": STREAMED_BYTES, "cpu": 64 << 20}
+"""Size of the array whose re-reading measures the memory bandwidth: beyond every cache."""
+HOST_SAMPLE_TASKS = 64
+"""Tasks of the scaled-down mixture whose generation is timed (then scaled to K tasks)."""
+HOST_DECODE_PROMPTS = 4
+"""Prompts of the timed Bayes-optimal decoding (on the scaled-down mixture)."""
+OPTIMIZER_BYTES_PER_PARAMETER = 44
+"""Device bytes per parameter and step outside the matrix products: AdamW reads parameter,
+gradient and both moments and writes parameter and moments (7 x 4 bytes), backward writes the
+gradient (4), clipping reads it and scales it (4 + 8)."""
+CHECKPOINT_BYTES_PER_PARAMETER = 12
+"""A checkpoint holds weights and both AdamW moments in float32."""
+DISK_BYTES_PER_S = 1e9
+"""Planned write rate of checkpoints (an assumption for a local SSD)."""
+BAYES_ELEMENTS_PER_STATE = 10
+"""Device memory elements moved per hidden state by one step of :func:`hmm.bayes_predictive` for
+one task and prompt: gather the likelihood (write S), joint (read 2S, write S), normaliser (read
+S), filtered (read S, write S), ``filtered @ [T | T O]`` (read S, write S + p): about 10 S + 2 p."""
+ATTENTION_TOUCHES = 3
+"""Times each recorded attention tensor (scores and pattern, ``L H N^2`` each) crosses device
+memory in a recording pass: written, read by the next operation, read by the analysis."""
+FIGURE_SECONDS_PER_HEAD = 0.06
+"""Host time of one head's panel in the attention figure (256 panels of 263 x 263 took 14 s on
+the 2-core CPU machine)."""
+FIGURE_SECONDS = 10.0
+"""Host time of the other figures of the evaluation and the analysis."""
+BUNDLE_SECONDS = 5.0
+"""Host time to archive the outputs (a few MB of PNG and JSON, gzip)."""
+H100_ASSUMPTIONS = {"float32_tflops": 50.0, "float64_tflops": 50.0, "bandwidth_tbs": 3.0}
+"""Defaults of ``--assume-float32-tflops``, ``--assume-float64-tflops`` and
+``--assume-bandwidth-tbs`` (the device tool's H100): float32 (no TF32) and float64 tensor-core
+products at 3/4 of the datasheet's 67 TFLOP/s (the ratio measured there for bf16: 790 of 989),
+memory 3.0 TB/s (a device-to-device copy measured there, ``.library/device/KINDS.md``, 2026-11-13)."""
+
+
+class Rates(NamedTuple):
+    """Rates of the device (FLOP/s, bytes/s) and where they come from."""
+
+    train: float
+    """Matmul FLOP/s in the training dtype (the peak MFU is measured against)."""
+    float32: float
+    float64: float
+    bandwidth: float
+    """Bytes/s read from device memory."""
+    source: str
+
+
+class HostTimings(NamedTuple):
+    """Host (CPU) seconds of the work that runs beside the device, measured here."""
+
+    mixture_s: float
+    """Generating and fingerprinting the whole mixture (a mixture of :data:`HOST_SAMPLE_TASKS`
+    timed, scaled linearly to K tasks)."""
+    batch_s: float
+    """Sampling one training batch of prompts."""
+    hand_built_s: float
+    """One forward pass of the hand-built network (built for one prompt)."""
+    decode_s: float
+    """The Bayes-optimal decoders (:func:`hmm.bayes_predictive` with ``decode=True``, float64 on
+    the host: the analysis's probe ceilings) per task and prompt."""
+    hand_built_width: int
+    hand_built_layers: int
+
+
+class StageCost(NamedTuple):
+    """A stage's planned work and time."""
+
+    stage: str
+    flops: dict[str, float]
+    """Matrix-product FLOPs by dtype."""
+    device_bytes: float
+    host_s: float
+    expected_s: float
+    basis: str
+    """How ``expected_s`` follows from the work and the rates."""
+
+
+def measure_rates(device: torch.device, train_dtype: torch.dtype) -> Rates:
+    """The device's matmul peaks (training dtype, float32, float64) and read bandwidth, measured now."""
+    size = MATMUL_SIZES[device.type]
+    float32 = matmul_peak(device, torch.float32, size)
+    train = float32 if train_dtype == torch.float32 else matmul_peak(device, train_dtype, size)
+    return Rates(train, float32, matmul_peak(device, torch.float64, size),
+                 read_bandwidth(device, BANDWIDTH_BYTES[device.type]), f"measured on {device.type}")
+
+
+def assumed_rates(peak_tflops: float, float32_tflops: float, float64_tflops: float, bandwidth_tbs: float) -> Rates:
+    """Rates of a device this machine does not have (``--assume-*`` options); ``ValueError``
+    naming the first that is not a positive number."""
+    values = {"--assume-peak-tflops": peak_tflops, "--assume-float32-tflops": float32_tflops,
+              "--assume-float64-tflops": float64_tflops, "--assume-bandwidth-tbs": bandwidth_tbs}
+    for name, value in values.items():
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: {value!r}; expected a number > 0")
+    return Rates(peak_tflops * 1e12, float32_tflops * 1e12, float64_tflops * 1e12, bandwidth_tbs * 1e12,
+                 "assumed (--assume-* options)")
+
+
+def mixture_fingerprint(mixture: hmm.Mixture) -> str:
+    """SHA-256 of the mixture's parameters and weights (float64 bytes, C order)."""
+    digest = hashlib.sha256()
+    for tensor in (mixture.hmm.initial, mixture.hmm.transition, mixture.hmm.emission, mixture.weights):
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def measure_host(config: ReproduceConfig) -> HostTimings:
+    """Time, on this machine's CPU, a scaled-down mixture (generated and fingerprinted), one
+    training batch and one hand-built forward pass of the preset's sizes."""
+    preset = config.preset
+    spec = preset.mixture_spec
+    small_spec = dataclasses.replace(spec, num_tasks=min(spec.num_tasks, HOST_SAMPLE_TASKS))
+    small, build_s = timed(lambda: small_spec.build(preset.mixture_seed))
+    _, hash_s = timed(lambda: mixture_fingerprint(small))
+    prompts, batch_s = timed(lambda: hmm.sample_prompts(small, preset.train.batch_size, preset.prompt_format, seed=0))
+    trace, hand_built_s = timed(lambda: hand_built_trace(prompts.tokens[0], spec.num_tokens,
+                                                         config.analysis.max_distance))
+    decoded = prompts.tokens[:HOST_DECODE_PROMPTS]
+    _, decode_s = timed(lambda: hmm.bayes_predictive(small, decoded, decode=True))
+    return HostTimings((build_s + hash_s) * spec.num_tasks / small_spec.num_tasks, batch_s, hand_built_s,
+                       decode_s / (small_spec.num_tasks * len(decoded)), trace.residuals[0].shape[0],
+                       len(trace.layer_names))
+
+
+def _seconds(flops: float, rate: float) -> float:
+    """Planned seconds of matrix work: ``flops / (PLANNED_EFFICIENCY rate)``."""
+    return flops / (PLANNED_EFFICIENCY * rate)
+
+
+def num_parameters(config: ReproduceConfig) -> int:
+    """Parameters of the preset's RoFormer (counted on the meta device: nothing is allocated)."""
+    with torch.device("meta"):
+        return RoFormer(config.preset.model_config(config.preset.mixture_spec.num_tokens)).num_parameters()
+
+
+def mixture_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
+    """Host only: generate the K HMMs (seeded numpy) and fingerprint them."""
+    spec = config.preset.mixture_spec
+    return StageCost("mixture", {}, 0.0, host.mixture_s, host.mixture_s,
+                     f"host: {spec.num_tasks} HMMs (timed on {min(spec.num_tasks, HOST_SAMPLE_TASKS)}, scaled)")
+
+
+def train_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
+    """``training_flops_per_token x steps x batch x N`` in the training dtype; device bytes
+    ``OPTIMIZER_BYTES_PER_PARAMETER x parameters x steps``; host: sampling every batch (overlapped
+    with the device: the loop synchronises only at log steps); plus compilation and checkpoints."""
+    preset, train = config.preset, config.preset.train
+    length = preset.prompt_format.length
+    model_config = preset.model_config(preset.mixture_spec.num_tokens)
+    flops = float(training_flops_per_token(model_config, length)) * train.steps * train.batch_size * length
+    parameters = num_parameters(config)
+    device_bytes = float(OPTIMIZER_BYTES_PER_PARAMETER * parameters * train.steps)
+    device_s = max(_seconds(flops, rates.train), device_bytes / rates.bandwidth)
+    host_s = host.batch_s * train.steps
+    checkpoints = (train.steps // train.checkpoint_every if train.checkpoint_every else 0) + 1
+    checkpoint_s = checkpoints * CHECKPOINT_BYTES_PER_PARAMETER * parameters / DISK_BYTES_PER_S
+    compile_s = COMPILE_SECONDS if train.compile else 0.0
+    dtype = str(config.train_dtype).removeprefix("torch.")
+    return StageCost(
+        "train", {dtype: flops}, device_bytes, host_s, max(device_s, host_s) + compile_s + checkpoint_s,
+        f"max(device {device_s:.0f} s: {flops:.3g} FLOPs at {PLANNED_EFFICIENCY:.0%} of {rates.train / 1e12:.3g} "
+        f"TFLOP/s {dtype}, host sampling {host_s:.0f} s) + compile {compile_s:.0f} s + {checkpoints} checkpoints "
+        f"{checkpoint_s:.0f} s")
+
+
+def bayes_flops(num_tasks: int, num_states: int, num_tokens: int, num_prompts: int,
+                prompt_format: hmm.PromptFormat, batch: int = EVAL_BATCH) -> int:
+    """Matrix-product FLOPs of :func:`hmm.bayes_predictive` over ``num_prompts`` prompts in calls
+    of ``batch`` (as :func:`empirical.evaluate.bayes_predictor` makes them). Per call of ``B``
+    prompts and per task: ``T O`` (``2 S^2 p``) and ``initial O`` (``2 S p``) once; at each of the
+    ``N - n`` non-delimiter positions ``filtered @ [T | T O]`` (``2 B S (S + p)``); at all ``N``
+    positions the weighted sum of predictions (``2 B p``)."""
+    S, p, N = num_states, num_tokens, prompt_format.length
+    calls = math.ceil(num_prompts / batch)
+    per_call_task = 2 * S * S * p + 2 * S * p
+    per_prompt_task = (N - prompt_format.num_demos) * 2 * S * (S + p) + N * 2 * p
+    return num_tasks * (calls * per_call_task + num_prompts * per_prompt_task)
+
+
+def bayes_bytes(num_tasks: int, num_states: int, num_tokens: int, num_prompts: int,
+                prompt_format: hmm.PromptFormat) -> float:
+    """Device bytes of the float64 filters: ``K B (N - n) (10 S + 2 p) x 8``
+    (:data:`BAYES_ELEMENTS_PER_STATE`)."""
+    steps = num_tasks * num_prompts * (prompt_format.length - prompt_format.num_demos)
+    return 8.0 * steps * (BAYES_ELEMENTS_PER_STATE * num_states + 2 * num_tokens)
+
+
+def evaluate_work(config: ReproduceConfig) -> tuple[dict[str, float], float]:
+    """FLOPs of the evaluation by dtype -- the model's forward pass over the held-out prompts
+    (float32, :func:`forward_flops_per_token`) and the exact Bayes-optimal predictor over every
+    task (float64, :func:`bayes_flops`) -- and the Bayes filters' device bytes (:func:`bayes_bytes`)."""
+    preset = config.preset
+    spec, fmt, prompts = preset.mixture_spec, preset.prompt_format, preset.eval_prompts
+    model_config = preset.model_config(spec.num_tokens)
+    model_flops = float(forward_flops_per_token(model_config, fmt.length)) * prompts * fmt.length
+    filter_flops = float(bayes_flops(spec.num_tasks, spec.num_states, spec.num_tokens, prompts, fmt))
+    return ({"float32": model_flops, "float64": filter_flops},
+            bayes_bytes(spec.num_tasks, spec.num_states, spec.num_tokens, prompts, fmt))
+
+
+def evaluate_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
+    """:func:`evaluate_work` on the device; host: sampling the held-out and the unigram prompts."""
+    prompts = config.preset.eval_prompts
+    flops, filter_bytes = evaluate_work(config)
+    model_flops, filter_flops = flops["float32"], flops["float64"]
+    model_s = _seconds(model_flops, rates.float32)
+    filter_s = max(_seconds(filter_flops, rates.float64), filter_bytes / rates.bandwidth)
+    host_s = 2 * prompts / config.preset.train.batch_size * host.batch_s
+    return StageCost(
+        "evaluate", flops, filter_bytes, host_s,
+        model_s + filter_s + host_s,
+        f"model {model_s:.1f} s + Bayes {filter_s:.1f} s (max of {filter_flops:.3g} float64 FLOPs at "
+        f"{PLANNED_EFFICIENCY:.0%} of {rates.float64 / 1e12:.3g} TFLOP/s and {filter_bytes:.3g} bytes at "
+        f"{rates.bandwidth / 1e12:.3g} TB/s) + host {host_s:.1f} s")
+
+
+def probe_flops(rows: int, features: int, classes: int) -> float:
+    """Upper bound on one probe fit: L-BFGS evaluates loss and gradient at most
+    ``5/4 PROBE_MAX_ITERATIONS`` times (torch's default ``max_eval``), each ``x W`` forward and
+    ``x^T dlogits`` backward: ``4 rows features classes`` FLOPs."""
+    return PROBE_MAX_ITERATIONS * 5 // 4 * 4.0 * rows * features * classes
+
+
+def analysis_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
+    """Recorded forward passes (float32) of the trained and the random-init RoFormer over the
+    probe-training, probe-test (streams and offsets) and shuffle prompts (original and shuffled),
+    their attention tensors crossing memory :data:`ATTENTION_TOUCHES` times; probe fits
+    (:func:`probe_flops`) on every stream of the three networks for the targets task, state and
+    ``o_{t-k}``; host: the hand-built network on its prompts, the probe ceilings (Bayes-optimal
+    decoders of the probe-test prompts over the probe tasks) and the figures."""
+    preset, analysis = config.preset, config.analysis
+    spec, fmt = preset.mixture_spec, preset.prompt_format
+    model_config = preset.model_config(spec.num_tokens)
+    length, layers, heads = fmt.length, model_config.num_layers, model_config.num_heads
+    passes = analysis.probe_train_prompts + 2 * analysis.probe_test_prompts + 2 * analysis.shuffle_prompts
+    forward = 2.0 * forward_flops_per_token(model_config, length) * length * passes
+    attention_bytes = 2.0 * passes * ATTENTION_TOUCHES * 2 * layers * heads * length**2 * 4
+    positions = int(probe_positions(fmt, analysis.max_distance).sum())
+    classes = [analysis.probe_tasks or spec.num_tasks, spec.num_states] + [spec.num_tokens] * analysis.max_distance
+    hand_train, hand_test = analysis.hand_built_counts
+    probes = sum(
+        2 * (layers + 1) * probe_flops(analysis.probe_train_prompts * positions, model_config.width, c)
+        + (host.hand_built_layers + 1) * probe_flops(hand_train * positions, host.hand_built_width, c)
+        for c in classes)
+    device_s = _seconds(forward + probes, rates.float32) + attention_bytes / rates.bandwidth
+    hand_built_runs = hand_train + 3 * hand_test + 1
+    decode_s = (analysis.probe_tasks or spec.num_tasks) * analysis.probe_test_prompts * host.decode_s
+    host_s = (hand_built_runs * host.hand_built_s + decode_s + FIGURE_SECONDS_PER_HEAD * layers * heads
+              + FIGURE_SECONDS)
+    return StageCost(
+        "analyze", {"float32": forward + probes}, attention_bytes, host_s, device_s + host_s,
+        f"device {device_s:.1f} s ({forward:.3g} forward + {probes:.3g} probe FLOPs float32, {attention_bytes:.3g} "
+        f"attention bytes) + host {host_s:.0f} s ({hand_built_runs} hand-built prompts x {host.hand_built_s:.1f} s, "
+        f"probe ceilings {decode_s:.1f} s, figures)")
+
+
+def bundle_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
+    """Host only: one gzip archive of every JSON and figure."""
+    return StageCost("bundle", {}, 0.0, BUNDLE_SECONDS, BUNDLE_SECONDS, "host: archive (constant)")
+
+
+def format_plan(costs: list[StageCost], rates: Rates, done: set[str], budget_minutes: float, title: str) -> str:
+    """The plan as a text table: one row per stage (``done`` marked), the total of the stages
+    still to run against the budget, and the rates it used."""
+    lines = [
+        title,
+        f"rates ({rates.source}): training matmul {rates.train / 1e12:.4g} TFLOP/s, float32 "
+        f"{rates.float32 / 1e12:.4g}, float64 {rates.float64 / 1e12:.4g}, memory {rates.bandwidth / 1e12:.4g} TB/s; "
+        f"matrix work planned at {PLANNED_EFFICIENCY:.0%} of peak",
+        f"{'stage':<16} {'FLOPs':>34} {'device bytes':>12} {'host s':>8} {'expected s':>10}  basis",
+    ]
+    for cost in costs:
+        flops = " + ".join(f"{value:.3g} {dtype}" for dtype, value in cost.flops.items()) or "-"
+        mark = " (done)" if cost.stage in done else ""
+        lines.append(f"{cost.stage + mark:<16} {flops:>34} {cost.device_bytes:>12.3g} {cost.host_s:>8.1f} "
+                     f"{cost.expected_s:>10.1f}  {cost.basis}")
+    remaining = sum(cost.expected_s for cost in costs if cost.stage not in done)
+    lines.append(f"total to run: {remaining:.0f} s = {remaining / 60:.1f} min; budget {budget_minutes:g} min")
+    return "\n".join(lines)
+
+
+def check_budget(costs: list[StageCost], done: set[str], budget_minutes: float) -> None:
+    """``ValueError`` naming every stage's planned time when the stages still to run are
+    planned to take longer than ``budget_minutes``."""
+    if not (isinstance(budget_minutes, (int, float)) and budget_minutes > 0):
+        raise ValueError(f"--budget-minutes: {budget_minutes!r}; expected a number > 0")
+    remaining = [cost for cost in costs if cost.stage not in done]
+    total = sum(cost.expected_s for cost in remaining)
+    if total > 60 * budget_minutes:
+        stages = ", ".join(f"{cost.stage} {cost.expected_s:.0f} s" for cost in remaining)
+        raise ValueError(
+            f"--budget-minutes: {budget_minutes:g}; the stages to run are planned at {total / 60:.1f} min "
+            f"({stages}); expected a budget of at least {math.ceil(total / 60)} min, or a faster device "
+            f"(see --plan)")

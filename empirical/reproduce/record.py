@@ -1,0 +1,141 @@
+"""The files a reproduction keeps in its folder ``OUT`` beside the stages' outputs.
+
+``record.json``: what ran and what it measured: the settings (a resumed run must match them),
+every invocation (command, environment, git commit, rates measured at its start), the plan, and
+per stage its attempts (wall time, tokens/s, FLOPs, utilisation of the peak measured in the same
+invocation, peak memory).
+
+``progress.json``: where a run is, rewritten at every stage boundary: process id and host, the
+stage running, each stage's status, an error if one stopped the run. ``hmmtf reproduce
+--status`` reads it (and, while training runs, the last line of ``train/metrics.jsonl``), so a
+detached run can be followed by short calls.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+RECORD_FILE = "record.json"
+PROGRESS_FILE = "progress.json"
+LOG_FILE = "reproduce.log"
+GIT_COMMIT_VARIABLE = "HMMTF_GIT_COMMIT"
+"""Environment variable naming the commit where the working tree has no ``.git`` (the device
+machine receives a copy of the tree)."""
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so that a reader (or a
+    run cut off mid-write) never sees half a file."""
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(staging, path)
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``, None if there is no such file."""
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model name and core count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+              if line.startswith("model name")] if cpuinfo.is_file() else []
+    return f"{models[0] if models else platform.processor() or 'cpu'} ({os.cpu_count()} cores)"
+
+
+def git_state() -> dict:
+    """Commit of the working tree and whether it has uncommitted changes; from
+    :data:`GIT_COMMIT_VARIABLE` where there is no repository."""
+    try:
+        commit = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        changes = subprocess.run(["git", "-C", str(REPOSITORY), "status", "--porcelain"], capture_output=True,
+                                 text=True, check=True).stdout
+        return {"commit": commit, "uncommitted_changes": bool(changes.strip()), "source": "git"}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": os.environ.get(GIT_COMMIT_VARIABLE), "uncommitted_changes": None,
+                "source": f"${GIT_COMMIT_VARIABLE} (no git repository here)"}
+
+
+def environment(device: torch.device) -> dict:
+    """Device, library versions, host and threads of this invocation."""
+    return {
+        "device": device_name(device),
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "host": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def metrics_records(path: Path) -> list[dict]:
+    """The records of a training run's JSON-lines log (none before the first)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_status(out: Path) -> dict:
+    """``progress.json`` of the run in ``out``, with ``state``: ``finished``, ``failed``,
+    ``stopped`` (after ``--stop-after``), ``running`` or ``gone`` (its process no longer exists
+    on this host), and the last training log record while training runs. ``ValueError`` if
+    ``out`` holds no run."""
+    progress = read_json(out / PROGRESS_FILE)
+    if progress is None:
+        raise ValueError(f"--out: {str(out)!r} has no {PROGRESS_FILE}; expected the folder of a started run")
+    if progress["finished"]:
+        state = "finished"
+    elif progress["error"]:
+        state = "failed"
+    elif progress["stopped_after"]:
+        state = "stopped"
+    elif progress["host"] == socket.gethostname() and not process_alive(progress["pid"]):
+        state = "gone"
+    else:
+        state = "running"
+    status = {"state": state, **progress, "seconds_since_update": time.time() - progress["updated"]}
+    if progress["stage"] == "train" and state == "running":
+        status["train"] = (metrics_records(out / "train" / "metrics.jsonl") or [None])[-1]
+    return status
+
+
+def status_line(status: dict) -> str:
+    """One line: state, stage, its elapsed and planned seconds, and training step and loss."""
+    if status["stage"] is None:
+        return f"{status['state']}: before the first stage"
+    line = f"{status['state']}: stage {status['stage']}"
+    if status["state"] == "running":
+        line += f" for {time.time() - status['stage_started']:.0f} s (planned {status['planned_s'][status['stage']]:.0f} s)"
+    if status.get("train"):
+        record = status["train"]
+        line += f", step {record['step']}, loss {record['loss']:.4f}, {record['tokens_per_s']:.3g} tokens/s"
+    if status["error"]:
+        line += f", error: {status['error']}"
+    return line

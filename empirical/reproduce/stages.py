@@ -1,0 +1,351 @@
+"""The stages of ``hmmtf reproduce`` and the loop that runs them, resumably.
+
+Each stage writes into its own folder ``OUT/<stage>/`` and returns what it measured; the loop
+(:func:`run_stages`) times it, records it in ``record.json`` and skips it in a later invocation
+once it is done. A stage cut off in the middle runs again from its start, except training,
+which resumes from its last checkpoint (``empirical.train``: every ``checkpoint_every`` steps).
+
+    mixture   the preset's K HMMs, generated on the host from the preset's seed (the generator is
+              seeded numpy, so this is the mixture ``hmmtf evaluate`` rebuilds from a checkpoint;
+              the stages that compute with it move it to the device), and their SHA-256
+    train     ``empirical.train.train`` on fresh prompts every step (bf16 autocast on CUDA, fused
+              attention, ``torch.compile`` as the preset says), checkpoints in ``train/checkpoint``
+    evaluate  in-context loss / accuracy of the model, the exact Bayes-optimal predictor over all
+              K HMMs (float64, on the device) and the unigram (``empirical.evaluate``)
+    analyze   ``empirical.analysis``: shuffle test, probes with the random-init baseline, offset
+              profiles, attention maps, hand-built vs trained
+    bundle    every JSON and figure in one archive (``empirical.reproduce.bundle``)
+
+:data:`STAGES` is the one list of stages: a later study (activation patching) joins the
+pipeline as one more entry after ``analyze``, with a function writing into its folder and a cost
+function for the plan (``empirical.reproduce.plan``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+import hmm
+from empirical.analysis.commands import REPORT_FILE, write_figures
+from empirical.analysis.report import analyze
+from empirical.checkpoint import CONFIG_FILE, load_checkpoint
+from empirical.commands import EVALUATION_FILE
+from empirical.data import PromptStream, held_out_prompts
+from empirical.evaluate import Predictor, evaluate_predictors, in_context_predictors
+from empirical.model import training_flops_per_token
+from empirical.plots import plot_in_context, plot_training_loss
+from empirical.reproduce import plan
+from empirical.reproduce.bundle import write_bundle
+from empirical.reproduce.config import ReproduceConfig
+from empirical.reproduce.record import (
+    PROGRESS_FILE,
+    RECORD_FILE,
+    environment,
+    git_state,
+    metrics_records,
+    read_json,
+    write_json,
+)
+from empirical.roofline import synchronize, timed
+from empirical.train import CHECKPOINT_DIR, METRICS_FILE, train
+
+MIXTURE_FILE = "mixture.json"
+
+
+class Reproduction:
+    """What every stage of one invocation reads: the config, the run folder, the command line,
+    the rates measured at the start; the mixture is built once per process."""
+
+    def __init__(self, config: ReproduceConfig, out: Path, command: str, rates: plan.Rates) -> None:
+        self.config = config
+        self.out = out
+        self.command = command
+        self.rates = rates
+
+    def folder(self, stage: str) -> Path:
+        """``OUT/<stage>/``, created."""
+        path = self.out / stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.out / "train" / CHECKPOINT_DIR
+
+    @cached_property
+    def mixture(self) -> hmm.Mixture:
+        """The preset's mixture (host, float64). Refused if its fingerprint differs from the one
+        the mixture stage recorded: another numpy could draw other HMMs from the same seed, and
+        the checkpoint would then be evaluated on a mixture it was not trained on."""
+        mixture = self.config.preset.build_mixture()
+        recorded = read_json(self.out / "mixture" / MIXTURE_FILE)
+        if recorded is not None:
+            fingerprint = plan.mixture_fingerprint(mixture)
+            if fingerprint != recorded["fingerprint"]:
+                raise ValueError(
+                    f"mixture: this machine generates preset {self.config.preset.name!r} (seed "
+                    f"{self.config.preset.mixture_seed}) with fingerprint {fingerprint}; expected "
+                    f"{recorded['fingerprint']}, recorded by the mixture stage in {str(self.out)!r}")
+        return mixture
+
+
+def mixture_stage(run: Reproduction) -> dict:
+    """Generate the mixture and record its spec, seed and fingerprint."""
+    mixture = run.mixture
+    fingerprint = plan.mixture_fingerprint(mixture)
+    parameters = [mixture.hmm.initial, mixture.hmm.transition, mixture.hmm.emission]
+    description = {
+        "preset": run.config.preset.mixture,
+        "spec": dataclasses.asdict(run.config.preset.mixture_spec),
+        "seed": run.config.preset.mixture_seed,
+        "dtype": str(mixture.hmm.dtype),
+        "bytes": sum(tensor.numel() * tensor.element_size() for tensor in parameters),
+        "fingerprint": fingerprint,
+    }
+    write_json(run.folder("mixture") / MIXTURE_FILE, description)
+    return {"tasks": mixture.num_tasks, "bytes": description["bytes"]}
+
+
+def steady_tokens_per_s(records: list[dict], after_step: int) -> float | None:
+    """Median tokens/s of the log windows that end after ``after_step`` (the windows of this
+    attempt but its first, which holds compilation and warm-up), None if there are none."""
+    rates = [record["tokens_per_s"] for record in records if record["step"] > after_step]
+    return statistics.median(rates) if rates else None
+
+
+def train_stage(run: Reproduction) -> dict:
+    """Train (or resume) the preset's RoFormer; measure this attempt's steps, tokens and FLOPs."""
+    preset = run.config.preset
+    folder = run.folder("train")
+    saved = read_json(run.checkpoint / CONFIG_FILE)
+    start = saved["step"] if saved else 0
+    stream = PromptStream(run.mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
+    model_config = preset.model_config(preset.mixture_spec.num_tokens)
+    result = train(model_config, preset.train, stream, folder, task=preset.task(), command=run.command,
+                   device=run.config.device)
+    length = preset.prompt_format.length
+    tokens = (result.step - start) * preset.train.batch_size * length
+    flops_per_token = training_flops_per_token(model_config, length)
+    windows = [record for record in metrics_records(folder / METRICS_FILE) if record["step"] > start]
+    steady = steady_tokens_per_s(windows, start + preset.train.log_every)
+    return {
+        "steps": result.step - start,
+        "tokens": tokens,
+        "flops": {str(run.config.train_dtype).removeprefix("torch."): float(flops_per_token * tokens)},
+        "last_loss": result.last_loss,
+        "steady_tokens_per_s": steady,
+        "steady_mfu": steady * flops_per_token / run.rates.train if steady else None,
+        "first_window_s": windows[0]["elapsed_s"] if windows else None,
+    }
+
+
+def _timed_predictor(predictor: Predictor, device: torch.device, seconds: dict[str, float], name: str) -> Predictor:
+    """``predictor``, its wall time (device synchronised) added to ``seconds[name]``."""
+
+    def predict(tokens: torch.Tensor) -> torch.Tensor:
+        result, spent = timed(lambda: predictor(tokens), 1, device)
+        seconds[name] = seconds.get(name, 0.0) + spent
+        return result
+
+    return predict
+
+
+def evaluate_stage(run: Reproduction) -> dict:
+    """``evaluation.json``, ``in_context.png`` and ``training_loss.png`` of the checkpoint."""
+    preset, device = run.config.preset, run.config.device
+    folder = run.folder("evaluate")
+    saved = load_checkpoint(run.checkpoint, device)
+    num_prompts = preset.eval_prompts
+    prompts = held_out_prompts(run.mixture, preset.prompt_format, num_prompts, preset.data_seed)
+    seconds: dict[str, float] = {}
+    predictors = {name: _timed_predictor(predictor, device, seconds, name)
+                  for name, predictor in in_context_predictors(saved.model, run.mixture, preset, num_prompts,
+                                                               device).items()}
+    evaluation = evaluate_predictors(predictors, prompts, run.mixture.num_tokens)
+    report = {"checkpoint_step": saved.config["step"],
+              "bayes": {"dtype": str(run.mixture.hmm.dtype), "device": str(device), "tasks": run.mixture.num_tasks},
+              **evaluation}
+    write_json(folder / EVALUATION_FILE, report)
+    plot_in_context(evaluation, folder / "in_context.png")
+    plot_training_loss(run.out / "train" / METRICS_FILE, evaluation, folder / "training_loss.png")
+    flops, filter_bytes = plan.evaluate_work(run.config)
+    return {
+        "tokens": num_prompts * preset.prompt_format.length,
+        "flops": flops,
+        "predictor_seconds": seconds,
+        "bayes_flops_per_s": flops["float64"] / seconds["bayes"],
+        "bayes_bytes_per_s": filter_bytes / seconds["bayes"],
+        "excess_over_gap_test_sequence": evaluation["excess_test_sequence"]["model"]["excess_over_gap"],
+    }
+
+
+def analyze_stage(run: Reproduction) -> dict:
+    """``analysis.json`` and the six figures of ``empirical.analysis`` for the checkpoint."""
+    preset, analysis_config = run.config.preset, run.config.analysis
+    folder = run.folder("analyze")
+    saved = load_checkpoint(run.checkpoint, run.config.device)
+    analysis = analyze(saved.model, preset, analysis_config, run.config.device, run.mixture)
+    write_figures(analysis, preset.prompt_format, analysis_config.max_distance, folder)
+    write_json(folder / REPORT_FILE, {"analysis_config": dataclasses.asdict(analysis_config), **analysis.report})
+    hand_train, hand_test = analysis_config.hand_built_counts
+    return {"hand_built_prompts": hand_train + 3 * hand_test + 1}
+
+
+def bundle_stage(run: Reproduction) -> dict:
+    """The archive of every JSON and figure written so far (``record.json`` as of this stage)."""
+    return write_bundle(run.out, run.folder("bundle") / f"{run.config.preset.name}-results.tar.gz")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage: its name (also its folder), what it does, and its cost for the plan."""
+
+    name: str
+    run: Callable[[Reproduction], dict]
+    cost: Callable[[ReproduceConfig, plan.Rates, plan.HostTimings], plan.StageCost]
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("mixture", mixture_stage, plan.mixture_cost),
+    Stage("train", train_stage, plan.train_cost),
+    Stage("evaluate", evaluate_stage, plan.evaluate_cost),
+    Stage("analyze", analyze_stage, plan.analysis_cost),
+    Stage("bundle", bundle_stage, plan.bundle_cost),
+)
+STAGE_NAMES = tuple(stage.name for stage in STAGES)
+
+
+def plan_costs(config: ReproduceConfig, rates: plan.Rates, host: plan.HostTimings) -> list[plan.StageCost]:
+    """Every stage's planned cost."""
+    return [stage.cost(config, rates, host) for stage in STAGES]
+
+
+def done_stages(record: dict | None) -> set[str]:
+    """Names of the stages the record marks done."""
+    return {name for name, entry in (record or {}).get("stages", {}).items() if entry["status"] == "done"}
+
+
+def _peak_memory(device: torch.device) -> dict:
+    """Peak device memory of the stage (CUDA: allocated by torch since the stage began) or of
+    the process so far (CPU: maximum resident set)."""
+    if device.type == "cuda":
+        return {"peak_device_memory_bytes": torch.cuda.max_memory_allocated(device)}
+    return {"peak_process_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _utilisation(flops: dict[str, float], seconds: float, rates: plan.Rates, train_dtype: str) -> dict[str, float]:
+    """Achieved FLOP/s of each dtype's matrix work over its matmul peak measured in this invocation."""
+    peaks = {"float32": rates.float32, "float64": rates.float64, train_dtype: rates.train}
+    return {dtype: value / seconds / peaks[dtype] for dtype, value in flops.items()}
+
+
+def _new_record(config: ReproduceConfig) -> dict:
+    return {"settings": config.settings(), "invocations": [], "stages": {}}
+
+
+def check_settings(record: dict, config: ReproduceConfig, out: Path) -> None:
+    """``ValueError`` naming the settings that differ when ``out`` holds another run."""
+    differ = sorted(key for key, value in config.settings().items() if record["settings"].get(key) != value)
+    if differ:
+        raise ValueError(
+            f"--out: {str(out)!r} holds a run with other settings ({', '.join(differ)} differ); expected the same "
+            f"preset, options and device type to resume it, or another --out")
+
+
+class Progress:
+    """Writes ``progress.json`` (see :mod:`empirical.reproduce.record`)."""
+
+    def __init__(self, out: Path, command: str, costs: list[plan.StageCost], done: set[str]) -> None:
+        self.path = out / PROGRESS_FILE
+        self.state = {
+            "pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": time.time(),
+            "stage": None, "stage_started": None,
+            "stages": {cost.stage: "done" if cost.stage in done else "pending" for cost in costs},
+            "planned_s": {cost.stage: cost.expected_s for cost in costs},
+            "finished": False, "stopped_after": None, "error": None,
+        }
+
+    def update(self, **changes) -> None:
+        self.state.update(changes, updated=time.time())
+        write_json(self.path, self.state)
+
+    def stage(self, name: str, status: str) -> None:
+        self.state["stages"][name] = status
+        self.update(**({"stage": name, "stage_started": time.time()} if status == "running" else {}))
+
+
+def run_stages(config: ReproduceConfig, out: Path, command: str, rates: plan.Rates, host: plan.HostTimings,
+               budget_minutes: float, stop_after: str | None = None) -> dict:
+    """Run every stage not yet done in ``out`` (all of them, or through ``stop_after``), after
+    checking the plan of those stages against ``budget_minutes``; returns the record."""
+    record = read_json(out / RECORD_FILE) or _new_record(config)
+    check_settings(record, config, out)
+    done = done_stages(record)
+    costs = plan_costs(config, rates, host)
+    plan.check_budget(costs, done, budget_minutes)
+    out.mkdir(parents=True, exist_ok=True)
+    record["invocations"].append({
+        "command": command, "started": time.time(), "environment": environment(config.device), "git": git_state(),
+        "rates": rates._asdict(), "host": host._asdict(), "plan": [cost._asdict() for cost in costs],
+    })
+    invocation = len(record["invocations"]) - 1
+    write_json(out / RECORD_FILE, record)
+    progress = Progress(out, command, costs, done)
+    progress.update()
+    run = Reproduction(config, out, command, rates)
+    for stage, cost in zip(STAGES, costs):
+        if stage.name not in done:
+            _run_stage(stage, cost, run, record, invocation, progress)
+        if stage.name == stop_after:
+            progress.update(stopped_after=stage.name)
+            break
+    else:
+        progress.update(finished=True)
+    return record
+
+
+def _run_stage(stage: Stage, cost: plan.StageCost, run: Reproduction, record: dict, invocation: int,
+               progress: Progress) -> None:
+    """Run one stage; record its attempt: the measurements, or the error that stopped it."""
+    device, path = run.config.device, run.out / RECORD_FILE
+    progress.stage(stage.name, "running")
+    print(f"stage {stage.name}: started, planned {cost.expected_s:.1f} s", file=sys.stderr, flush=True)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    entry = record["stages"].setdefault(stage.name, {"status": "running", "attempts": []})
+    started = time.perf_counter()
+    try:
+        measured = stage.run(run)
+    except BaseException as error:
+        entry["status"] = "failed"
+        entry["attempts"].append({"invocation": invocation, "error": repr(error),
+                                  "wall_s": time.perf_counter() - started})
+        write_json(path, record)
+        progress.stage(stage.name, "failed")
+        progress.update(error=repr(error))
+        raise
+    synchronize(device)
+    seconds = time.perf_counter() - started
+    attempt = {"invocation": invocation, "wall_s": seconds, "planned_s": cost.expected_s, **measured,
+               **_peak_memory(device)}
+    if "tokens" in measured:
+        attempt["tokens_per_s"] = measured["tokens"] / seconds
+    if "flops" in measured:
+        train_dtype = str(run.config.train_dtype).removeprefix("torch.")
+        attempt["utilisation"] = _utilisation(measured["flops"], seconds, run.rates, train_dtype)
+    entry["status"] = "done"
+    entry["attempts"].append(attempt)
+    write_json(path, record)
+    progress.stage(stage.name, "done")
+    print(f"stage {stage.name}: done in {seconds:.1f} s", file=sys.stderr, flush=True)
