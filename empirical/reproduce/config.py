@@ -20,6 +20,7 @@ the others):
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 
 import torch
@@ -58,15 +59,16 @@ class ReproduceConfig:
         return torch.bfloat16 if autocast else torch.float32
 
     def settings(self) -> dict:
-        """JSON of everything that determines the outputs: a resumed run must match it."""
-        return {
+        """JSON of everything that determines the outputs: a resumed run must match it (as read
+        back from the record: tuples become lists)."""
+        return json.loads(json.dumps({
             "preset": self.preset.name,
             "task": self.preset.task(),
             "model": self.preset.model_config(self.preset.mixture_spec.num_tokens).to_dict(),
             "train": self.preset.train.to_dict(),
             "analysis": dataclasses.asdict(self.analysis),
             "device_type": self.device.type,
-        }
+        }))
 
 
 def check_device(name: str | None, *, planning_only: bool = False) -> torch.device:
