@@ -194,7 +194,8 @@ def decoding_order(task: dict, state: dict) -> str:
 
 def claims_summary(report: dict, num_layers: int, max_distance: int) -> dict:
     """The numbers behind the three verdicts of ``docs/analysis.md``, from the trained network:
-    shuffle metric of the lower and upper half of the layers; for task and state the best layer,
+    shuffle metric of the lower and upper half of the layers (when the report has the shuffle
+    section); for task and state the best layer,
     the first layer reaching 95% of the best accuracy and the crossing of 95% of the Bayes-optimal
     ceiling (:func:`first_layer_at_ceiling`, decided by :func:`decoding_order`); for each distance
     k the layer of the peak accuracy, the peak and the last layer's accuracy (with intervals)."""
@@ -227,16 +228,15 @@ def claims_summary(report: dict, num_layers: int, max_distance: int) -> dict:
         peak = values.index(max(values))
         previous[target] = {"accuracy_by_layer": values, "peak_layer": peak, "peak": results[peak],
                             "last_layer": results[-1]}
-    return {
-        "layer_index": "0 = embedding, l = residual stream after layer l",
-        "shuffle": {variant: {"lower_layers": lower, "upper_layers": upper,
-                              "lower_mean": sum(shuffle[name]["mean"] for name in lower) / len(lower),
-                              "upper_mean": sum(shuffle[name]["mean"] for name in upper) / len(upper),
-                              "by_layer": [shuffle[name]["mean"] for name in layers]}
-                    for variant, shuffle in report["shuffle"]["trained"].items()},
-        "task_vs_state": timing,
-        "previous_tokens": previous,
-    }
+    claims = {"layer_index": "0 = embedding, l = residual stream after layer l",
+              "task_vs_state": timing, "previous_tokens": previous}
+    if "shuffle" in report:
+        claims["shuffle"] = {variant: {"lower_layers": lower, "upper_layers": upper,
+                                       "lower_mean": sum(shuffle[name]["mean"] for name in lower) / len(lower),
+                                       "upper_mean": sum(shuffle[name]["mean"] for name in upper) / len(upper),
+                                       "by_layer": [shuffle[name]["mean"] for name in layers]}
+                             for variant, shuffle in report["shuffle"]["trained"].items()}
+    return claims
 
 
 def shuffle_report(networks: dict[str, RoFormer], hand_built_tokens: torch.Tensor, tokens: torch.Tensor,
@@ -384,7 +384,7 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
         # Centroids are per task, so patching draws from the probed tasks too (several prompts each).
         report["patching"] = patching_report(model, probed, prompts(probed, CENTROID_STREAM, config.centroid_prompts),
                                              prompts(probed, PATCHING_STREAM, config.patching_prompts), config, device)
-    if {"shuffle", "probes"} <= set(config.sections):
+    if "probes" in config.sections:
         report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)
     return Analysis(report, example, roformer_patterns(model, example[None], device)[0],
                     hand_built_weights(example_trace), hand_built_composed_history(example_trace))
