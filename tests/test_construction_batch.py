@@ -1,6 +1,9 @@
 """The batched forward pass against one pass per prompt: the scaled weights are the builders' weights
 exactly, the outputs agree to a derived rounding bound, and bad batches are refused."""
+import importlib.util
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +12,8 @@ import torch
 from construction import build_network, forward_batch, parameters_for_prompt, reference
 from construction.batch import scaled_weights, unit_network
 from construction.weights import SCALED_WEIGHTS
+from empirical.data import held_out_prompts
+from empirical.presets import get_preset
 from test_construction_helpers import gamma, hmm_prompt
 
 P, L, T = 3, 3, 6
@@ -113,3 +118,19 @@ def test_each_prompt_keeps_its_own_refusals():
     diverging = replace(SPECS[3], eta=2.5 * SPECS[3].eta, beta=4 * SPECS[3].beta)
     with pytest.raises(ValueError, match=r"eta=.* >= 2/lambda_max = .* for prompt 3 of the batch"):
         forward_batch([*SPECS[:3], diverging], PROMPTS)
+
+
+def test_benchmark_runs_and_reports_equal_predictions(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_hand_built.py"
+    spec = importlib.util.spec_from_file_location("bench_hand_built", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--preset", "tiny", "--prompts", "6", "--loop-prompts", "3", "--L", "2", "--T", "2",
+                       "--batch-sizes", "1", "4", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["loop_prompts_per_s"] > 0 and set(result["batched"]) == {"1", "4"}
+    preset = get_preset("tiny")
+    looped = held_out_prompts(preset.build_mixture(), preset.prompt_format, 3, preset.data_seed).tokens.numpy()
+    bound = max(pass_rounding_bound(tokens, parameters_for_prompt(tokens, result["p"], 2, 2)) for tokens in looped)
+    assert all(entry["max_abs_difference_to_loop"] <= bound for entry in result["batched"].values())
