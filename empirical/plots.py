@@ -25,7 +25,7 @@ def _draw_curves(axis, curve: dict, x_key: str, metric: str, styles: dict[str, d
             continue
         mean = curve[name][metric]
         stderr = curve[name][f"{metric}_stderr"]
-        axis.errorbar(x, mean, yerr=stderr, capsize=2, markersize=4, **{"linestyle": "-", **style})
+        axis.errorbar(x, mean, yerr=stderr, capsize=2, markersize=4, elinewidth=1.0, **{"linestyle": "-", **style})
 
 
 def plot_in_context(evaluation: dict, path: Path) -> None:
@@ -103,8 +103,10 @@ def side_by_side_styles(history_length: int, gd_steps: list[int]) -> dict[str, d
                                               "label": "least squares W+ x (in-context)"},
     }
     for index, steps in enumerate(gd_steps):
+        # Fewer steps: a wider, lighter line, so that curves that coincide stay visible.
+        share = index / max(len(gd_steps) - 1, 1)
         styles[f"hand-built L={history_length} T={steps}"] = {
-            "color": reds(0.45 + 0.5 * index / max(len(gd_steps) - 1, 1)), "marker": "x",
+            "color": reds(0.4 + 0.55 * share), "marker": "x", "linewidth": 4.0 - 2.5 * share, "alpha": 0.9 - 0.3 * (1 - share),
             "label": f"hand-built W_T x, T = {steps}"}
     return styles
 
@@ -128,7 +130,7 @@ def plot_side_by_side(evaluation: dict, history_lengths: list[int], gd_steps: li
             axis.set_xlabel(x_label)
             axis.set_ylabel(f"{y_label}, L = {history_length}")
             axis.grid(alpha=0.3)
-        axes[row, 0].legend(fontsize=7)
+    figure.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=9)
     fmt = evaluation["prompt_format"]
     figure.suptitle(
         f"Hand-built (W_T x) and trained networks side by side: {evaluation['num_prompts']} held-out prompts, "

@@ -13,8 +13,9 @@ import torch
 
 import hmm
 from empirical.analysis.figures import (
-    plot_attention_comparison,
     plot_offset_profiles,
+    plot_offset_summary,
+    plot_pattern_comparison,
     plot_previous_token_probes,
     plot_shuffle,
     plot_task_state_probes,
@@ -30,16 +31,19 @@ REPORT_FILE = "analysis.json"
 
 
 def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
-    """The six figures of :mod:`empirical.analysis.figures` into ``out``."""
+    """The seven figures of :mod:`empirical.analysis.figures` into ``out``."""
     report = analysis.report
     plot_shuffle(report["shuffle"], out / "shuffle.png")
     plot_task_state_probes(report["probes"], out / "probes_task_state.png")
     plot_previous_token_probes(report["probes"], max_distance, out / "probes_previous_tokens.png")
     plot_trained_attention(analysis.trained_patterns, analysis.example, prompt_format, out / "attention_trained.png")
-    plot_attention_comparison(analysis.hand_built_weights, analysis.hand_built_composed,
-                              analysis.trained_patterns, report["offsets"]["best_match_composed"],
-                              out / "attention_hand_built_vs_trained.png")
+    trained = {f"layer {layer + 1}": patterns[None] for layer, patterns in enumerate(analysis.trained_patterns)}
+    ideal = {name: composed[None, None] for name, composed in analysis.hand_built_composed.items()}
+    plot_pattern_comparison(trained, ideal, report["offsets"]["best_match_composed"],
+                            report["offsets"]["best_match_composed_random_init"],
+                            out / "attention_hand_built_vs_trained.png")
     plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
+    plot_offset_summary(report["offsets"]["summary"], out / "offset_summary.png")
 
 
 def run_analyze(args) -> int:
@@ -51,7 +55,8 @@ def run_analyze(args) -> int:
     preset = preset_from_task(saved.config["task"])
     analysis = analyze(saved.model, preset, config, device)
     report = {
-        "command": args.command_line, "checkpoint": str(args.checkpoint), "step": saved.config["step"],
+        "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(args.checkpoint),
+        "step": saved.config["step"],
         "task": saved.config["task"], "model": saved.config["model"], "device": str(device),
         "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
         **analysis.report,
