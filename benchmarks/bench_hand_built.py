@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the JSON result here")
     args = parser.parse_args(argv)
 
+    commit = source_commit()  # before anything is written
     torch.set_num_threads(args.threads)
     preset = get_preset(args.preset)
     mixture = preset.build_mixture()
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     best = max(batched, key=lambda size: batched[size]["prompts_per_s"])
     result = {
         "command": ["python", *sys.argv] if argv is None else ["python", "benchmarks/bench_hand_built.py", *argv],
-        "git_commit": source_commit(),
+        "git_commit": commit,
         "machine": {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                     "torch": torch.__version__},
         "preset": preset.name, "prompt_length": int(tokens.shape[1]), "p": p, "L": args.L, "T": args.T,

@@ -160,7 +160,7 @@ def plot_pattern_comparison(trained: dict[str, torch.Tensor], ideal: dict[str, t
     and their difference, drawn by :func:`draw_pattern` from ``(batch, head, query, key)`` tensors:
     ``trained`` ``{layer l: (B, H, N, N)}`` and ``ideal`` ``{history.r: (B, 1, N, N)}``. Titles give
     the matching score (1 - TV of offset profiles) of the trained head and of the best random-init head."""
-    figure, axes = plt.subplots(len(ideal), 3, figsize=(9.5, 3 * len(ideal) + 0.6), constrained_layout=True,
+    figure, axes = plt.subplots(len(ideal), 3, figsize=(10, 3 * len(ideal) + 1.6), constrained_layout=True,
                                 squeeze=False)
     for row, (name, pattern) in enumerate(ideal.items()):
         match, chance = best_match[name], random_init_match[name]
@@ -168,14 +168,14 @@ def plot_pattern_comparison(trained: dict[str, torch.Tensor], ideal: dict[str, t
         weights = draw_pattern(axes[row, 0], head_pattern, batch, 0,
                                f"trained layer {match['layer']} head {match['head']}: score {match['similarity']:.2f}\n"
                                f"(best random-init head: {chance['similarity']:.2f})", window)
-        draw_pattern(axes[row, 1], pattern, batch, 0, f"ideal for {name}: all mass at offset -{name.split('.')[1]}",
+        draw_pattern(axes[row, 1], pattern, batch, 0, f"ideal for {name}:\nall mass at offset -{name.split('.')[1]}",
                      window)
-        signed = draw_pattern(axes[row, 2], head_pattern - pattern, batch, 0, "difference: trained - ideal", window,
+        signed = draw_pattern(axes[row, 2], head_pattern - pattern, batch, 0, "difference:\ntrained - ideal", window,
                               difference=True)
-    figure.colorbar(weights, ax=axes[:, :2], shrink=0.4, label="attention weight")
-    figure.colorbar(signed, ax=axes[:, 2], shrink=0.4, label="trained - ideal")
-    figure.suptitle(f"Hand-built history layers: best-matching trained head, ideal pattern, difference "
-                    f"(last {window} positions of one held-out prompt)")
+    figure.colorbar(weights, ax=axes[-1, :2], location="bottom", shrink=0.6, label="attention weight")
+    figure.colorbar(signed, ax=axes[-1, 2], location="bottom", shrink=0.9, label="trained - ideal")
+    figure.suptitle(f"Hand-built history layers: best-matching trained head, ideal pattern and difference\n"
+                    f"(last {window} positions of one held-out prompt; score = 1 - TV of offset profiles)")
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -217,8 +217,9 @@ def plot_offset_profiles(offsets: dict, path: Path) -> None:
 
 def plot_offset_summary(summary: dict, path: Path) -> None:
     """The whole trained network by relative offset: one column per layer, mean attention weight
-    (top, log scale) and mean centred logit (bottom) at offsets ``0..-K``, one line per head
-    (``summary`` = the ``offsets.summary`` section of ``analysis.json``)."""
+    (top, log scale) and mean centred logit (bottom) at offsets ``0..-K``, one line per head, dotted
+    lines a whole number of segments back (``summary`` = the ``offsets.summary`` section of
+    ``analysis.json``)."""
     offsets = summary["offsets"]
     attention, logit = torch.tensor(summary["attention"]), torch.tensor(summary["logit"])
     layers, heads = attention.shape[:2]
@@ -235,11 +236,13 @@ def plot_offset_summary(summary: dict, path: Path) -> None:
         axes[1, layer].axhline(0.0, color="gray", linewidth=0.6)
         for axis in axes[:, layer]:
             axis.grid(alpha=0.3)
+            for back in range(summary["segment_length"], -offsets[-1] + 1, summary["segment_length"]):
+                axis.axvline(-back, color="black", linestyle=":", linewidth=1)
     axes[0, 0].set_yscale("log")
     axes[0, 0].set_ylabel("mean attention weight")
     axes[1, 0].set_ylabel("mean logit - query's mean logit")
     axes[0, 0].legend(fontsize=7)
     figure.suptitle(f"Trained RoFormer by relative offset ({summary['queries_per_prompt']} queries per prompt, "
-                    f"each with >= {-offsets[-1]} earlier positions)")
+                    f"each with >= {-offsets[-1]} earlier positions; dotted: one and two segments back)")
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -262,6 +262,7 @@ def offset_summary_section(model: RoFormer, tokens: torch.Tensor, prompt_format:
     queries = ~prompt_format.is_delimiter & (torch.arange(prompt_format.length) >= max_offset)
     summary = roformer_offset_summary(model, tokens, queries, max_offset, device, config.batch_size, "offset summary")
     return {"offsets": [-offset for offset in range(max_offset + 1)], "queries_per_prompt": int(queries.sum()),
+            "segment_length": prompt_format.demo_length + 1,
             **{kind: values.tolist() for kind, values in summary.items()}}
 
 
