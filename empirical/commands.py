@@ -75,6 +75,7 @@ def run_train(args) -> int:
 
 
 def run_evaluate(args) -> int:
+    torch.set_num_threads(args.threads)
     checkpoint_dir = Path(args.checkpoint)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(checkpoint_dir, device)
@@ -191,6 +192,7 @@ def register(subparsers) -> None:
                              "beside the model; 0 skips them")
     parser.add_argument("--hand-built-L", type=int, nargs="+", default=[1, 2, 3], help="history lengths L")
     parser.add_argument("--hand-built-T", type=int, nargs="+", default=[2, 32], help="gradient-descent layers T")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.set_defaults(run=run_evaluate)
 
     parser = subparsers.add_parser("calibrate", help="Bayes-optimal in-context signal of a mixture preset vs Dirichlet concentration")
