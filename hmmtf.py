@@ -40,12 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def source_commit() -> str | None:
     """The git commit of the checkout this file is in (``git rev-parse HEAD``), with ``+dirty``
-    when tracked files differ from it; None outside a git checkout or without git."""
+    when tracked files outside ``figures/`` (the results, which commands rewrite) differ from it;
+    None outside a git checkout or without git."""
     root = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        changes = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                 capture_output=True, text=True, check=True)
+        changes = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures"],
+                                 cwd=root, capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit.stdout.strip() + ("+dirty" if changes.stdout.strip() else "")

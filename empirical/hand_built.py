@@ -28,7 +28,8 @@ token of segment k, the prediction the network makes on the prompt cut after tha
 the two prompts' construction-error bounds, 1e-9 each; a later token reaches an earlier column
 only through the softmax leak, which those bounds contain). The vs-position curve then costs one
 pass per prompt (k = n, the whole prompt) and the vs-demonstrations curve n passes of growing
-length, about 2.9 full passes for the cpu-small format instead of one per row (118).
+length: with the cost of a pass growing as N^2, 2.8 whole-prompt passes for the cpu-small format,
+where one pass per served row would cost 34.
 
 **Distribution rule** (:func:`to_distribution`): the raw outputs ``v = W x`` of the two
 regressions are not distributions (entries can be negative, sums differ from 1 off the span of
@@ -52,9 +53,9 @@ gets at least ``eps / p``. A row that already is a distribution loses at most ``
 nats for p = 8) instead of infinity (docs/empirical.md)."""
 
 HAND_BUILT_BATCH = 4
-"""Prompts per :func:`construction.forward_batch` call: the fastest on 2 CPU cores
-(``benchmarks/bench_hand_built.py``: larger batches push the ``(B, heads, N, N)`` attention
-tensors out of the cache)."""
+"""Prompts per :func:`construction.forward_batch` call. On 2 shared CPU cores 1 and 4 run about
+equally fast (4 was faster under load) and 16 slower: larger batches push the
+``(B, heads, N, N)`` attention tensors out of the cache (``benchmarks/bench_hand_built.py``)."""
 
 
 def to_distribution(raw: torch.Tensor, smoothing: float = SMOOTHING) -> torch.Tensor:
