@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import subprocess
 import sys
+from pathlib import Path
 
 import bounds.commands
 import construction.commands
@@ -38,12 +40,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def source_commit() -> str | None:
+    """The git commit of the checkout this file is in (``git rev-parse HEAD``), with ``+dirty``
+    when tracked files outside ``figures/`` (the results, which commands rewrite) differ from it;
+    None outside a git checkout or without git."""
+    root = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        changes = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures"],
+                                 cwd=root, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit.stdout.strip() + ("+dirty" if changes.stdout.strip() else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``) and run the subcommand. ``args.command_line`` is
-    the command as a shell line, recorded by every subcommand next to the data it writes."""
+    the command as a shell line and ``args.git_commit`` the code's :func:`source_commit`, recorded
+    by the subcommands next to the data they write."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["hmmtf", *argv])
+    args.git_commit = source_commit()
     return int(args.run(args) or 0)
 
 

@@ -23,6 +23,9 @@ Public API::
     trace.residual('gd.3'), trace.slot('future.1', layer='label'), trace.features('label')
     trace.attn_logits['label'] # (heads, N, N), [head, query i, key j]
     trace.attn_weights['gd.1'] # softmax weights, or relu(s)/N for the ReLU heads
+    batch = construction.forward_batch(specs, tokens_2d)  # B prompts of one length, spec b for row b
+                               # (specs differ only in eta and beta); batch.prediction (B, p^m),
+                               # batch.slot('output') (B, p^m, N), batch.stream (B, D, N)
     net.layout.rows('weights.0')  # named slots -> row ranges (construction.layout)
     spec.error_bound(N)        # construction-error bound for an N-column prompt (leak x amplification)
     construction.layer_leak(beta, theta, N)          # per-layer softmax leak formula
@@ -38,6 +41,7 @@ and the rest): docs/construction.md, section 0. CLI:
 ``hmmtf construction-info --p 4 --L 3 --T 10 [--m 2] [--doubling] [--export FILE]``.
 """
 from construction import reference
+from construction.batch import BatchTrace, forward_batch
 from construction.export import load_weights, save_weights
 from construction.layout import Layout, build_layout
 from construction.leak import amplification, choose_beta, layer_leak
@@ -47,6 +51,7 @@ from construction.spec import ConstructionSpec
 from construction.weights import Stage
 
 __all__ = [
+    "BatchTrace",
     "ConstructionSpec",
     "Layout",
     "Network",
@@ -57,6 +62,7 @@ __all__ = [
     "build_network",
     "choose_beta",
     "embed",
+    "forward_batch",
     "layer_leak",
     "load_weights",
     "parameters_for_prompt",

@@ -80,24 +80,31 @@ def check_beta(spec: ConstructionSpec, num_columns: int, tolerance: float, allow
     warnings.warn(message, stacklevel=3)
 
 
-def check_step_size(stream: torch.Tensor, spec: ConstructionSpec) -> None:
-    """Refuse eta >= 2 / lambda_max of ``(1/N) sum_samples x x^T`` read off the stage-2 stream."""
-    samples = exclusion_count(stream, spec.layout) < 0.5
-    covariates = stream[spec.layout.feature_rows()][:, samples].to(torch.float64)
-    hessian = covariates @ covariates.T / stream.shape[1]
-    lambda_max = float(torch.linalg.eigvalsh(hessian)[-1])
-    if spec.eta * lambda_max >= 2.0:
+def check_step_size(stream: torch.Tensor, layout: Layout, eta: torch.Tensor) -> None:
+    """Refuse, for prompt b of a batch ``stream (B, D, N)``, ``eta[b] >= 2 / lambda_max`` of
+    ``(1/N) sum_samples x x^T`` read off its stage-2 stream."""
+    samples = exclusion_count(stream.transpose(0, 1), layout) < 0.5
+    covariates = torch.where(samples[:, None, :], stream[:, layout.feature_rows()], 0.0).to(torch.float64)
+    hessian = covariates @ covariates.transpose(-1, -2) / stream.shape[-1]
+    lambda_max = torch.linalg.eigvalsh(hessian)[:, -1]
+    diverging = torch.nonzero(eta * lambda_max >= 2.0).flatten()
+    if diverging.numel():
+        index = int(diverging[0])
+        value, largest = float(eta[index]), float(lambda_max[index])
+        where = f"prompt {index} of the batch" if stream.shape[0] > 1 else "this prompt"
         raise ValueError(
-            f"eta={spec.eta:.6g} >= 2/lambda_max = {2.0 / lambda_max:.6g} for this prompt "
-            f"(lambda_max of (1/N) sum_samples x x^T is {lambda_max:.6g}): gradient descent diverges; "
-            f"expected eta < {2.0 / lambda_max:.6g}"
+            f"eta={value:.6g} >= 2/lambda_max = {2.0 / largest:.6g} for {where} "
+            f"(lambda_max of (1/N) sum_samples x x^T is {largest:.6g}): gradient descent diverges; "
+            f"expected eta < {2.0 / largest:.6g}"
         )
 
 
 def check_penalty(stream: torch.Tensor, logits: torch.Tensor, spec: ConstructionSpec) -> None:
-    """Refuse a penalty that leaves a positive GD score (``logits`` of a GD layer) on a non-sample key column."""
-    outside = exclusion_count(stream, spec.layout) >= 0.5
-    worst = float(logits[:, :, outside].max()) if bool(outside.any()) else 0.0
+    """Refuse a penalty that leaves a positive GD score (``logits (B, heads, N, N)`` of a GD layer)
+    on a non-sample key column of a prompt of the batch ``stream (B, D, N)``."""
+    outside = exclusion_count(stream.transpose(0, 1), spec.layout) >= 0.5
+    by_key = logits.amax(dim=(1, 2))
+    worst = float(by_key[outside].max()) if bool(outside.any()) else 0.0
     if worst > 0.0:
         raise ValueError(
             f"penalty={spec.penalty:.6g} too small: a non-sample keeps GD score {worst:.3g} > 0; "

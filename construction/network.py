@@ -8,7 +8,7 @@ also carries its :class:`~construction.weights.Stage` and its index within the s
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,6 +104,7 @@ class Network:
         ``patch(name, stream)`` is an intervention: it is called with ``"embedding"`` and the
         input stream, then with each layer's name and the stream after that layer, and what it
         returns (a ``(D, N)`` tensor) is what the next layer reads and the trace records.
+        Many prompts at once, each with its own spec: :func:`construction.forward_batch`.
 
         Raises ``ValueError`` (:mod:`construction.checks`) for a malformed prompt, a theta that
         wraps, a beta too small for the prompt (unless ``allow_leak``: then a warning states the
@@ -118,24 +119,15 @@ class Network:
         stream = torch.as_tensor(embed(tokens, self.layout, self.spec.theta), dtype=dtype)
         if patch is not None:
             stream = patch(Stage.EMBEDDING.value, stream)
-        residuals, logits_by_layer, weights_by_layer = [stream], {}, {}
-        for layer, weights in zip(self.layers, self._torch_weights(dtype)):
-            if layer.stage is Stage.GD and layer.index == 1:
-                checks.check_step_size(stream, self.spec)
-            if isinstance(layer, MLPLayer):
-                update = weights["w_out"] @ torch.relu(weights["w_in"] @ stream)
-            else:
-                logits, attention = attend(stream, weights)
-                if layer.stage is Stage.GD:
-                    checks.check_penalty(stream, logits, self.spec)
-                values = weights["value"] @ stream[weights["value_rows"]]
-                update = (values @ attention.transpose(1, 2)).sum(0)
-                if record_attention:
-                    logits_by_layer[layer.name], weights_by_layer[layer.name] = logits, attention
-            stream = stream + update
-            if patch is not None:
-                stream = patch(layer.name, stream)
-            residuals.append(stream)
+        stream = stream[None]
+        eta = torch.tensor([self.spec.eta], dtype=torch.float64)
+        batch_patch = None if patch is None else (lambda name, batch: patch(name, batch[0])[None])
+        residuals, logits_by_layer, weights_by_layer = [stream[0]], {}, {}
+        for layer, stream, logits, attention in propagate(stream, self.layers, self.torch_weights(dtype), self.spec,
+                                                          eta, batch_patch):
+            residuals.append(stream[0])
+            if record_attention and logits is not None:
+                logits_by_layer[layer.name], weights_by_layer[layer.name] = logits[0], attention[0]
         output = self.layout.rows("output")
         return Trace(
             layout=self.layout,
@@ -144,45 +136,99 @@ class Network:
             residuals=tuple(residuals),
             attn_logits=logits_by_layer,
             attn_weights=weights_by_layer,
-            prediction=stream[output.start : output.stop, -1],
+            prediction=residuals[-1][output.start : output.stop, -1],
         )
 
-    def _torch_weights(self, dtype: torch.dtype) -> list[dict]:
-        """Per layer, the stacked matrices as tensors of ``dtype``, cached.
+    def torch_weights(self, dtype: torch.dtype) -> list[dict]:
+        """Per layer, the heads' matrices as tensors of ``dtype``, cached.
 
-        Each attention matrix is stored with only the residual rows it reads (``*_rows``): its
-        other columns are exactly zero, so dropping them changes no sum and saves most of the work.
+        An attention layer keeps, for each head, only the residual rows its matrices read and the
+        rows its value writes: ``query``, ``key`` ``(1, heads, d_head, r)`` and ``value``
+        ``(1, heads, out, r)`` with the rows they read in ``query_rows``, ``key_rows``,
+        ``value_rows`` ``(heads, r)`` and the rows the value writes in ``value_out_rows``
+        ``(heads, out)``; the leading 1 is the batch dimension (shared by every prompt). The
+        dropped entries are exact zeros, so no sum changes and most of the work is saved. An MLP
+        layer keeps ``w_in`` and ``w_out``.
         """
         if dtype not in self._torch_cache:
-            converted = []
-            for layer in self.layers:
-                if isinstance(layer, MLPLayer):
-                    mlp = {name: torch.as_tensor(getattr(layer, name), dtype=dtype) for name in ("w_in", "w_out")}
-                    converted.append(mlp)
-                    continue
-                tensors = {"activation": layer.heads[0].activation}
-                for part in ("query", "key", "value"):
-                    stacked = np.stack([getattr(head, part) for head in layer.heads])
-                    rows = np.flatnonzero(np.abs(stacked).sum(axis=(0, 1)))
-                    tensors[part] = torch.as_tensor(stacked[:, :, rows], dtype=dtype)
-                    tensors[f"{part}_rows"] = torch.as_tensor(rows)
-                converted.append(tensors)
-            self._torch_cache[dtype] = converted
+            self._torch_cache[dtype] = [_layer_tensors(layer, dtype) for layer in self.layers]
         return self._torch_cache[dtype]
 
 
-def attend(stream: torch.Tensor, weights: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits ``s[h, i, j] = (query_h h_i) . (key_h h_j)`` and attention (softmax over j, or relu / N).
+def _nonzero_rows(matrices: list[np.ndarray], axis: int, what: str) -> np.ndarray:
+    """``(heads, r)``: per matrix, the indices along ``axis`` of its nonzero rows (``axis=1``) or
+    columns (``axis=0``); every head of a layer must have as many (``what`` names them)."""
+    rows = [np.flatnonzero(np.abs(matrix).sum(axis=axis)) for matrix in matrices]
+    if len({index.size for index in rows}) != 1:
+        raise ValueError(f"{what}: counts {[index.size for index in rows]} differ between heads; expected equal counts")
+    return np.stack(rows)
 
-    ``weights`` holds the stacked ``query``/``key`` restricted to the rows they read
-    (see :meth:`Network._torch_weights`).
+
+def _layer_tensors(layer: Layer, dtype: torch.dtype) -> dict:
+    """One layer's entry of :meth:`Network.torch_weights`."""
+    if isinstance(layer, MLPLayer):
+        return {name: torch.as_tensor(getattr(layer, name), dtype=dtype) for name in ("w_in", "w_out")}
+    tensors = {"activation": layer.heads[0].activation}
+    values = [head.value for head in layer.heads]
+    written = _nonzero_rows(values, axis=1, what=f"rows written by the heads of {layer.name}")
+    values = [value[rows] for value, rows in zip(values, written)]
+    for part, matrices in (("query", [head.query for head in layer.heads]),
+                           ("key", [head.key for head in layer.heads]), ("value", values)):
+        read = _nonzero_rows(matrices, axis=0, what=f"rows read by the {part} of {layer.name}")
+        tensors[part] = torch.as_tensor(np.stack([matrix[:, rows] for matrix, rows in zip(matrices, read)]),
+                                        dtype=dtype)[None]
+        tensors[f"{part}_rows"] = torch.as_tensor(read)
+    tensors["value_out_rows"] = torch.as_tensor(written)
+    return tensors
+
+
+def propagate(stream: torch.Tensor, layers: tuple[Layer, ...], weights: list[dict], spec: ConstructionSpec,
+              eta: torch.Tensor, patch: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
+              ) -> Iterator[tuple[Layer, torch.Tensor, torch.Tensor | None, torch.Tensor | None]]:
+    """Run a batch of embedded prompts ``stream (B, D, N)`` through ``layers``; yield, per layer,
+    ``(layer, stream after it, logits, attention)`` (``(B, heads, N, N)``; ``None`` for an MLP).
+
+    ``weights`` are the layers' tensors (:meth:`Network.torch_weights`), each with a leading
+    dimension of 1 (shared) or B (one per prompt); ``eta (B,)`` is each prompt's step size, read
+    by the step-size refusal on the stream entering GD step 1; ``spec`` gives the layout and the
+    penalty, read by the penalty refusal on every GD layer's scores (:mod:`construction.checks`).
+    A layer adds ``sum_h value_h H attention_h^T`` (head outputs summed, then added to the stream).
+    ``patch(layer name, stream)``, if given, replaces the stream after each layer (an intervention).
     """
-    queries = weights["query"] @ stream[weights["query_rows"]]
-    keys = weights["key"] @ stream[weights["key_rows"]]
-    logits = queries.transpose(1, 2) @ keys
+    for layer, tensors in zip(layers, weights):
+        if layer.stage is Stage.GD and layer.index == 1:
+            checks.check_step_size(stream, spec.layout, eta)
+        if isinstance(layer, MLPLayer):
+            stream = stream + tensors["w_out"] @ torch.relu(tensors["w_in"] @ stream)
+            if patch is not None:
+                stream = patch(layer.name, stream)
+            yield layer, stream, None, None
+            continue
+        logits, attention = attend(stream, tensors)
+        if layer.stage is Stage.GD:
+            checks.check_penalty(stream, logits, spec)
+        values = tensors["value"] @ stream[:, tensors["value_rows"]]
+        written = (attention @ values.transpose(-1, -2)).transpose(-1, -2).flatten(1, 2)
+        update = torch.zeros_like(stream).index_add_(1, tensors["value_out_rows"].flatten(), written)
+        stream = stream + update
+        if patch is not None:
+            stream = patch(layer.name, stream)
+        yield layer, stream, logits, attention
+
+
+def attend(stream: torch.Tensor, weights: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits ``s[b, h, i, j] = (query_h h_i) . (key_h h_j)`` of prompt b and attention (softmax
+    over j, or relu / N) for streams ``(B, D, N)``.
+
+    ``weights`` holds each head's ``query``/``key`` restricted to the rows it reads
+    (see :meth:`Network.torch_weights`).
+    """
+    queries = weights["query"] @ stream[:, weights["query_rows"]]
+    keys = weights["key"] @ stream[:, weights["key_rows"]]
+    logits = queries.transpose(-1, -2) @ keys
     if weights["activation"] == "softmax":
         return logits, torch.softmax(logits, dim=-1)
-    return logits, torch.relu(logits) / stream.shape[1]
+    return logits, torch.relu(logits).div_(stream.shape[-1])
 
 
 def embed(tokens: np.ndarray, layout: Layout, theta: float) -> np.ndarray:

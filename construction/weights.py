@@ -85,6 +85,14 @@ class MLPLayer:
 
 Layer = AttentionLayer | MLPLayer
 
+SCALED_WEIGHTS = {Stage.HISTORY: ("query", "beta"), Stage.LABEL: ("query", "beta"), Stage.GD: ("value", "eta")}
+"""Per stage, the one weight matrix that reads beta or eta, and which: a shift head's query is
+``beta R(s theta)^T`` (:func:`shift_head`) and a GD head's value is ``-sign eta`` on the covariate
+rows (:func:`gd_head`); no other matrix reads either. So a layer of any spec equals the layer of
+the same spec at ``beta = eta = 1`` with that matrix multiplied by the parameter, entry by entry
+(exactly in floating point: each entry is one product), which lets a batch of prompts share the
+layers and keep their own beta and eta (:func:`construction.forward_batch`)."""
+
 
 def _is_symbolic(*values) -> bool:
     return any(isinstance(value, sympy.Basic) for value in values)

@@ -14,16 +14,19 @@ from pathlib import Path
 
 import torch
 
+import hmm
 from empirical.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.checkpoint import load_checkpoint
 from empirical.data import PromptStream, held_out_prompts
-from empirical.evaluate import evaluate_predictors, in_context_predictors
-from empirical.plots import plot_calibration, plot_in_context, plot_training_loss
+from empirical.evaluate import Predictor, evaluate_predictors, in_context_predictors
+from empirical.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
+from empirical.plots import plot_calibration, plot_in_context, plot_side_by_side, plot_training_loss
 from empirical.presets import PRESETS, get_preset, preset_from_task
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
+SIDE_BY_SIDE_FILE = "hand_built.json"
 
 
 def run_train(args) -> int:
@@ -72,6 +75,7 @@ def run_train(args) -> int:
 
 
 def run_evaluate(args) -> int:
+    torch.set_num_threads(args.threads)
     checkpoint_dir = Path(args.checkpoint)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(checkpoint_dir, device)
@@ -88,6 +92,7 @@ def run_evaluate(args) -> int:
     train_summary = run_dir / TRAIN_SUMMARY_FILE
     report = {
         "command": args.command_line,
+        "git_commit": args.git_commit,
         "checkpoint": str(checkpoint_dir),
         "step": saved.config["step"],
         "task": saved.config["task"],
@@ -106,7 +111,43 @@ def run_evaluate(args) -> int:
     test = evaluation["excess_test_sequence"]
     print(json.dumps({"out": str(out), "test_sequence": test, "accuracy_by_demonstrations": {
         name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]] for name in predictors}}, indent=2))
+    if args.hand_built_prompts:
+        write_side_by_side(args, predictors, mixture, prompts, report, out)
     return 0
+
+
+def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixture, prompts: hmm.Prompts,
+                       report: dict, out: Path) -> None:
+    """The hand-built network, P_L and least squares beside ``predictors`` (model, Bayes, unigram)
+    on the first ``--hand-built-prompts`` prompts, for every ``--hand-built-L`` and ``--hand-built-T``,
+    on the rows every one of them serves: ``hand_built.json`` and ``hand_built_in_context.png``."""
+    count = min(args.hand_built_prompts, len(prompts.tokens))
+    subset = hmm.Prompts(prompts.tokens[:count], prompts.task_ids[:count], prompts.states[:count], prompts.format)
+    history_lengths, gd_steps = sorted(args.hand_built_L), sorted(args.hand_built_T)
+    started = time.perf_counter()
+    evaluation = evaluate_predictors(
+        {**predictors, **side_by_side_predictors(mixture, subset, history_lengths, gd_steps, HAND_BUILT_BATCH)},
+        subset, mixture.num_tokens, rows=served_rows(prompts.format, max(history_lengths)))
+    side_by_side = {
+        "command": args.command_line,
+        "git_commit": args.git_commit,
+        "checkpoint": report["checkpoint"],
+        "step": report["step"],
+        "history_lengths": history_lengths,
+        "gd_steps": gd_steps,
+        "rows": f"row t predicts token t+1; t in segments 1..n at offset >= {max(history_lengths) - 1} (an L-history "
+                f"inside the segment, at least one demonstration before it), for every predictor",
+        "distribution_rule": f"q = (1 - eps) max(v, 0) / sum max(v, 0) + eps / p, eps = {SMOOTHING} (uniform where "
+                             f"no entry of v is positive), for the raw outputs v of least squares and hand-built",
+        "evaluation_time_s": time.perf_counter() - started,
+        **evaluation,
+    }
+    (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(side_by_side, indent=2) + "\n")
+    plot_side_by_side(evaluation, history_lengths, gd_steps, out / "hand_built_in_context.png")
+    at = evaluation["by_demonstrations"]
+    print(json.dumps({"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": at["num_demonstrations"],
+                      "accuracy": {name: [round(a, 3) for a in at[name]["accuracy"]] for name in at
+                                   if name != "num_demonstrations"}}, indent=1))
 
 
 def run_calibrate(args) -> int:
@@ -142,6 +183,12 @@ def register(subparsers) -> None:
     parser.add_argument("--out", help="folder for evaluation.json and figures (default RUN_DIR/evaluation)")
     parser.add_argument("--num-prompts", type=int, help="held-out prompts (default: the preset's)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
+    parser.add_argument("--hand-built-prompts", type=int, default=256,
+                        help="held-out prompts (the first ones) for the hand-built network, P_L and least squares "
+                             "beside the model; 0 skips them")
+    parser.add_argument("--hand-built-L", type=int, nargs="+", default=[1, 2, 3], help="history lengths L")
+    parser.add_argument("--hand-built-T", type=int, nargs="+", default=[2, 32], help="gradient-descent layers T")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.set_defaults(run=run_evaluate)
 
     parser = subparsers.add_parser("calibrate", help="Bayes-optimal in-context signal of a mixture preset vs Dirichlet concentration")

@@ -4,7 +4,9 @@ predictor and a unigram baseline.
 Every predictor has one signature (as in Garg et al.'s baselines): ``predictor(tokens (B, N))
 -> probabilities (B, N, p)`` float64 over the ``p`` HMM tokens, row t for the token after
 position t. The model's row is its softmax restricted to the HMM tokens (the delimiter logit is
-dropped: it is never a target). Definitions, on the positions where the next token is an HMM
+dropped: it is never a target). A predictor that cannot serve some rows (the L-history predictors
+of :mod:`empirical.hand_built`) leaves them NaN, and the evaluation is then restricted to the rows
+every predictor serves (``rows``). Definitions, on the positions where the next token is an HMM
 token:
 
     loss      = -log q(o_{t+1})                        (nats/token)
@@ -117,42 +119,60 @@ def _mean_and_stderr(values: torch.Tensor, mask: torch.Tensor, where: str) -> tu
 
 
 def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, num_tokens: int, *,
-                        reference: str = "bayes", baseline: str = "unigram") -> dict:
+                        reference: str = "bayes", baseline: str = "unigram", rows: torch.Tensor | None = None) -> dict:
     """All metrics of the module docstring for every predictor, as a JSON-ready dict.
 
     ``num_tokens`` is p (the delimiter token). ``reference`` (the Bayes-optimal predictor) and
     ``baseline`` (the unigram) name entries of ``predictors``; excess loss and its fraction of the
-    unigram-to-Bayes gap are reported for every other predictor.
+    unigram-to-Bayes gap are reported for every other predictor. ``rows (N,) bool`` restricts
+    every average to those rows (row t predicts token t + 1); a curve point left without a row is
+    then left out of its curve (its k or position is not listed), while without ``rows`` an empty
+    point is refused. Every predictor must give a distribution on every evaluated row.
     """
     for role, name in (("reference", reference), ("baseline", baseline)):
         if name not in predictors:
             raise ValueError(f"{role}: {name!r} is not among the predictors {sorted(predictors)}; expected one of them")
     fmt = prompts.format
+    restricted = rows is not None
+    if restricted and (rows.shape != (fmt.length,) or rows.dtype != torch.bool):
+        raise ValueError(f"rows: shape {tuple(rows.shape)}, dtype {rows.dtype}; expected ({fmt.length},) bool")
+    rows = rows if restricted else torch.ones(fmt.length, dtype=torch.bool)
     targets = prompt_batch(prompts, num_tokens).targets
     counted = targets != IGNORE_INDEX
     safe_targets = targets.clamp_min(0)
     # Row t predicts position t + 1: describe every row by the segment and offset of its target.
     target_segment = torch.cat([fmt.segment_index[1:], torch.tensor([-1])])
     target_offset = torch.cat([fmt.position_in_segment[1:], torch.tensor([-1])])
-    test_rows = (target_segment == fmt.num_demos) & counted.all(0)
-    all_rows = counted.all(0)
-    demo_masks = [
-        (target_segment == k) & (target_offset >= 1) & (target_offset < fmt.demo_length) & all_rows
+    all_rows = counted.all(0) & rows
+    test_rows = (target_segment == fmt.num_demos) & all_rows
+    demo_masks = {
+        k: (target_segment == k) & (target_offset >= 1) & (target_offset < fmt.demo_length) & all_rows
         for k in range(fmt.num_demos + 1)
-    ]
-    position_masks = [(target_segment == fmt.num_demos) & (target_offset == i) for i in range(fmt.test_length)]
+    }
+    position_masks = {i: (target_segment == fmt.num_demos) & (target_offset == i) & all_rows
+                      for i in range(fmt.test_length)}
+    if restricted:
+        demo_masks = {k: mask for k, mask in demo_masks.items() if bool(mask.any())}
+        position_masks = {i: mask for i, mask in position_masks.items() if bool(mask.any())}
     described = (f"prompts (format num_demos={fmt.num_demos}, demo_length={fmt.demo_length}, "
                  f"test_length={fmt.test_length})")
     scopes = {
         "test_sequence": test_rows,
         "all_positions": all_rows,
-        **{f"by_demonstrations point k={k}": mask for k, mask in enumerate(demo_masks)},
-        **{f"by_test_position point i={i}": mask for i, mask in enumerate(position_masks)},
+        **{f"by_demonstrations point k={k}": mask for k, mask in demo_masks.items()},
+        **{f"by_test_position point i={i}": mask for i, mask in position_masks.items()},
     }
     for scope, mask in scopes.items():  # before the (costly) predictors run
         _check_mask(mask, f"{described}, {scope}")
 
     probabilities = {name: predictor(prompts.tokens) for name, predictor in predictors.items()}
+    for name, probs in probabilities.items():
+        evaluated = probs[:, all_rows]
+        invalid = int((~torch.isfinite(evaluated).all(-1) | (evaluated < 0).any(-1)).sum())
+        if invalid:
+            raise ValueError(f"predictor {name!r}: {invalid} evaluated rows are not distributions (NaN, infinite or "
+                             f"negative entries); expected a distribution on every row it is evaluated on (pass rows "
+                             f"to leave out rows it cannot serve)")
     argmax_reference = probabilities[reference].argmax(-1)
     per_position = {}
     for name, probs in probabilities.items():
@@ -196,10 +216,13 @@ def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, 
         "prompt_format": {"num_demos": fmt.num_demos, "demo_length": fmt.demo_length, "test_length": fmt.test_length},
         "reference": reference,
         "baseline": baseline,
+        "evaluated_rows": int(all_rows.sum()),
         "test_sequence": test,
         "all_positions": everywhere,
         "excess_test_sequence": gap_report(test),
         "excess_all_positions": gap_report(everywhere),
-        "by_demonstrations": {"num_demonstrations": list(range(fmt.num_demos + 1)), **curve([f"by_demonstrations point k={k}" for k in range(fmt.num_demos + 1)])},
-        "by_test_position": {"position": list(range(fmt.test_length)), **curve([f"by_test_position point i={i}" for i in range(fmt.test_length)])},
+        "by_demonstrations": {"num_demonstrations": list(demo_masks),
+                              **curve([f"by_demonstrations point k={k}" for k in demo_masks])},
+        "by_test_position": {"position": list(position_masks),
+                             **curve([f"by_test_position point i={i}" for i in position_masks])},
     }

@@ -17,14 +17,15 @@ STYLES = {
 }
 
 
-def _draw_curves(axis, curve: dict, x_key: str, metric: str) -> None:
+def _draw_curves(axis, curve: dict, x_key: str, metric: str, styles: dict[str, dict] = STYLES) -> None:
+    """One error-bar curve per predictor of ``styles`` found in ``curve`` (mean +- s.e.)."""
     x = curve[x_key]
-    for name, style in STYLES.items():
+    for name, style in styles.items():
         if name not in curve:
             continue
         mean = curve[name][metric]
         stderr = curve[name][f"{metric}_stderr"]
-        axis.errorbar(x, mean, yerr=stderr, capsize=2, linestyle="-", markersize=4, **style)
+        axis.errorbar(x, mean, yerr=stderr, capsize=2, markersize=4, elinewidth=1.0, **{"linestyle": "-", **style})
 
 
 def plot_in_context(evaluation: dict, path: Path) -> None:
@@ -87,4 +88,54 @@ def plot_calibration(report: dict, path: Path) -> None:
     loss_axis.legend(fontsize=7, ncol=2)
     figure.suptitle(f"In-context signal of the '{report['preset']}' mixture vs Dirichlet concentration ({report['num_prompts']} prompts, mean +- s.e.)")
     figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
+def side_by_side_styles(history_length: int, gd_steps: list[int]) -> dict[str, dict]:
+    """Styles of the predictors of one L in :func:`plot_side_by_side` (names of
+    :func:`empirical.hand_built.side_by_side_predictors`)."""
+    reds = plt.get_cmap("Reds")
+    styles = {
+        **STYLES,
+        f"P_L L={history_length}": {"color": "tab:green", "marker": "D", "linestyle": "--",
+                                    "label": "P_L (exact L-memory, own HMM)"},
+        f"least squares L={history_length}": {"color": "tab:purple", "marker": "v", "linestyle": ":",
+                                              "label": "least squares W+ x (in-context)"},
+    }
+    for index, steps in enumerate(gd_steps):
+        # Fewer steps: a wider, lighter line, so that curves that coincide stay visible.
+        share = index / max(len(gd_steps) - 1, 1)
+        styles[f"hand-built L={history_length} T={steps}"] = {
+            "color": reds(0.4 + 0.55 * share), "marker": "x", "linewidth": 4.0 - 2.5 * share, "alpha": 0.9 - 0.3 * (1 - share),
+            "label": f"hand-built W_T x, T = {steps}"}
+    return styles
+
+
+def plot_side_by_side(evaluation: dict, history_lengths: list[int], gd_steps: list[int], path: Path) -> None:
+    """The paper's Figure 1 for both networks: one row per history length L, columns top-1
+    accuracy and loss vs number of demonstrations and vs position in the test sequence; in every
+    panel the RoFormer, Bayes-optimal, unigram, P_L, least squares and the hand-built network
+    for each T (all on the same rows, ``evaluation`` from ``evaluate_predictors(..., rows=...)``)."""
+    panels = [("by_demonstrations", "num_demonstrations", "number of demonstrations k"),
+              ("by_test_position", "position", "position in the test sequence")]
+    metrics = (("accuracy", "top-1 accuracy"), ("loss", "loss (nats/token)"))
+    figure, axes = plt.subplots(len(history_lengths), 4, figsize=(18, 3.6 * len(history_lengths) + 1),
+                                constrained_layout=True, squeeze=False)
+    for row, history_length in enumerate(history_lengths):
+        styles = side_by_side_styles(history_length, gd_steps)
+        for column, ((key, x_key, x_label), (metric, y_label)) in enumerate(
+                [(panel, metric) for panel in panels for metric in metrics]):
+            axis = axes[row, column]
+            _draw_curves(axis, evaluation[key], x_key, metric, styles)
+            axis.set_xlabel(x_label)
+            axis.set_ylabel(f"{y_label}, L = {history_length}")
+            axis.grid(alpha=0.3)
+    figure.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=9)
+    fmt = evaluation["prompt_format"]
+    figure.suptitle(
+        f"Hand-built (W_T x) and trained networks side by side: {evaluation['num_prompts']} held-out prompts, "
+        f"{fmt['num_demos']} demonstrations of {fmt['demo_length']} tokens, test sequence of {fmt['test_length']}; "
+        f"rows predicting tokens at offset >= {max(history_lengths)} of segments 1..{fmt['num_demos']} (mean +- s.e.)"
+    )
+    figure.savefig(path, dpi=110)
     plt.close(figure)

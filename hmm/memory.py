@@ -95,24 +95,24 @@ def joint_one_hot_history(obs, L: int, num_tokens: int) -> torch.Tensor:
 
 
 def least_squares(features: torch.Tensor, targets: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
-    """``W (q, D)`` minimising ``sum_i ||y_i - W x_i||^2 + ridge ||W||_F^2``; for ``ridge = 0``
+    """``W (..., q, D)`` minimising ``sum_i ||y_i - W x_i||^2 + ridge ||W||_F^2``; for ``ridge = 0``
     the minimum-norm solution ``W = Y^T X^+`` (the one gradient descent from 0 converges to:
-    its iterates stay in the row space of X).
+    its iterates stay in the row space of X). Leading dimensions are a batch of problems.
 
     Args:
-        features: ``(n, D)`` rows ``x_i``.
-        targets: ``(n, q)`` rows ``y_i``.
+        features: ``(..., n, D)`` rows ``x_i``.
+        targets: ``(..., n, q)`` rows ``y_i``.
     """
-    if features.ndim != 2 or targets.ndim != 2 or features.shape[0] != targets.shape[0]:
+    if features.ndim < 2 or targets.ndim != features.ndim or features.shape[:-1] != targets.shape[:-1]:
         raise ValueError(
-            f"features/targets: shapes {tuple(features.shape)}, {tuple(targets.shape)}; expected (n, D) and (n, q)"
+            f"features/targets: shapes {tuple(features.shape)}, {tuple(targets.shape)}; expected (..., n, D) and (..., n, q)"
         )
     if ridge < 0:
         raise ValueError(f"ridge: {ridge}; expected >= 0")
     if ridge == 0:
-        return (torch.linalg.pinv(features) @ targets).T
-    gram = features.T @ features + ridge * torch.eye(features.shape[1], dtype=features.dtype)
-    return torch.linalg.solve(gram, features.T @ targets).T
+        return (torch.linalg.pinv(features) @ targets).mT
+    gram = features.mT @ features + ridge * torch.eye(features.shape[-1], dtype=features.dtype)
+    return torch.linalg.solve(gram, features.mT @ targets).mT
 
 
 def g_optimal_design(features: torch.Tensor, tolerance: float = 1e-3, max_iterations: int = 100_000) -> torch.Tensor:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from construction import build_network, parameters_for_prompt, reference
-from test_construction_helpers import hmm_prompt
+from test_construction_helpers import UNIT_ROUNDOFF, gamma, hmm_prompt
 
 
 def weight_copies(trace, layer: str) -> torch.Tensor:
@@ -66,15 +66,6 @@ def test_one_hot_design_is_singular_with_rank_pL_minus_L_plus_1(history_length):
         difference = np.zeros(3 * history_length)
         difference[:3], difference[3 * r : 3 * r + 3] = 1.0, -1.0
         assert np.abs(X @ difference).max() == 0.0
-
-
-UNIT_ROUNDOFF = np.finfo(np.float64).eps / 2
-
-
-def gamma(n: int) -> float:
-    """``gamma_n = n u / (1 - n u)``: a sum of n float64 products errs by at most ``gamma_n`` times
-    the sum of the products' magnitudes (Higham, Accuracy and Stability, Lemma 3.1)."""
-    return n * UNIT_ROUNDOFF / (1 - n * UNIT_ROUNDOFF)
 
 
 def exact_gd_errors(w_plus: np.ndarray, hessian: np.ndarray, eta: float, steps: int) -> np.ndarray:

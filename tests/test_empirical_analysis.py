@@ -8,11 +8,12 @@ import torch
 
 import hmm
 import hmmtf
-from empirical.analysis.networks import hand_built_trace, hand_built_weights
+from empirical.analysis.networks import centered_logits, hand_built_trace, hand_built_weights
 from empirical.analysis.offsets import (
     best_matching_heads,
     composed_history_attention,
     offset_profile,
+    offset_sums,
     profile_similarity,
 )
 from empirical.analysis.probes import (
@@ -172,6 +173,25 @@ def test_best_matching_head_is_the_planted_one():
     assert float(profile_similarity(reference["history.3"], reference["history.3"])) == 1.0
 
 
+def test_offset_means_of_planted_logits_and_attention():
+    """Causal logits ``-(i - j)/4 + c_i`` (a per-query constant c_i): centred, their mean at offset -d
+    is ``-d/4`` minus the mean of ``-(i - j)/4`` over the query's keys, averaged over the queries;
+    attention one-hot at ``i - 2`` has mean 1 at offset -2 and 0 elsewhere."""
+    length, max_offset = 12, 5
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    constants = torch.linspace(-3.0, 7.0, length, dtype=torch.float64)[:, None]
+    scores = (-(i - j) / 4 + constants).masked_fill(j > i, float("-inf")).expand(2, 3, length, length)
+    queries = torch.arange(length) >= max_offset
+    sums, counts = offset_sums(centered_logits(scores), queries, max_offset)
+    expected = [float(torch.stack([-(d - torch.arange(q + 1.0).mean()) / 4 for q in range(max_offset, length)]).mean())
+                for d in range(max_offset + 1)]
+    assert counts.tolist() == [2 * (length - max_offset)] * (max_offset + 1)
+    torch.testing.assert_close(sums / counts, torch.tensor([expected] * 3, dtype=torch.float64), rtol=0, atol=1e-12)
+    shifted = torch.diag(torch.ones(length - 2), -2)[None, None]
+    mass, count = offset_sums(shifted, queries, max_offset)
+    assert (mass / count).tolist() == [[0.0, 0.0, 1.0, 0.0, 0.0, 0.0]]
+
+
 def test_bad_inputs_are_refused_with_the_argument_named():
     with pytest.raises(ValueError, match=r"layer: 'history.9'; expected one of \['history.1'\]"):
         layer_attention({"history.1": torch.zeros(1, 2, 2)}, "history.9")
@@ -248,8 +268,9 @@ def test_analyze_command_end_to_end(tiny_checkpoint, tmp_path):
     assert hmmtf.main(argv) == 0
     report = json.loads((tmp_path / "analysis.json").read_text())
     assert report["command"] == "hmmtf " + " ".join(argv)
+    assert report["git_commit"] == hmmtf.source_commit()
     for name in ("shuffle", "probes_task_state", "probes_previous_tokens", "attention_trained",
-                 "attention_hand_built_vs_trained", "offset_profiles"):
+                 "attention_hand_built_vs_trained", "offset_profiles", "offset_summary"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
     # Hand-built: o_{t-k} is exact from history layer k on and not before it.
     hand = report["probes"]["hand-built"]
@@ -264,6 +285,9 @@ def test_analyze_command_end_to_end(tiny_checkpoint, tmp_path):
         assert shuffle[layer]["mean"] < 1e-9
     assert set(report["probes"]["trained"]) == {"task", "state", "token 1 back", "token 2 back", "token 3 back"}
     assert len(report["offsets"]["trained"]) == 2 and len(report["offsets"]["trained"][0][0]) == 6
+    summary = report["offsets"]["summary"]  # two segments back: 2 * (8 + 1) = 18 offsets
+    assert summary["offsets"] == [-d for d in range(19)] and len(summary["logit"][1][0]) == 19
+    assert set(report["offsets"]["best_match_composed_random_init"]) == {"history.1", "history.2", "history.3"}
     assert report["claims"]["shuffle"]["min_context=0"]["lower_layers"] == ["layer 1"]
     assert report["claims"]["task_vs_state"]["decision"] in ("state first", "task first", "not separated")
     for target in ("task", "state"):

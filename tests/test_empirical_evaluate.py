@@ -88,14 +88,23 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert hmmtf.main(["train", "--preset", "tiny", "--steps", "3", "--run-dir", str(run_dir), "--no-progress"]) == 0
     out = tmp_path / "evaluation"
-    assert hmmtf.main(["evaluate", str(run_dir / "checkpoint"), "--num-prompts", "16", "--out", str(out)]) == 0
+    side_by_side = ["--hand-built-prompts", "4", "--hand-built-L", "2", "1", "--hand-built-T", "2", "3"]
+    argv = ["evaluate", str(run_dir / "checkpoint"), "--num-prompts", "16", "--out", str(out), *side_by_side]
+    assert hmmtf.main(argv) == 0
     report = json.loads((out / "evaluation.json").read_text())
     assert report["step"] == 3 and report["num_prompts"] == 16
-    assert report["command"] == f"hmmtf evaluate {run_dir / 'checkpoint'} --num-prompts 16 --out {out}"
+    assert report["command"] == "hmmtf " + " ".join(argv) and report["git_commit"] == hmmtf.source_commit()
     assert report["train_summary"]["command"] == f"hmmtf train --preset tiny --steps 3 --run-dir {run_dir} --no-progress"
     assert report["train_summary"]["steps"] == 3
     assert len(report["by_demonstrations"]["model"]["accuracy"]) == PRESET.prompt_format.num_demos + 1
     assert (out / "in_context.png").stat().st_size > 0 and (out / "training_loss.png").stat().st_size > 0
+    both = json.loads((out / "hand_built.json").read_text())
+    assert both["num_prompts"] == 4 and both["history_lengths"] == [1, 2] and both["gd_steps"] == [2, 3]
+    assert both["git_commit"] == report["git_commit"]
+    names = {"model", "bayes", "unigram", "P_L L=1", "least squares L=2", "hand-built L=1 T=2", "hand-built L=2 T=3"}
+    assert names <= set(both["test_sequence"])
+    assert both["by_demonstrations"]["num_demonstrations"] == list(range(1, PRESET.prompt_format.num_demos + 1))
+    assert (out / "hand_built_in_context.png").stat().st_size > 0
 
 
 def test_a_checkpoint_of_a_since_changed_mixture_preset_is_refused(monkeypatch):

@@ -269,7 +269,7 @@ def test_analyze_patching_section_end_to_end(tiny_checkpoint, tmp_path):
     assert hmmtf.main(argv) == 0
     report = json.loads((tmp_path / "analysis.json").read_text())
     assert report["command"] == "hmmtf " + " ".join(argv)
-    assert len(report["git"]["commit"]) == 40 and isinstance(report["git"]["dirty"], bool)
+    assert report["git_commit"] == hmmtf.source_commit()
     assert {"shuffle", "probes", "offsets", "claims"}.isdisjoint(report)
     for name in ("patching_state_forcing", "patching_history"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000

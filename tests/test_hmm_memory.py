@@ -99,6 +99,19 @@ def test_least_squares_is_minimum_norm_and_ridge_matches_normal_equations():
     torch.testing.assert_close(gradient, torch.zeros_like(gradient), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("ridge", [0.0, 0.5])
+def test_least_squares_of_a_batch_solves_each_problem(ridge):
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randint(0, 2, (3, 4, 12, 5), generator=generator).double()  # rank-deficient 0/1 designs
+    targets = torch.randn(3, 4, 12, 2, generator=generator, dtype=torch.float64)
+    batched = least_squares(features, targets, ridge)
+    assert batched.shape == (3, 4, 2, 5)
+    for index in np.ndindex(3, 4):
+        torch.testing.assert_close(batched[index], least_squares(features[index], targets[index], ridge), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"features/targets: shapes \(3, 4, 12, 5\), \(4, 12, 2\); expected \(\.\.\., n, D\)"):
+        least_squares(features, targets[0], ridge)
+
+
 def test_g_optimal_design_meets_kiefer_wolfowitz():
     """At the G-optimal design the largest leverage equals the rank d; any other design has >= d."""
     factors = hmm.low_rank_transition((), 12, 4, seed=7)

@@ -7,7 +7,6 @@ run."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,8 +14,9 @@ import torch
 
 import hmm
 from empirical.analysis.figures import (
-    plot_attention_comparison,
     plot_offset_profiles,
+    plot_offset_summary,
+    plot_pattern_comparison,
     plot_previous_token_probes,
     plot_shuffle,
     plot_task_state_probes,
@@ -33,7 +33,7 @@ REPORT_FILE = "analysis.json"
 
 
 def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
-    """The figures of the report's sections into ``out``: the six of :mod:`empirical.analysis.figures`
+    """The figures of the report's sections into ``out``: the seven of :mod:`empirical.analysis.figures`
     and the two of :mod:`empirical.analysis.patching_figures`."""
     report = analysis.report
     if "shuffle" in report:
@@ -44,33 +44,20 @@ def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_dista
     if "offsets" in report:
         plot_trained_attention(analysis.trained_patterns, analysis.example, prompt_format,
                                out / "attention_trained.png")
-        plot_attention_comparison(analysis.hand_built_weights, analysis.hand_built_composed,
-                                  analysis.trained_patterns, report["offsets"]["best_match_composed"],
-                                  out / "attention_hand_built_vs_trained.png")
+        trained = {f"layer {layer + 1}": patterns[None] for layer, patterns in enumerate(analysis.trained_patterns)}
+        ideal = {name: composed[None, None] for name, composed in analysis.hand_built_composed.items()}
+        plot_pattern_comparison(trained, ideal, report["offsets"]["best_match_composed"],
+                                report["offsets"]["best_match_composed_random_init"],
+                                out / "attention_hand_built_vs_trained.png")
         plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
+        plot_offset_summary(report["offsets"]["summary"], out / "offset_summary.png")
     if "patching" in report:
         plot_state_forcing(report["patching"]["state_forcing"], out / "patching_state_forcing.png")
         plot_history_patching(report["patching"]["history"], out / "patching_history.png")
 
 
-def source_commit() -> dict:
-    """``{"commit": HEAD of the checkout this code runs from, "dirty": whether tracked files differ
-    from it}``, both None outside a git checkout (or without git)."""
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*arguments: str) -> str:
-        return subprocess.run(["git", "-C", str(root), *arguments], capture_output=True, text=True,
-                              check=True).stdout.strip()
-
-    try:
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
-
-
 def run_analyze(args) -> int:
     started = time.perf_counter()
-    source = source_commit()
     torch.set_num_threads(args.threads)
     config = config_from_options(AnalysisConfig, vars(args))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -78,7 +65,8 @@ def run_analyze(args) -> int:
     preset = preset_from_task(saved.config["task"])
     analysis = analyze(saved.model, preset, config, device)
     report = {
-        "command": args.command_line, "git": source, "checkpoint": str(args.checkpoint), "step": saved.config["step"],
+        "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(args.checkpoint),
+        "step": saved.config["step"],
         "task": saved.config["task"], "model": saved.config["model"], "device": str(device),
         "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
         **analysis.report,

@@ -142,32 +142,43 @@ def plot_trained_attention(patterns: torch.Tensor, tokens: torch.Tensor, prompt_
     plt.close(figure)
 
 
-def plot_attention_comparison(hand_weights: dict[str, torch.Tensor], composed: dict[str, torch.Tensor],
-                              trained_patterns: torch.Tensor, best_match: dict[str, dict], path: Path,
-                              window: int = 40) -> None:
-    """For each hand-built history layer r, on the last ``window`` positions of one prompt: its
-    own attention (all at offset -1), the composed attention ``C_r`` (at -r) and the trained head
-    whose offset profile matches ``C_r`` best."""
-    figure, axes = plt.subplots(len(composed), 3, figsize=(9, 3 * len(composed)), constrained_layout=True,
+def draw_pattern(axis, patterns: torch.Tensor, batch: int, head: int, title: str, window: int,
+                 difference: bool = False):
+    """Heat-map of ``patterns[batch, head]`` (any network's attention in TransformerLens's
+    ``hook_pattern`` layout ``(batch, head, query, key)``) on the last ``window`` queries and keys;
+    ``difference`` draws signed values on a diverging scale. Returns the image (for a colorbar)."""
+    matrix = patterns[batch, head, -window:, -window:].double().cpu().numpy()
+    style = {"cmap": "RdBu_r", "vmin": -1, "vmax": 1} if difference else {"cmap": "magma", "vmin": 0, "vmax": 1}
+    image = axis.imshow(matrix, extent=(-window - 0.5, -0.5, -0.5, -window - 0.5), **style)
+    axis.set_title(title, fontsize=9)
+    axis.set_xlabel("key (position from the end)", fontsize=8)
+    axis.set_ylabel("query (position from the end)", fontsize=8)
+    return image
+
+
+def plot_pattern_comparison(trained: dict[str, torch.Tensor], ideal: dict[str, torch.Tensor], best_match: dict[str, dict],
+                            random_init_match: dict[str, dict], path: Path, batch: int = 0, window: int = 40) -> None:
+    """For each hand-built history layer r, on prompt ``batch``: the best-matching trained head's
+    attention, the ideal pattern (the layer's composed attention ``C_r``, all mass at offset -r)
+    and their difference, drawn by :func:`draw_pattern` from ``(batch, head, query, key)`` tensors:
+    ``trained`` ``{layer l: (B, H, N, N)}`` and ``ideal`` ``{history.r: (B, 1, N, N)}``. Titles give
+    the matching score (1 - TV of offset profiles) of the trained head and of the best random-init head."""
+    figure, axes = plt.subplots(len(ideal), 3, figsize=(10, 3 * len(ideal) + 1.6), constrained_layout=True,
                                 squeeze=False)
-    for row, (name, composed_weights) in enumerate(composed.items()):
-        match = best_match[name]
-        panels = (
-            (hand_weights[name][0], f"hand-built {name}: own attention"),
-            (composed_weights, f"hand-built {name}: composed C_{name.split('.')[1]}"),
-            (trained_patterns[match["layer"] - 1, match["head"]],
-             f"trained layer {match['layer']} head {match['head']}\n(similarity {match['similarity']:.2f})"),
-        )
-        for column, (matrix, title) in enumerate(panels):
-            axis = axes[row, column]
-            image = axis.imshow(matrix[-window:, -window:].numpy(), cmap="magma", vmin=0, vmax=1,
-                                extent=(-window - 0.5, -0.5, -0.5, -window - 0.5))
-            axis.set_title(title, fontsize=9)
-            axis.set_xlabel("key (position from the end)", fontsize=8)
-            axis.set_ylabel("query (position from the end)", fontsize=8)
-    figure.colorbar(image, ax=axes, shrink=0.5, label="attention weight")
-    figure.suptitle(f"Hand-built history layers beside the best-matching trained heads (last {window} positions "
-                    "of one prompt)")
+    for row, (name, pattern) in enumerate(ideal.items()):
+        match, chance = best_match[name], random_init_match[name]
+        head_pattern = trained[f"layer {match['layer']}"][:, match["head"] : match["head"] + 1]
+        weights = draw_pattern(axes[row, 0], head_pattern, batch, 0,
+                               f"trained layer {match['layer']} head {match['head']}: score {match['similarity']:.2f}\n"
+                               f"(best random-init head: {chance['similarity']:.2f})", window)
+        draw_pattern(axes[row, 1], pattern, batch, 0, f"ideal for {name}:\nall mass at offset -{name.split('.')[1]}",
+                     window)
+        signed = draw_pattern(axes[row, 2], head_pattern - pattern, batch, 0, "difference:\ntrained - ideal", window,
+                              difference=True)
+    figure.colorbar(weights, ax=axes[-1, :2], location="bottom", shrink=0.6, label="attention weight")
+    figure.colorbar(signed, ax=axes[-1, 2], location="bottom", shrink=0.9, label="trained - ideal")
+    figure.suptitle(f"Hand-built history layers: best-matching trained head, ideal pattern and difference\n"
+                    f"(last {window} positions of one held-out prompt; score = 1 - TV of offset profiles)")
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -203,5 +214,38 @@ def plot_offset_profiles(offsets: dict, path: Path) -> None:
         axes[2].scatter(column, (match["layer"] - 1) * heads + match["head"], marker="*", color="red", s=60)
     figure.colorbar(image, ax=axes[2], shrink=0.6, label="similarity (star: best trained head)")
     figure.suptitle("Relative-offset attention profiles: trained heads beside the hand-built history layers")
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_offset_summary(summary: dict, path: Path) -> None:
+    """The whole trained network by relative offset: one column per layer, mean attention weight
+    (top, log scale) and mean centred logit (bottom) at offsets ``0..-K``, one line per head, dotted
+    lines a whole number of segments back (``summary`` = the ``offsets.summary`` section of
+    ``analysis.json``)."""
+    offsets = summary["offsets"]
+    attention, logit = torch.tensor(summary["attention"]), torch.tensor(summary["logit"])
+    layers, heads = attention.shape[:2]
+    figure, axes = plt.subplots(2, layers, figsize=(3.4 * layers, 5.6), constrained_layout=True, sharex=True,
+                                sharey="row", squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for layer in range(layers):
+        for head in range(heads):
+            style = {"color": colors(head), "linewidth": 1.2, "label": f"head {head}"}
+            axes[0, layer].plot(offsets, attention[layer, head].numpy(), **style)
+            axes[1, layer].plot(offsets, logit[layer, head].numpy(), **style)
+        axes[0, layer].set_title(f"layer {layer + 1}")
+        axes[1, layer].set_xlabel("key offset j - i")
+        axes[1, layer].axhline(0.0, color="gray", linewidth=0.6)
+        for axis in axes[:, layer]:
+            axis.grid(alpha=0.3)
+            for back in range(summary["segment_length"], -offsets[-1] + 1, summary["segment_length"]):
+                axis.axvline(-back, color="black", linestyle=":", linewidth=1)
+    axes[0, 0].set_yscale("log")
+    axes[0, 0].set_ylabel("mean attention weight")
+    axes[1, 0].set_ylabel("mean logit - query's mean logit")
+    axes[0, 0].legend(fontsize=7)
+    figure.suptitle(f"Trained RoFormer by relative offset ({summary['queries_per_prompt']} queries per prompt, "
+                    f"each with >= {-offsets[-1]} earlier positions; dotted: one and two segments back)")
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 import construction
-from empirical.analysis.offsets import composed_history_attention, offset_profile
+from empirical.analysis.offsets import composed_history_attention, offset_profile, offset_sums
 from empirical.analysis.shuffle import ScoresFunction
 from empirical.model import RoFormer
 
@@ -126,3 +126,33 @@ def roformer_offset_profiles(model: RoFormer, tokens: torch.Tensor, query_positi
             pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
             total[layer] += offset_profile(pattern, query_positions, max_offset) * len(batch)
     return total / len(tokens)
+
+
+def centered_logits(scores: torch.Tensor) -> torch.Tensor:
+    """``s[..., i, j] - mean_{j' <= i} s[..., i, j']`` for causal logits (``-inf`` above the diagonal,
+    as in ``hook_attn_scores``; those entries stay ``-inf``): a softmax ignores a per-query constant,
+    so only logits relative to the query's mean compare across queries and prompts."""
+    visible = torch.isfinite(scores)
+    mean = scores.masked_fill(~visible, 0.0).sum(-1, keepdim=True) / visible.sum(-1, keepdim=True)
+    return scores - mean
+
+
+@torch.no_grad()
+def roformer_offset_summary(model: RoFormer, tokens: torch.Tensor, query_positions: torch.Tensor, max_offset: int,
+                            device: torch.device, batch_size: int, description: str) -> dict[str, torch.Tensor]:
+    """``{"attention": (L, H, max_offset + 1), "logit": (L, H, max_offset + 1)}``: every head's mean
+    attention weight and mean :func:`centered_logits` at relative offsets ``0, -1, ..., -max_offset``
+    (:func:`offset_sums`) over ``tokens`` and the chosen queries."""
+    sums = {kind: torch.zeros(model.config.num_layers, model.config.num_heads, max_offset + 1, dtype=torch.float64)
+            for kind in ("attention", "logit")}
+    counts = torch.zeros(max_offset + 1, dtype=torch.float64)
+    for batch in tqdm(tokens.split(batch_size), desc=description, unit="batch", leave=False):
+        _, cache = model.run_with_cache(batch.to(device))
+        for layer in range(model.config.num_layers):
+            pattern, count = offset_sums(cache[f"blocks.{layer}.attn.hook_pattern"], query_positions, max_offset)
+            logit, _ = offset_sums(centered_logits(cache[f"blocks.{layer}.attn.hook_attn_scores"].double()),
+                                   query_positions, max_offset)
+            sums["attention"][layer] += pattern
+            sums["logit"][layer] += logit
+        counts += count
+    return {kind: total / counts for kind, total in sums.items()}

@@ -30,6 +30,7 @@ from empirical.analysis.networks import (
     hand_built_trace,
     hand_built_weights,
     roformer_offset_profiles,
+    roformer_offset_summary,
     roformer_patterns,
     roformer_scores,
     roformer_streams,
@@ -284,11 +285,19 @@ def probe_report(networks: dict[str, RoFormer], train_prompts: hmm.Prompts, test
     return report
 
 
+def summary_max_offset(prompt_format: hmm.PromptFormat) -> int:
+    """Offsets ``0..-K`` of the offset summary: two segments back, ``K = 2 (demo_length + 1)``,
+    far enough to show attention that follows the segments (its queries have K earlier positions)."""
+    return 2 * (prompt_format.demo_length + 1)
+
+
 def offset_report(networks: dict[str, RoFormer], tokens: torch.Tensor, hand_built_example: construction.Trace,
                   prompt_format: hmm.PromptFormat, config: AnalysisConfig, device: torch.device) -> dict:
     """Offset profiles of every RoFormer head over ``tokens`` (non-delimiter queries with
     ``max_offset`` earlier positions), of the hand-built layers on one prompt (they depend on
-    positions only), and each hand-built history layer's best-matching trained head."""
+    positions only), each hand-built history layer's best-matching head of the trained and of the
+    random-init network, and the trained heads' mean attention and logit at offsets
+    ``0..-summary_max_offset`` (queries with that many earlier positions)."""
     query_positions = ~prompt_format.is_delimiter & (torch.arange(prompt_format.length) >= config.max_offset)
     profiles = {name: roformer_offset_profiles(model, tokens, query_positions, config.max_offset, device,
                                                config.batch_size, f"offsets {name}")
@@ -300,10 +309,12 @@ def offset_report(networks: dict[str, RoFormer], tokens: torch.Tensor, hand_buil
         "hand-built": {kind: {name: profile.tolist() for name, profile in by_layer.items()}
                        for kind, by_layer in hand_profiles.items()},
         "best_match_composed": best_matching_heads(hand_profiles["composed"], profiles["trained"]),
+        "best_match_composed_random_init": best_matching_heads(hand_profiles["composed"], profiles["random-init"]),
         # The label layer attends ahead, which a causal head cannot: only history layers are matched.
         "best_match_direct": best_matching_heads(
             {name: hand_profiles["direct"][name] for name in hand_built_example.layers_of(construction.Stage.HISTORY)},
             profiles["trained"]),
+        "summary": offset_summary_section(networks["trained"], tokens, prompt_format, config, device),
     }
 
 
@@ -319,6 +330,18 @@ def patching_report(model: RoFormer, mixture: hmm.Mixture, centroid_prompts: hmm
     }
 
 
+def offset_summary_section(model: RoFormer, tokens: torch.Tensor, prompt_format: hmm.PromptFormat,
+                           config: AnalysisConfig, device: torch.device) -> dict:
+    """:func:`roformer_offset_summary` of ``model`` over non-delimiter queries with
+    :func:`summary_max_offset` earlier positions, as lists."""
+    max_offset = summary_max_offset(prompt_format)
+    queries = ~prompt_format.is_delimiter & (torch.arange(prompt_format.length) >= max_offset)
+    summary = roformer_offset_summary(model, tokens, queries, max_offset, device, config.batch_size, "offset summary")
+    return {"offsets": [-offset for offset in range(max_offset + 1)], "queries_per_prompt": int(queries.sum()),
+            "segment_length": prompt_format.demo_length + 1,
+            **{kind: values.tolist() for kind, values in summary.items()}}
+
+
 class Analysis(NamedTuple):
     """What :func:`analyze` returns: the report and what its attention figures show."""
 
@@ -330,8 +353,6 @@ class Analysis(NamedTuple):
     """``(N,)``: the held-out prompt of the attention figures."""
     trained_patterns: torch.Tensor
     """``(L, H, N, N)``: the trained RoFormer's attention weights on ``example``."""
-    hand_built_weights: dict[str, torch.Tensor]
-    """``{layer: (H, N, N)}``: the hand-built network's attention weights on ``example``."""
     hand_built_composed: dict[str, torch.Tensor]
     """``{history.r: C_r (N, N)}``: its composed history attention on ``example``."""
 
@@ -387,4 +408,4 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
     if "probes" in config.sections:
         report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)
     return Analysis(report, example, roformer_patterns(model, example[None], device)[0],
-                    hand_built_weights(example_trace), hand_built_composed_history(example_trace))
+                    hand_built_composed_history(example_trace))
