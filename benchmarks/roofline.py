@@ -1,5 +1,5 @@
-"""The roofline every benchmark compares with: the machine's matrix-multiply rate, measured in the
-same run as the code it judges."""
+"""The rooflines every benchmark compares with: the machine's matrix-multiply rate and its read
+bandwidth, measured in the same run as the code they judge."""
 from __future__ import annotations
 
 import time
@@ -7,7 +7,11 @@ import time
 import torch
 
 PEAK_REPEATS = 10
-"""Matrix products timed for the peak; the fastest counts."""
+"""Timed calls for a peak or a bandwidth; the fastest counts."""
+
+STREAMED_BYTES = 1 << 30
+"""Bytes one timed bandwidth call reads (a small array is re-read until this many): 1 GiB takes
+tens of milliseconds even from cache, so the call overhead does not count."""
 
 
 def synchronize(device: torch.device) -> None:
@@ -16,16 +20,43 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed(function, repeats: int = 1, device: torch.device = torch.device("cpu")):
+    """``(function(), seconds of the fastest of repeats calls)``, each call timed between two
+    synchronizations of ``device``; the result is the last call's."""
+    if repeats < 1:
+        raise ValueError(f"repeats: {repeats}; expected at least 1 timed call")
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        result = function()
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return result, best
+
+
 def matmul_peak(device: torch.device, dtype: torch.dtype, size: int) -> float:
     """Best FLOP/s of ``size x size`` products on ``device`` in ``dtype``: ``2 size^3 / seconds``."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     a @ b
-    best = float("inf")
-    for _ in range(PEAK_REPEATS):
-        synchronize(device)
-        start = time.perf_counter()
-        a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+    _, seconds = timed(lambda: a @ b, PEAK_REPEATS, device)
+    return 2 * size**3 / seconds
+
+
+def read_bandwidth(device: torch.device, num_bytes: int) -> float:
+    """Best bytes/s of re-reading one float64 array of ``num_bytes`` bytes:
+    ``r * num_bytes / seconds`` for ``x.expand(r, n).sum()``, which reads the same ``n`` elements
+    ``r = max(1, STREAMED_BYTES // num_bytes)`` times in one call.
+
+    Re-reading one array is what a filter does with its matrices at every step, so the array stays
+    in the fastest level of the memory hierarchy that holds ``num_bytes``: the size picks the level.
+    """
+    if num_bytes < 8:
+        raise ValueError(f"num_bytes: {num_bytes}; expected at least one float64 (8 bytes)")
+    x = torch.ones(num_bytes // 8, device=device, dtype=torch.float64)
+    repeats = max(1, STREAMED_BYTES // num_bytes)
+    stream = x.expand(repeats, x.numel())
+    stream.sum()
+    _, seconds = timed(stream.sum, PEAK_REPEATS, device)
+    return repeats * x.numel() * 8 / seconds
