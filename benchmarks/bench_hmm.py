@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -274,10 +275,12 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
 
+    machine = {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+               "load_average_1min_at_start": os.getloadavg()[0]}  # other processes on the cores slow every rate
     peak = matmul_peak(torch.device("cpu"), torch.float64, 2048) / 1e9
     results = {
         **provenance(),
-        "machine": {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__},
+        "machine": machine,
         "matmul_peak_gflops_float64": peak,
         "filtering": bench_filtering(args.hmms, args.hmmlearn_hmms, args.dynamax_hmms, args.length, args.repeats),
         "bayes": bench_bayes(args.bayes_tasks, args.bayes_prompts, args.bayes_length, peak),
