@@ -43,7 +43,9 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_hmm.py
+	$(PY) -m pip install -c $(CONSTRAINTS) -e ".[bench]"
+	$(PY) benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json
+	$(PY) benchmarks/readme_numbers.py
 
 lock:
 	rm -rf $(LOCK_VENV)

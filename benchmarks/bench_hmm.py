@@ -1,21 +1,44 @@
-"""Benchmarks of the hmm engine; every figure is a ratio against a baseline measured in this run.
+"""Benchmarks of the hmm engine; every figure is a ratio against a baseline or a bound measured in
+this run.
 
-1. Filtering throughput (tokens/s) on distinct HMMs (paper sizes S=128, p=16, T=256): ours vs
-   hmmlearn's CategoricalHMM.score looping over the same HMMs and sequences.
+1. Filtering throughput (tokens/s) on distinct HMMs, one sequence each (paper sizes S=128, p=16,
+   T=256), against
+
+   - hmmlearn's ``CategoricalHMM.score`` looping over the same HMMs and sequences, in both of its
+     implementations, ``"log"`` (its default) and ``"scaling"``;
+   - dynamax's ``hmm_filter`` under ``jax.jit(jax.vmap(...))`` in float64 (``jax_enable_x64``),
+     on batches of 1, 4, 16, ... HMMs per call and on all of them in one call, timed after the
+     call that compiles; skipped, with the reason, when jax or dynamax is missing
+     (``pip install -e '.[bench]'``);
+   - the read-bandwidth bound. Filtering one token of one HMM reads its transition matrix and the
+     token's emission column, ``8 S (S + 1)`` bytes in float64, and with one sequence per HMM no
+     other token shares that read, so ``tokens/s <= B / (8 S (S + 1))`` for a read bandwidth B.
+     B is measured by re-reading an array the size of three working sets: one HMM's matrices (the
+     smallest any filter can have, so the machine's bound), one block of our engine
+     (``hmm.filtering.MATRIX_CACHE_BYTES``, re-read at every step) and the transition matrices of
+     all HMMs of the dynamax run (what a vmap over all HMMs re-reads at every step).
+
+   Every baseline's log-likelihoods are compared with ours (largest absolute difference). Each
+   implementation and setting is timed :data:`REPEATS` times; the fastest run counts. Each
+   library's fastest setting is marked, so that speedups can be quoted against it.
 2. Bayes-optimal mixture evaluation: achieved GFLOP/s (counting the two matrix products per step,
    ``2 S^2 + 2 S p`` per task, prompt and position) as a fraction of this machine's float64
-   matrix-multiply rate, measured here on a square product.
+   matrix-multiply rate, measured here on a square product; fastest of :data:`REPEATS` runs.
 3. Paper-scale data generation: wall time to sample the paper's 131,072 prompts.
 
-Usage: ``python benchmarks/bench_hmm.py [--hmms 8192] [--hmmlearn-hmms 256] [--json out.json]``.
+Usage: ``python benchmarks/bench_hmm.py [--hmms 2048] [--hmmlearn-hmms 256] [--dynamax-hmms 2048]
+[--json out.json]``; the JSON records the command line and the git commit it ran at.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import os
 import platform
+import shlex
+import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,62 +46,170 @@ import torch
 from hmmlearn.hmm import CategoricalHMM
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 import hmm  # noqa: E402
-from empirical.roofline import matmul_peak  # noqa: E402
+from empirical.roofline import matmul_peak, read_bandwidth, timed  # noqa: E402
+from hmm.filtering import MATRIX_CACHE_BYTES  # noqa: E402
+
+NUM_STATES, NUM_TOKENS = 128, 16
+"""The paper's HMM size (arXiv 2506.01919, Appendix B)."""
+
+REPEATS = 5
+"""Timed runs of each filtering setting and of the Bayes mixture; the fastest counts, so that a
+burst of other work on a shared machine does not set the rate."""
+
+FLOAT64_BYTES = 8
 
 
-def _timed(function):
-    """``(function(), seconds it took)``."""
-    start = time.perf_counter()
-    result = function()
-    return result, time.perf_counter() - start
+def filtering_bytes_per_token(num_states: int) -> int:
+    """``8 S (S + 1)``: one HMM's float64 transition matrix and the token's emission column
+    ``O(., o_t)``, the least a filter reads per token when no other sequence shares the HMM."""
+    return FLOAT64_BYTES * num_states * (num_states + 1)
 
 
-def bench_filtering(num_hmms: int, num_hmmlearn: int, length: int) -> dict:
-    mixture = hmm.MixtureSpec(num_hmms, 128, 16).build(seed=0)
-    tokens, _ = hmm.sample_sequences(mixture.hmm, torch.arange(num_hmms), length, seed=1)
-    ours_scores, ours_seconds = _timed(lambda: hmm.log_likelihood(mixture.hmm, tokens))
+def _baseline(library: str, setting: str, scores, seconds: float, length: int, ours_scores: torch.Tensor, ours_rate: float, **extra) -> dict:
+    """A baseline's rate on the first ``len(scores)`` HMMs, our speedup ``ours_rate / rate`` and the
+    largest difference of its log-likelihoods from ours."""
+    num_hmms = len(scores)
+    rate = num_hmms * length / seconds
+    difference = np.abs(np.asarray(scores) - ours_scores[:num_hmms].numpy()).max()
+    return {"library": library, "setting": setting, **extra, "num_hmms": num_hmms, "seconds": seconds,
+            "tokens_per_s": rate, "speedup": ours_rate / rate, "max_abs_loglik_difference": float(difference)}
+
+
+def time_hmmlearn(model: hmm.HMM, tokens: torch.Tensor, implementation: str, repeats: int) -> tuple[list[float], float]:
+    """hmmlearn's log-likelihoods of ``tokens[k]`` under HMM ``k``, one ``CategoricalHMM.score``
+    per HMM in ``implementation`` (``"log"`` or ``"scaling"``), and the fastest time of the loop."""
+    references = []
+    for k in range(tokens.shape[0]):
+        reference = CategoricalHMM(n_components=model.num_states, n_features=model.num_tokens,
+                                   init_params="", params="", implementation=implementation)
+        reference.startprob_ = model.initial[k].numpy()
+        reference.transmat_ = model.transition[k].numpy()
+        reference.emissionprob_ = model.emission[k].numpy()
+        references.append(reference)
+    columns = [sequence.numpy()[:, None] for sequence in tokens]
+    return timed(lambda: [reference.score(column) for reference, column in zip(references, columns)], repeats)
+
+
+def vmap_batches(num_hmms: int) -> list[int]:
+    """The dynamax settings timed: HMMs per vmapped call ``1, 4, 16, ...`` below ``num_hmms``, and
+    ``num_hmms`` (one call over all). The batch sets dynamax's working set, ``8 S^2`` bytes per HMM
+    re-read at every step, so it decides which cache level the filter streams from."""
+    return [4**k for k in range(num_hmms.bit_length()) if 4**k < num_hmms] + [num_hmms]
+
+
+def time_dynamax(model: hmm.HMM, tokens: torch.Tensor, vmap_batch: int, repeats: int) -> tuple[np.ndarray, float, dict]:
+    """dynamax's log-likelihoods of ``tokens[k]`` under HMM ``k``: ``hmm_filter`` vmapped over
+    ``vmap_batch`` HMMs and jitted, in float64, called once per batch; the fastest time of all
+    calls after one untimed round that compiles; the versions. The table ``log O(., o_t)`` is
+    gathered inside the jitted function, as our engine gathers ``O(., o_t)`` inside its timed call.
+    Raises ``ImportError`` without jax or dynamax."""
+    import jax
+    from dynamax.hidden_markov_model.inference import hmm_filter
+
+    jax.config.update("jax_enable_x64", True)
+
+    @jax.jit
+    @jax.vmap
+    def log_likelihoods(initial, transition, log_emission, sequence):
+        return hmm_filter(initial, transition, log_emission[:, sequence].T).marginal_loglik
+
+    num_hmms = tokens.shape[0]
+    parameters = (model.initial[:num_hmms], model.transition[:num_hmms], model.emission[:num_hmms].log(), tokens)
+    arrays = [jax.numpy.asarray(value.numpy()) for value in parameters]
+    if arrays[1].dtype != np.float64:
+        raise RuntimeError(f"dynamax transition matrices: dtype {arrays[1].dtype}; expected float64 (jax_enable_x64 did not take effect)")
+    batches = [[array[start:start + vmap_batch] for array in arrays] for start in range(0, num_hmms, vmap_batch)]
+
+    def run():
+        return jax.numpy.concatenate([log_likelihoods(*batch) for batch in batches]).block_until_ready()
+
+    _, first_seconds = timed(run)
+    scores, seconds = timed(run, repeats)
+    return scores, seconds, {"first_call_seconds": first_seconds, "jax": jax.__version__, "dynamax": importlib.metadata.version("dynamax")}
+
+
+def bandwidth_bound(name: str, num_bytes: int, bytes_per_token: int, ours_rate: float) -> dict:
+    """Read bandwidth B of a ``num_bytes`` working set, the bound ``B / bytes_per_token`` tokens/s
+    it puts on filtering, and our rate as a fraction of it."""
+    bandwidth = read_bandwidth(torch.device("cpu"), num_bytes)
+    bound = bandwidth / bytes_per_token
+    return {"working_set": name, "bytes": num_bytes, "read_bytes_per_s": bandwidth,
+            "tokens_per_s": bound, "ours_fraction": ours_rate / bound}
+
+
+def time_baselines(model: hmm.HMM, tokens: torch.Tensor, num_hmmlearn: int, num_dynamax: int, ours_scores: torch.Tensor,
+                   ours_rate: float, repeats: int) -> list[dict]:
+    """Every baseline setting (hmmlearn's two implementations, dynamax at each of
+    :func:`vmap_batches`), each marked ``default`` (what a user gets without tuning: hmmlearn's
+    default ``"log"``, dynamax in one call over all HMMs) and ``best`` (its library's fastest); a
+    library that cannot be imported gets one entry saying why it was skipped."""
+    length = tokens.shape[1]
+    baselines = []
+    for implementation in ("log", "scaling"):
+        scores, seconds = time_hmmlearn(model, tokens[:num_hmmlearn], implementation, repeats)
+        baselines.append(_baseline("hmmlearn", f'implementation="{implementation}"', scores, seconds, length, ours_scores, ours_rate,
+                                   implementation=implementation, default=implementation == "log"))
+    try:
+        for batch in vmap_batches(num_dynamax):
+            scores, seconds, details = time_dynamax(model, tokens[:num_dynamax], batch, repeats)
+            baselines.append(_baseline("dynamax", f"jit(vmap) over {batch} HMM{'s' * (batch > 1)} per call", scores, seconds, length, ours_scores, ours_rate,
+                                       vmap_batch=batch, default=batch == num_dynamax, **details))
+    except ImportError as error:
+        baselines.append({"library": "dynamax", "skipped": f"{error}; install the bench extra: pip install -e '.[bench]'"})
+    for library in {baseline["library"] for baseline in baselines}:
+        settings = [baseline for baseline in baselines if baseline["library"] == library and "tokens_per_s" in baseline]
+        fastest = max(settings, key=lambda baseline: baseline["tokens_per_s"], default=None)
+        for baseline in settings:
+            baseline["best"] = baseline is fastest
+    return baselines
+
+
+def bench_filtering(num_hmms: int, num_hmmlearn: int, num_dynamax: int, length: int, repeats: int) -> dict:
+    for name, value in (("hmmlearn-hmms", num_hmmlearn), ("dynamax-hmms", num_dynamax)):
+        if not 1 <= value <= num_hmms:
+            raise ValueError(f"--{name}: {value}; expected between 1 and --hmms ({num_hmms}): baselines run on a subset of our HMMs")
+    mixture = hmm.MixtureSpec(num_hmms, NUM_STATES, NUM_TOKENS).build(seed=0)
+    model = mixture.hmm
+    tokens, _ = hmm.sample_sequences(model, torch.arange(num_hmms), length, seed=1)
+    ours_scores, ours_seconds = timed(lambda: hmm.log_likelihood(model, tokens), repeats)
     ours_rate = num_hmms * length / ours_seconds
 
-    references = []
-    for k in range(num_hmmlearn):
-        reference = CategoricalHMM(n_components=128, n_features=16, init_params="", params="")
-        reference.startprob_ = mixture.hmm.initial[k].numpy()
-        reference.transmat_ = mixture.hmm.transition[k].numpy()
-        reference.emissionprob_ = mixture.hmm.emission[k].numpy()
-        references.append(reference)
-    columns = [tokens[k].numpy()[:, None] for k in range(num_hmmlearn)]
-
-    def run_hmmlearn():
-        return [reference.score(column) for reference, column in tqdm(zip(references, columns), total=num_hmmlearn, desc="hmmlearn", leave=False)]
-
-    scores, hmmlearn_seconds = _timed(run_hmmlearn)
-    hmmlearn_rate = num_hmmlearn * length / hmmlearn_seconds
+    per_token = filtering_bytes_per_token(NUM_STATES)
+    bounds = [
+        bandwidth_bound("one HMM", per_token, per_token, ours_rate),
+        bandwidth_bound("one block of our engine", MATRIX_CACHE_BYTES, per_token, ours_rate),
+        bandwidth_bound(f"{num_dynamax} HMMs", num_dynamax * FLOAT64_BYTES * NUM_STATES**2, per_token, ours_rate),
+    ]
     return {
         "num_hmms": num_hmms,
-        "num_hmms_hmmlearn": num_hmmlearn,
+        "num_states": NUM_STATES,
+        "num_tokens": NUM_TOKENS,
         "length": length,
+        "repeats": repeats,
         "ours_tokens_per_s": ours_rate,
-        "hmmlearn_tokens_per_s": hmmlearn_rate,
-        "speedup_vs_hmmlearn": ours_rate / hmmlearn_rate,
-        "max_abs_loglik_difference": float(np.abs(np.array(scores) - ours_scores[:num_hmmlearn].numpy()).max()),
+        "baselines": time_baselines(model, tokens, num_hmmlearn, num_dynamax, ours_scores, ours_rate, repeats),
+        "bytes_per_token": per_token,
+        "bandwidth_bounds": bounds,
     }
 
 
-def bench_bayes(num_tasks: int, num_prompts: int, length: int, peak: float) -> dict:
-    mixture = hmm.MixtureSpec(num_tasks, 128, 16).build(seed=2)
+def bench_bayes(num_tasks: int, num_prompts: int, length: int, peak: float, repeats: int) -> dict:
+    mixture = hmm.MixtureSpec(num_tasks, NUM_STATES, NUM_TOKENS).build(seed=2)
     fmt = hmm.PromptFormat(num_demos=1, demo_length=length // 2, test_length=length - length // 2 - 1)
     prompts = hmm.sample_prompts(mixture, num_prompts, fmt, seed=3)
-    _, seconds = _timed(lambda: hmm.bayes_predictive(mixture, prompts.tokens))
-    S, p = 128, 16
+    _, seconds = timed(lambda: hmm.bayes_predictive(mixture, prompts.tokens), repeats)
+    S, p = NUM_STATES, NUM_TOKENS
     flops = num_tasks * num_prompts * fmt.length * (2 * S * S + 2 * S * p)
     achieved = flops / seconds / 1e9
     return {
         "num_tasks": num_tasks,
         "num_prompts": num_prompts,
         "prompt_length": fmt.length,
+        "repeats": repeats,
         "seconds": seconds,
         "gflops": achieved,
         "matmul_peak_gflops": peak,
@@ -87,49 +218,81 @@ def bench_bayes(num_tasks: int, num_prompts: int, length: int, peak: float) -> d
 
 
 def bench_generation() -> dict:
-    mixture, build_seconds = _timed(lambda: hmm.mixture_preset("paper", seed=0))
+    mixture, build_seconds = timed(lambda: hmm.mixture_preset("paper", seed=0))
     fmt = hmm.PROMPT_FORMATS["paper"]
 
     def sample_all():
         for chunk in tqdm(range(8), desc="sampling 8 x 16384 prompts", leave=False):
             hmm.sample_prompts(mixture, 16_384, fmt, seed=chunk)
 
-    _, sample_seconds = _timed(sample_all)
+    _, sample_seconds = timed(sample_all)
     return {
         "num_prompts": 131_072,
         "prompt_length": fmt.length,
+        "mixture_hmms": hmm.MIXTURE_SPECS["paper"].num_tasks,
         "mixture_build_seconds": build_seconds,
         "sampling_seconds": sample_seconds,
         "tokens_per_s": 131_072 * fmt.length / sample_seconds,
     }
 
 
+def provenance() -> dict:
+    """The command line of this run and the git commit of the checkout (``git_dirty``: it had
+    uncommitted changes, so the commit alone does not reproduce the run); None outside git."""
+    def git(*arguments: str) -> str | None:
+        completed = subprocess.run(["git", *arguments], cwd=ROOT, capture_output=True, text=True)
+        return completed.stdout.strip() if completed.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"command": shlex.join(["python", *sys.argv]), "git_commit": git("rev-parse", "HEAD"),
+            "git_dirty": None if status is None else bool(status)}
+
+
+def print_filtering(f: dict) -> None:
+    print(f"filtering {f['num_hmms']} HMMs x {f['length']} tokens (S={f['num_states']}, p={f['num_tokens']}): "
+          f"ours {f['ours_tokens_per_s']:.3g} tok/s")
+    for baseline in f["baselines"]:
+        if "skipped" in baseline:
+            print(f"  {baseline['library']}: skipped ({baseline['skipped']})")
+        else:
+            print(f"  {baseline['library']} {baseline['setting']} on {baseline['num_hmms']} HMMs: {baseline['tokens_per_s']:.3g} tok/s, "
+                  f"ours {baseline['speedup']:.2f}x (max |log-lik difference| {baseline['max_abs_loglik_difference']:.1e})"
+                  f"{' <- fastest' if baseline.get('best') else ''}")
+    for bound in f["bandwidth_bounds"]:
+        print(f"  bound from re-reading {bound['working_set']} ({bound['bytes'] / 2**10:.0f} KiB at "
+              f"{bound['read_bytes_per_s'] / 1e9:.0f} GB/s) / {f['bytes_per_token']} bytes per token: "
+              f"{bound['tokens_per_s']:.3g} tok/s, ours {bound['ours_fraction']:.0%} of it")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hmms", type=int, default=8192, help="distinct HMMs filtered by our engine")
+    parser.add_argument("--hmms", type=int, default=2048, help="distinct HMMs filtered by our engine (the baselines get the first ones)")
     parser.add_argument("--hmmlearn-hmms", type=int, default=256, help="HMMs looped through hmmlearn (its rate is per token)")
+    parser.add_argument("--dynamax-hmms", type=int, default=2048, help="HMMs in dynamax's vmap (its rate is per token)")
     parser.add_argument("--length", type=int, default=256, help="tokens per sequence")
-    parser.add_argument("--bayes-tasks", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timed runs of each filtering setting and of the Bayes mixture; the fastest counts")
+    parser.add_argument("--bayes-tasks", type=int, default=2048)
     parser.add_argument("--bayes-prompts", type=int, default=256, help="prompts per evaluation batch (rows of each task's matrix product)")
     parser.add_argument("--bayes-length", type=int, default=32)
     parser.add_argument("--skip-generation", action="store_true")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
 
+    machine = {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+               "load_average_1min_at_start": os.getloadavg()[0]}  # other processes on the cores slow every rate
     peak = matmul_peak(torch.device("cpu"), torch.float64, 2048) / 1e9
     results = {
-        "machine": {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__},
+        **provenance(),
+        "machine": machine,
         "matmul_peak_gflops_float64": peak,
-        "filtering": bench_filtering(args.hmms, args.hmmlearn_hmms, args.length),
-        "bayes": bench_bayes(args.bayes_tasks, args.bayes_prompts, args.bayes_length, peak),
+        "filtering": bench_filtering(args.hmms, args.hmmlearn_hmms, args.dynamax_hmms, args.length, args.repeats),
+        "bayes": bench_bayes(args.bayes_tasks, args.bayes_prompts, args.bayes_length, peak, args.repeats),
     }
     if not args.skip_generation:
         results["generation"] = bench_generation()
-    f, b = results["filtering"], results["bayes"]
+    b = results["bayes"]
     print(f"float64 matmul peak: {peak:.1f} GFLOP/s ({results['machine']['threads']} threads)")
-    print(f"filtering {f['num_hmms']} HMMs x {f['length']} tokens: ours {f['ours_tokens_per_s']:.3g} tok/s, "
-          f"hmmlearn {f['hmmlearn_tokens_per_s']:.3g} tok/s -> {f['speedup_vs_hmmlearn']:.2f}x "
-          f"(max |log-lik difference| {f['max_abs_loglik_difference']:.2e})")
+    print_filtering(results["filtering"])
     print(f"Bayes mixture {b['num_tasks']} tasks x {b['num_prompts']} prompts x {b['prompt_length']} tokens: "
           f"{b['gflops']:.1f} GFLOP/s = {b['fraction_of_peak']:.1%} of matmul peak ({b['seconds']:.1f} s)")
     if "generation" in results:
@@ -139,6 +302,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)
+            handle.write("\n")
 
 
 if __name__ == "__main__":

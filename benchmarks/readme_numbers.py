@@ -1,0 +1,157 @@
+"""Writes the HMM-engine benchmark numbers of README.md and docs/hmm.md from the benchmark's JSON,
+so the prose cannot drift from the measurement.
+
+Each file holds one generated block between ``<!-- bench:NAME:start -->`` and
+``<!-- bench:NAME:end -->``: ``hmm`` in README.md (the "The HMM engine" paragraph) and
+``hmm-table`` in docs/hmm.md (the table of every setting). After a benchmark run::
+
+    python benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json
+    python benchmarks/readme_numbers.py
+
+``tests/test_benchmarks_readme.py`` checks that the committed blocks equal what the committed JSON
+generates.
+"""
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "figures" / "benchmarks" / "hmm.json"
+README_WIDTH = 100
+"""Line width of the README's wrapped paragraphs."""
+
+
+def _sci(value: float) -> str:
+    """Three significant digits, exponent without sign padding: ``266649.8 -> "2.67e5"``."""
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _times(ratio: float) -> str:
+    """A ratio to two significant digits, whole numbers from 10 on:
+    ``26.24 -> "26x"``, ``5.83 -> "5.8x"``, ``0.6 -> "0.60x"``."""
+    return f"{ratio:.{max(0, 1 - math.floor(math.log10(ratio)))}f}x"
+
+
+def _size(num_bytes: int) -> str:
+    """``132096 -> "129 KiB"``, ``8388608 -> "8 MiB"``."""
+    return f"{num_bytes / 2**20:.0f} MiB" if num_bytes >= 2**20 else f"{num_bytes / 2**10:.0f} KiB"
+
+
+def _gbps(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.0f} GB/s"
+
+
+def _marked(baselines: list[dict], library: str, mark: str) -> dict | None:
+    """The entry of ``library`` carrying ``mark`` (``best``: its fastest setting; ``default``: the
+    setting a user gets without tuning), or None when the library was skipped."""
+    return next((b for b in baselines if b["library"] == library and b.get(mark)), None)
+
+
+def _skipped(baselines: list[dict], library: str) -> str:
+    return next(b["skipped"] for b in baselines if b["library"] == library)
+
+
+def _provenance(results: dict) -> str:
+    dirty = " with uncommitted changes" if results["git_dirty"] else ""
+    machine = results["machine"]
+    return (f"`{results['command']}` at commit {results['git_commit'][:7]}{dirty}, {machine['threads']} threads, "
+            f"load average {machine['load_average_1min_at_start']:.1f} at the start")
+
+
+def _versus(baselines: list[dict], library: str, name: str) -> str:
+    """``ratio the rate of name at its fastest setting (setting, rate; ratio its default)``."""
+    best, default = _marked(baselines, library, "best"), _marked(baselines, library, "default")
+    if best is None:
+        return f"{name} not measured ({_skipped(baselines, library)})"
+    text = f"{_times(best['speedup'])} the rate of {name} at its fastest setting ({best['setting']}, {_sci(best['tokens_per_s'])} tokens/s"
+    if default is not best:
+        text += f"; {_times(default['speedup'])} its default, {default['setting']}"
+    return text + ")"
+
+
+def readme_paragraph(results: dict) -> str:
+    """The README's "The HMM engine" paragraph."""
+    f, b = results["filtering"], results["bayes"]
+    timed_baselines = [baseline for baseline in f["baselines"] if "tokens_per_s" in baseline]
+    agreement = max(baseline["max_abs_loglik_difference"] for baseline in timed_baselines)
+    machine_bound = max(f["bandwidth_bounds"], key=lambda bound: bound["tokens_per_s"])
+    text = (
+        f"**The HMM engine** ({_provenance(results)}; `figures/benchmarks/hmm.json`, table in `docs/hmm.md`): "
+        f"filtering {f['num_hmms']} distinct HMMs (S = {f['num_states']}, p = {f['num_tokens']}, T = {f['length']}, one "
+        f"sequence each) at {_sci(f['ours_tokens_per_s'])} tokens/s: "
+        f"{_versus(f['baselines'], 'hmmlearn', '`hmmlearn.CategoricalHMM`')}, "
+        f"{_versus(f['baselines'], 'dynamax', 'dynamax `hmm_filter`')}; "
+        f"log-likelihoods agree to {agreement:.0e}. "
+        f"Reading each HMM's transition matrix and emission column once per token bounds filtering at "
+        f"{_sci(machine_bound['tokens_per_s'])} tokens/s here ({f['bytes_per_token']} bytes per token at the "
+        f"{_gbps(machine_bound['read_bytes_per_s'])} measured re-reading {machine_bound['working_set']}'s "
+        f"{_size(machine_bound['bytes'])}); ours reaches {machine_bound['ours_fraction']:.0%} of it. "
+        f"The Bayes-optimal mixture ({b['num_tasks']} tasks x {b['num_prompts']} prompts) runs at "
+        f"{b['gflops']:.1f} GFLOP/s = {b['fraction_of_peak']:.0%} of the float64 matmul rate measured in the same run "
+        f"({results['matmul_peak_gflops_float64']:.1f} GFLOP/s)"
+    )
+    if "generation" in results:
+        g = results["generation"]
+        text += (f"; the paper's {g['num_prompts']:,} prompts are sampled in {g['sampling_seconds']:.1f} s (the "
+                 f"{g['mixture_hmms']}-HMM mixture built in {g['mixture_build_seconds']:.1f} s)")
+    return textwrap.fill(text + ".", README_WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
+def docs_table(results: dict) -> str:
+    """docs/hmm.md's table: ours, every baseline setting and the bandwidth bounds, with ratios."""
+    f = results["filtering"]
+    rows = [
+        "| filter | setting (bounds: read rate) | HMMs timed | tokens/s | ours / it | max abs log-lik difference |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+        f"| ours, `hmm.log_likelihood` | torch, {results['machine']['threads']} threads | {f['num_hmms']} | "
+        f"{_sci(f['ours_tokens_per_s'])} | | (reference) |",
+    ]
+    for baseline in f["baselines"]:
+        if "skipped" in baseline:
+            rows.append(f"| {baseline['library']} | skipped: {baseline['skipped']} | | | | |")
+            continue
+        marks = [mark for mark in ("default", "best") if baseline.get(mark)]
+        setting = baseline["setting"] + (f" ({', '.join('fastest' if m == 'best' else m for m in marks)})" if marks else "")
+        rows.append(f"| {baseline['library']} | {setting} | {baseline['num_hmms']} | {_sci(baseline['tokens_per_s'])} | "
+                    f"{_times(baseline['speedup'])} | {baseline['max_abs_loglik_difference']:.0e} |")
+    for bound in f["bandwidth_bounds"]:
+        rows.append(f"| bound: {f['bytes_per_token']} bytes per token at the read rate of {bound['working_set']} "
+                    f"({_size(bound['bytes'])}) | {_gbps(bound['read_bytes_per_s'])} | | {_sci(bound['tokens_per_s'])} | "
+                    f"{bound['ours_fraction']:.0%} | |")
+    return "\n".join([f"Measured by {_provenance(results)}:", "", *rows])
+
+
+BLOCKS = {
+    ROOT / "README.md": ("hmm", readme_paragraph),
+    ROOT / "docs" / "hmm.md": ("hmm-table", docs_table),
+}
+"""Each file with a generated block: the block's name and the function that writes it."""
+
+
+def replace_block(text: str, name: str, body: str, where: str) -> str:
+    """``text`` with the lines between its ``bench:name`` start and end markers replaced by ``body``."""
+    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+    counts = (text.count(start), text.count(end))
+    if counts != (1, 1) or text.index(start) > text.index(end):
+        raise ValueError(f"{where}: {counts[0]} '{start}' and {counts[1]} '{end}' markers; expected one of each, start first")
+    head, rest = text.split(start)
+    return f"{head}{start}\n{body}\n{end}{rest.split(end)[1]}"
+
+
+def rewritten(results: dict) -> dict[Path, str]:
+    """Every file of :data:`BLOCKS` as it should read for ``results``."""
+    return {path: replace_block(path.read_text(), name, render(results), str(path.relative_to(ROOT)))
+            for path, (name, render) in BLOCKS.items()}
+
+
+def main() -> None:
+    for path, text in rewritten(json.loads(RESULTS.read_text())).items():
+        path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
