@@ -11,9 +11,10 @@ attention scores, the step at which it left the unigram plateau).
 Public API (import from the modules named; this file imports nothing)::
 
     chains:     binary_kernel, check_kernel, stationary_distribution, reference_losses
-                (bigram = entropy rate, unigram = stationary entropy), sample_sequences,
-                sequence_log_losses, excess_losses, read_back_kernel, memory_norm,
-                memory_coordinate, is_memoryless, surprise (-log p, 0 at p = 0)
+                (bigram = entropy rate, unigram = stationary entropy), bigram_loss_variance,
+                sample_sequences, sequence_log_losses, excess_losses, read_back_kernel
+                (-> KernelReadBack(mean, spread)), memory_norm, memory_coordinate, is_memoryless,
+                surprise (-log p, 0 at p = 0)
     config:     MarkovSweepConfig (grid, model, optimiser; .model_config(arch),
                 .train_config(seed), .cells(), .iid_cells()), ARCHITECTURES
     runs:       MarkovStream (the batch function), held_out_sequences,

@@ -6,7 +6,8 @@ unigram line (the stationary distribution, ``H_unigram``) of its binary chain ``
   ``relative_excess = excess / (H_unigram - H_rate)``: 0 on the bigram line, 1 on the unigram line;
 * **trapped at unigram** iff ``relative_excess >= TRAP_THRESHOLD = 1/2``, i.e. the final loss is
   closer to the unigram line than to the bigram line; otherwise it **reached bigram**;
-* the transition probabilities read back from the predictions and their memory coordinate
+* the transition probabilities read back from the predictions, their spread over positions, and
+  their memory coordinate
   (:func:`empirical.markov.chains.memory_coordinate`: 0 unigram, 1 bigram);
 * the escape step (:func:`escape_step`): when the training loss first fell below the midpoint of
   the two lines. Runs that sit on the unigram plateau longer than the training budget count as
@@ -64,15 +65,16 @@ def summarise_predictions(probabilities: torch.Tensor, tokens: torch.Tensor, p: 
     log_probs = probabilities.log()
     excess = float(excess_losses(kernel, tokens, log_probs).mean())
     relative = relative_excess(excess, p, q)
-    estimated_kernel = read_back_kernel(tokens, probabilities)
+    read_back = read_back_kernel(tokens, probabilities)
     return {
         "sampled_loss": float(sequence_log_losses(log_probs, tokens).mean()),
         "excess": excess,
         "final_loss": reference_losses(kernel).bigram + excess,
         "relative_excess": relative,
         "trapped": is_trapped(relative),
-        "read_back_kernel": estimated_kernel.tolist(),
-        "memory_coordinate": memory_coordinate(estimated_kernel, kernel),
+        "read_back_kernel": read_back.mean.tolist(),
+        "read_back_spread": read_back.spread.tolist(),
+        "memory_coordinate": memory_coordinate(read_back.mean, kernel),
     }
 
 
