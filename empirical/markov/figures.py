@@ -35,21 +35,26 @@ def _arm_axes(config: MarkovSweepConfig, panel_size: tuple[float, float], **sett
 
 def _draw_grid(axis, values: dict, labels: dict, config: MarkovSweepConfig, colour_map: str, limits: tuple):
     """``values[(p, q)]`` as coloured cells on the ``(p, q)`` grid with ``labels[(p, q)]`` written
-    in them, i.i.d. cells marked, and the line ``p + q = 1``; returns the colour mesh."""
+    in them (white on the darkest third of the colour scale), i.i.d. cells marked, and the line
+    ``p + q = 1``; returns the colour mesh."""
     p_values, q_values = sorted(config.p_values), sorted(config.q_values)
     p_edges, q_edges = _grid_edges(p_values), _grid_edges(q_values)
     grid = np.full((len(q_values), len(p_values)), np.nan)
     for (p, q), value in values.items():
         grid[q_values.index(q), p_values.index(p)] = value
-        axis.text(p, q, labels[(p, q)], ha="center", va="center", fontsize=8)
+        dark = (value - limits[0]) > 2 / 3 * (limits[1] - limits[0])
+        axis.text(p, q, labels[(p, q)], ha="center", va="center", fontsize=8, color="white" if dark else "black")
     for p, q in sorted(config.iid_cells()):
-        axis.text(p, q, "i.i.d.", ha="center", va="center", fontsize=8, color="gray")
+        axis.text(p, q, "i.i.d.", ha="center", va="center", fontsize=8, color="gray", zorder=3,
+                  bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     mesh = axis.pcolormesh(p_edges, q_edges, np.ma.masked_invalid(grid), cmap=colour_map, vmin=limits[0],
                            vmax=limits[1])
     line = np.array([min(p_edges[0], 1 - q_edges[-1]), max(p_edges[-1], 1 - q_edges[0])])
     axis.plot(line, 1 - line, color="black", linewidth=1.5, label="p + q = 1")
     axis.set_xlim(p_edges[0], p_edges[-1])
     axis.set_ylim(q_edges[0], q_edges[-1])
+    axis.set_xticks(p_values)
+    axis.set_yticks(q_values)
     axis.set_xlabel("p = P(1 | 0)")
     axis.set_ylabel("q = P(0 | 1)")
     return mesh
@@ -66,12 +71,12 @@ def plot_phase_diagram(cells: list[dict], config: MarkovSweepConfig, path: Path)
             fractions = {(c["p"], c["q"]): c["trapped_fraction"] for c in members}
             labels = {(c["p"], c["q"]): "{}/{}\n[{:.2f}, {:.2f}]".format(c["trapped"], c["seeds"], *c["trapped_interval"])
                       for c in members}
-            mesh = _draw_grid(axes[row, column], fractions, labels, config, "coolwarm", (0, 1))
+            mesh = _draw_grid(axes[row, column], fractions, labels, config, "YlOrRd", (0, 1))
             axes[row, column].set_title(f"init {init}, {architecture}", fontsize=10)
     axes[0, -1].legend(loc="upper right", fontsize=8)
     figure.colorbar(mesh, ax=axes[:, -1], label="fraction of seeds trapped", shrink=0.6)
     figure.suptitle(f"Trapped at step {config.steps}: held-out excess over the bigram line > {TRAP_Z:g} sd of "
-                    f"its sampling noise; k/n [95% Wilson]; init std {config.init_std}, rank {config.init_rank}, "
+                    f"its sampling noise; k/n [95% Wilson]\ninit std {config.init_std}, low-rank rank {config.init_rank}, "
                     f"width {config.width}", fontsize=10)
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -81,7 +86,8 @@ def plot_read_back(runs: list[dict], config: MarkovSweepConfig, path: Path) -> N
     """Per arm, the transition probabilities read back from every trained model,
     ``(P_hat(1|0), P_hat(0|1))`` (mean over positions, bars = their standard deviation over
     positions), beside the true kernel ``(p, q)`` (cross) and the unigram solution
-    ``(pi_1, pi_0)`` (ring) of each cell; memoryless predictors lie on ``P_hat(1|0) + P_hat(0|1) = 1``."""
+    ``(pi_1, pi_0)`` (ring) of each cell; memoryless predictors lie on ``P_hat(1|0) + P_hat(0|1) = 1``.
+    Each panel states how many of its runs are trapped."""
     cells = config.cells()
     colours = plt.get_cmap("tab10")(np.arange(len(cells)) % 10)
     figure, axes = _arm_axes(config, (3.6, 3.6), sharex=True, sharey=True)
@@ -89,15 +95,20 @@ def plot_read_back(runs: list[dict], config: MarkovSweepConfig, path: Path) -> N
         for column, architecture in enumerate(config.architectures):
             axis = axes[row, column]
             axis.plot([0, 1], [1, 0], color="gray", linewidth=0.8, linestyle="--")
+            arm_runs = [run for run in runs if (run["init"], run["architecture"]) == (init, architecture)]
             for colour, (p, q) in zip(colours, cells):
-                members = [run for run in runs
-                           if (run["init"], run["architecture"], run["p"], run["q"]) == (init, architecture, p, q)]
+                members = [run for run in arm_runs if (run["p"], run["q"]) == (p, q)]
                 estimates = np.array([[run["read_back_kernel"][0][1], run["read_back_kernel"][1][0]] for run in members])
                 spreads = np.array([[run["read_back_spread"][0][1], run["read_back_spread"][1][0]] for run in members])
+                axis.plot(p, q, marker="x", markersize=13, markeredgewidth=1.5, color=colour, alpha=0.6, zorder=1,
+                          label=f"({p}, {q})")
+                axis.plot(p / (p + q), q / (p + q), marker="o", markersize=13, fillstyle="none", color=colour,
+                          alpha=0.6, zorder=1)
                 axis.errorbar(estimates[:, 0], estimates[:, 1], xerr=spreads[:, 0], yerr=spreads[:, 1], fmt="o",
-                              markersize=4, color=colour, alpha=0.7, linewidth=1)
-                axis.plot(p, q, marker="x", markersize=10, markeredgewidth=2, color=colour, label=f"({p}, {q})")
-                axis.plot(p / (p + q), q / (p + q), marker="o", markersize=11, fillstyle="none", color=colour)
+                              markersize=4, color=colour, markeredgecolor="black", markeredgewidth=0.5, linewidth=1,
+                              zorder=3)
+            trapped = sum(run["trapped"] for run in arm_runs)
+            axis.text(0.03, 0.03, f"trapped {trapped}/{len(arm_runs)}", transform=axis.transAxes, fontsize=8)
             axis.set_xlim(0, 1)
             axis.set_ylim(0, 1)
             axis.set_aspect("equal")
@@ -107,7 +118,8 @@ def plot_read_back(runs: list[dict], config: MarkovSweepConfig, path: Path) -> N
             axis.set_ylabel("read-back P(0 | 1)")
     axes[0, -1].legend(title="true (p, q)", fontsize=7, title_fontsize=7, loc="upper right")
     figure.suptitle(f"Read-back kernels at step {config.steps}: dots = runs (bars: sd over positions), "
-                    f"x = true kernel, ring = unigram solution; dashed: memoryless predictors", fontsize=10)
+                    f"x = true kernel,\nring = unigram solution (shared by cells with equal pi); dashed: memoryless "
+                    f"predictors", fontsize=10)
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
@@ -131,10 +143,11 @@ def plot_plateau_survival(runs: list[dict], config: MarkovSweepConfig, path: Pat
                     censored = sum(run["escape_step"] is None for run in members)
                     low, high = wilson_interval(censored, len(members))
                     axis.step(steps, plateau_survival(members, steps), where="post", color=colours[side],
-                              label=f"{side}: censored {censored}/{len(members)} [{low:.2f}, {high:.2f}]")
+                              label=f"{side}: {censored}/{len(members)} on it at the end [{low:.2f}, {high:.2f}]")
             axis.set_title(f"init {init}, {architecture}", fontsize=10)
             axis.set_xlabel("training step")
-            axis.set_ylim(-0.03, 1.03)
+            axis.set_ylim(-0.03, 1.4)  # the legend sits above the curves, which stay in [0, 1]
+            axis.set_yticks(np.linspace(0, 1, 6))
             axis.grid(alpha=0.3)
             axis.legend(fontsize=7, loc="upper right")
         axes[row, 0].set_ylabel("fraction on the plateau")
