@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from empirical.markov.chains import (
+    bigram_loss_variance,
     binary_kernel,
     check_kernel,
     entropy_rate,
@@ -25,7 +26,7 @@ from empirical.markov.chains import (
     stationary_distribution,
     stationary_entropy,
 )
-from markov_oracles import bigram_log_probs, bigram_loss_variance
+from markov_oracles import bigram_log_probs
 
 BINARY_CELLS = [(0.1, 0.1), (0.2, 0.7), (0.5, 0.8), (0.9, 0.9), (1.0, 0.3), (0.0, 0.4), (0.3, 0.7)]
 
@@ -149,20 +150,24 @@ def test_bigram_predictor_reaches_the_entropy_rate(p, q):
 def test_read_back_kernel_of_the_bigram_and_unigram_predictors():
     kernel = np.array([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.8, 0.1, 0.1]])
     tokens = sample_sequences(kernel, 20, 50, 2)
-    bigram = bigram_log_probs(kernel, tokens).exp()
-    np.testing.assert_allclose(read_back_kernel(tokens, bigram), kernel, atol=1e-12)
-    assert memory_coordinate(read_back_kernel(tokens, bigram), kernel) == pytest.approx(1.0, abs=1e-12)
+    bigram = read_back_kernel(tokens, bigram_log_probs(kernel, tokens).exp())
+    np.testing.assert_allclose(bigram.mean, kernel, atol=1e-12)
+    np.testing.assert_allclose(bigram.spread, 0.0, atol=1e-7)
+    assert memory_coordinate(bigram.mean, kernel) == pytest.approx(1.0, abs=1e-12)
     pi = stationary_distribution(kernel)
-    unigram = torch.from_numpy(pi).expand(20, 50, 3)
-    np.testing.assert_allclose(read_back_kernel(tokens, unigram), np.tile(pi, (3, 1)), atol=1e-12)
-    assert memory_coordinate(read_back_kernel(tokens, unigram), kernel) == pytest.approx(0.0, abs=1e-12)
+    unigram = read_back_kernel(tokens, torch.from_numpy(pi).expand(20, 50, 3))
+    np.testing.assert_allclose(unigram.mean, np.tile(pi, (3, 1)), atol=1e-12)
+    np.testing.assert_allclose(unigram.spread, 0.0, atol=1e-7)
+    assert memory_coordinate(unigram.mean, kernel) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_read_back_kernel_averages_predictions_per_current_token():
     tokens = torch.tensor([[0, 1, 0, 0]])
-    probs = torch.tensor([[[0.2, 0.8], [0.6, 0.4], [0.4, 0.6], [0.0, 1.0]]])
-    # Positions with x_t = 0: t = 0 and t = 2 (the last position predicts nothing).
-    np.testing.assert_allclose(read_back_kernel(tokens, probs), [[0.3, 0.7], [0.6, 0.4]])
+    probs = torch.tensor([[[0.2, 0.8], [0.6, 0.4], [0.4, 0.6], [0.0, 1.0]]], dtype=torch.float64)
+    # Positions with x_t = 0: t = 0 and t = 2 (the last position predicts nothing): q(1) = 0.8, 0.6.
+    read_back = read_back_kernel(tokens, probs)
+    np.testing.assert_allclose(read_back.mean, [[0.3, 0.7], [0.6, 0.4]], atol=1e-15)
+    np.testing.assert_allclose(read_back.spread, [[0.1, 0.1], [0.0, 0.0]], atol=1e-8)
 
 
 def test_memory_coordinate_halfway_between_the_solutions():

@@ -1,79 +1,148 @@
-"""The Markov sweep (:mod:`empirical.markov`): trap criterion, aggregation on planted runs,
-prediction summaries of planted predictors, attention scores, wiring of one short training run,
-and input validation."""
+"""The Markov sweep (:mod:`empirical.markov`): the decision rule and the censoring of escape steps
+on planted loss curves and planted predictors, the read-back kernel of a RoFormer set to output the
+true kernel, Wilson intervals against SciPy, aggregation of planted runs, attention scores, wiring
+of one short training run, and input validation."""
 import json
+import math
 
 import numpy as np
 import pytest
 import torch
+from scipy.stats import binomtest
 
-from empirical.markov.aggregate import aggregate_cells, plateau_survival
+from empirical.markov.aggregate import aggregate_cells, aggregate_sides, count_record, plateau_survival, wilson_interval
 from empirical.markov.attention import attention_scores, induction_targets
-from empirical.markov.chains import binary_kernel, is_memoryless, reference_losses, stationary_distribution
+from empirical.markov.chains import (
+    bigram_loss_variance,
+    binary_kernel,
+    is_memoryless,
+    reference_losses,
+    stationary_distribution,
+)
 from empirical.markov.commands import write_sweep
 from empirical.markov.config import ARCHITECTURES, MarkovSweepConfig
 from empirical.markov.criterion import (
-    TRAP_THRESHOLD,
+    TRAP_Z,
     escape_step,
     is_trapped,
-    relative_excess,
     summarise_predictions,
+    trap_tolerance,
     unigram_bigram_gap,
 )
-from empirical.markov.runs import MarkovStream, held_out_sequences, train_and_evaluate
+from empirical.markov.runs import MarkovStream, evaluate_run, held_out_sequences, train_and_evaluate
 from empirical.model import RoFormer, RoFormerConfig
 from markov_oracles import bigram_log_probs
 import hmmtf
 
 
-def planted_run(architecture: str, p: float, q: float, seed: int, relative: float) -> dict:
-    """A run record whose final loss sits at ``relative`` of the way from the bigram to the unigram line."""
+def planted_run(init: str, architecture: str, p: float, q: float, seed: int, relative: float,
+                escape: int | None) -> dict:
+    """A run record whose final loss sits at ``relative`` of the way from the bigram to the
+    unigram line, judged by the decision rule for 256 held-out sequences of 64 tokens."""
     gap = unigram_bigram_gap(p, q)
+    pi_1 = p / (p + q)
+    kernel = (1 - relative) * binary_kernel(p, q) + relative * np.array([[1 - pi_1, pi_1], [1 - pi_1, pi_1]])
     return {
-        "architecture": architecture, "p": p, "q": q, "seed": seed,
-        "excess": relative * gap, "relative_excess": relative, "trapped": is_trapped(relative),
-        "memory_coordinate": 1.0 - relative, "escape_step": None if relative > 0.5 else 10 * (seed + 1),
+        "init": init, "architecture": architecture, "p": p, "q": q, "seed": seed,
+        "excess": relative * gap, "relative_excess": relative,
+        "trapped": is_trapped(relative * gap, trap_tolerance(p, q, 256, 64)),
+        "memory_coordinate": 1.0 - relative, "escape_step": escape,
+        "read_back_kernel": kernel.tolist(), "read_back_spread": [[0.0, 0.0], [0.0, 0.0]],
         "loss_curve": {"step": [10, 20], "loss": [0.7, reference_losses(binary_kernel(p, q)).bigram + relative * gap]},
     }
 
 
 PLANTED = {
-    # (architecture, p, q): relative excess of seeds 0, 1, 2, ...
-    ("1-layer-tied", 0.9, 0.8): [1.0, 0.98, 0.02, TRAP_THRESHOLD],
-    ("1-layer-tied", 0.2, 0.3): [0.01, 0.0, 0.49, 0.02],
-    ("2-layer-tied", 0.9, 0.8): [0.0, 0.51, 0.03, 0.01],
+    # (init, architecture, p, q): (relative excess, escape step) of seeds 0, 1, 2, 3
+    ("gaussian", "1-layer-tied", 0.9, 0.8): [(1.0, None), (0.98, None), (0.0, 40), (0.002, 450)],
+    ("gaussian", "1-layer-tied", 0.2, 0.3): [(0.01, 30), (0.0, 20), (0.0, 20), (0.0, 30)],
+    ("lowrank", "1-layer-tied", 0.9, 0.8): [(1.0, None), (1.0, None), (1.0, None), (0.3, 490)],
 }
 
 
+def planted_runs() -> list[dict]:
+    return [planted_run(*key, seed, relative, escape)
+            for key, values in PLANTED.items() for seed, (relative, escape) in enumerate(values)]
+
+
 def test_aggregation_counts_the_planted_traps():
-    runs = [planted_run(arch, p, q, seed, relative)
-            for (arch, p, q), values in PLANTED.items() for seed, relative in enumerate(values)]
+    runs = planted_runs()
     runs.reverse()  # aggregation must not depend on the order of the runs
-    cells = {(c["architecture"], c["p"], c["q"]): c for c in aggregate_cells(runs)}
+    cells = {(c["init"], c["architecture"], c["p"], c["q"]): c for c in aggregate_cells(runs)}
     assert set(cells) == set(PLANTED)
-    expected_trapped = {("1-layer-tied", 0.9, 0.8): 3, ("1-layer-tied", 0.2, 0.3): 0, ("2-layer-tied", 0.9, 0.8): 1}
-    for key, trapped in expected_trapped.items():
+    # 0.002 x gap is below the tolerance (about 0.06 x gap here), 0.01 x gap of (0.2, 0.3) is not.
+    expected = {("gaussian", "1-layer-tied", 0.9, 0.8): (2, 2), ("gaussian", "1-layer-tied", 0.2, 0.3): (0, 0),
+                ("lowrank", "1-layer-tied", 0.9, 0.8): (4, 3)}
+    assert trap_tolerance(0.9, 0.8, 256, 64) > 0.002 * unigram_bigram_gap(0.9, 0.8)
+    assert trap_tolerance(0.2, 0.3, 256, 64) > 0.01 * unigram_bigram_gap(0.2, 0.3)
+    for key, (trapped, censored) in expected.items():
         assert cells[key]["seeds"] == 4
-        assert cells[key]["trapped"] == trapped
+        assert (cells[key]["trapped"], cells[key]["censored"]) == (trapped, censored)
         assert cells[key]["trapped_fraction"] == trapped / 4
-        assert cells[key]["relative_excess"] == pytest.approx(PLANTED[key])
-    assert cells[("1-layer-tied", 0.2, 0.3)]["escape_step"] == [10, 20, 30, 40]
+        assert cells[key]["trapped_interval"] == list(wilson_interval(trapped, 4))
+        assert cells[key]["relative_excess"] == pytest.approx([relative for relative, _ in PLANTED[key]])
+    assert cells[("gaussian", "1-layer-tied", 0.2, 0.3)]["escape_step"] == [30, 20, 20, 30]
+    lowrank = cells[("lowrank", "1-layer-tied", 0.9, 0.8)]
+    assert lowrank["p_hat"][0] == pytest.approx(0.9 / 1.7) and lowrank["q_hat"][0] == pytest.approx(0.8 / 1.7)
     references = reference_losses(binary_kernel(0.9, 0.8))
-    assert cells[("2-layer-tied", 0.9, 0.8)]["bigram_loss"] == references.bigram
-    assert cells[("2-layer-tied", 0.9, 0.8)]["unigram_loss"] == references.unigram
+    assert lowrank["bigram_loss"] == references.bigram and lowrank["unigram_loss"] == references.unigram
+    sides = {(r["init"], r["side"]): r for r in aggregate_sides(runs)}
+    assert (sides[("gaussian", "p + q > 1")]["trapped"], sides[("gaussian", "p + q < 1")]["trapped"]) == (2, 0)
+    assert sides[("gaussian", "p + q > 1")]["trapped_relative_excess"] == [0.98, 1.0]
+    assert sides[("gaussian", "p + q < 1")]["trapped_relative_excess"] is None
+    assert sides[("lowrank", "p + q > 1")]["trapped_relative_excess"] == [0.3, 1.0]
 
 
-def test_trap_criterion_is_the_midpoint_between_the_lines():
-    gap = unigram_bigram_gap(0.9, 0.8)
-    assert relative_excess(gap, 0.9, 0.8) == pytest.approx(1.0)
-    assert is_trapped(relative_excess(0.5 * gap, 0.9, 0.8))
-    assert not is_trapped(relative_excess(0.499 * gap, 0.9, 0.8))
+def planted_curve(p: float, q: float, budget: int, escape: int | None, log_every: int = 10) -> dict:
+    """A training-loss curve logged every ``log_every`` steps up to ``budget``: on the unigram line
+    until ``escape`` (never if None or later than the budget), on the bigram line from then on."""
+    references = reference_losses(binary_kernel(p, q))
+    steps = list(range(log_every, budget + 1, log_every))
+    on_plateau = [escape is None or step < escape for step in steps]
+    return {"step": steps, "loss": [references.unigram if flat else references.bigram for flat in on_plateau]}
+
+
+@pytest.mark.parametrize(
+    "escape, trapped, escape_seen",
+    [
+        (None, True, None),   # on the unigram line throughout: trapped, censored at the budget
+        (10, False, 10),      # on the bigram line from the first log on
+        (480, False, 480),    # escapes late but within the budget: an event at 480, not censored
+        (520, True, None),    # would escape after the budget: still on the plateau at 500, censored
+    ],
+)
+def test_decision_rule_and_censoring_on_planted_loss_curves(escape, trapped, escape_seen):
+    """The decision rule on the last logged loss of a planted curve (the tolerance of a log
+    window: 32 x 10 sequences of 64 predicted tokens), and its escape step censored at the budget."""
+    p, q, budget = 0.9, 0.8, 500
+    curve = planted_curve(p, q, budget, escape)
+    final_excess = curve["loss"][-1] - reference_losses(binary_kernel(p, q)).bigram
+    assert is_trapped(final_excess, trap_tolerance(p, q, 320, 65)) is trapped
+    assert escape_step(curve, p, q) == escape_seen
+    runs = [{"escape_step": escape_step(curve, p, q), "trapped": trapped}]
+    assert count_record(runs)["censored"] == (escape_seen is None)
+    assert plateau_survival(runs, [budget]) == [1.0 if escape_seen is None else 0.0]
+
+
+def test_tolerance_is_four_standard_deviations_of_a_held_out_loss():
+    """``trap_tolerance = 4 sqrt(V_(T-1) / B)``; it halves when B quadruples, and a loss just above
+    (below) it is (is not) trapped. With the default held-out set it is below 14% of the
+    unigram-bigram gap in every default cell (38% at (0.1, 0.5) with 256 sequences)."""
+    p, q = 0.5, 0.9
+    tolerance = trap_tolerance(p, q, 256, 64)
+    assert TRAP_Z == 4.0
+    assert tolerance == pytest.approx(4 * math.sqrt(bigram_loss_variance(binary_kernel(p, q), 63) / 256), rel=1e-14)
+    assert trap_tolerance(p, q, 1024, 64) == pytest.approx(tolerance / 2, rel=1e-14)
+    assert is_trapped(1.001 * tolerance, tolerance) and not is_trapped(0.999 * tolerance, tolerance)
+    config = MarkovSweepConfig()
+    for cell in config.cells():
+        assert trap_tolerance(*cell, config.eval_sequences, config.sequence_length) < 0.14 * unigram_bigram_gap(*cell)
 
 
 def test_planted_bigram_and_unigram_predictors_are_classified():
-    """The kernel itself reaches the bigram line exactly (excess 0, memory 1); predicting ``pi``
-    everywhere sits on the unigram line (relative excess 1 up to the sampling error of the
-    prefixes: the mean KL over 256 x 64 positions, a few per cent here) and is trapped."""
+    """The kernel itself reaches the bigram line exactly (excess 0, memory 1, read-back = kernel);
+    predicting ``pi`` everywhere sits on the unigram line (relative excess 1 up to the sampling
+    error of the prefixes: the mean KL over 256 x 64 positions, a few per cent here) and is trapped."""
     p, q = 0.8, 0.7
     kernel = binary_kernel(p, q)
     tokens = held_out_sequences(kernel, 256, 64, seed=0)
@@ -82,18 +151,61 @@ def test_planted_bigram_and_unigram_predictors_are_classified():
     assert bigram["final_loss"] == pytest.approx(reference_losses(kernel).bigram, abs=1e-12)
     assert not bigram["trapped"]
     assert bigram["memory_coordinate"] == pytest.approx(1.0, abs=1e-12)
+    # The kernel's sampled loss passes the test the tolerance was derived for.
+    assert abs(bigram["sampled_loss"] - reference_losses(kernel).bigram) < bigram["tolerance"]
     unigram = summarise_predictions(torch.from_numpy(stationary_distribution(kernel)).expand(256, 64, 2), tokens, p, q)
     assert unigram["relative_excess"] == pytest.approx(1.0, abs=0.05)
     assert unigram["trapped"]
     assert unigram["memory_coordinate"] == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(unigram["read_back_kernel"], np.tile(stationary_distribution(kernel), (2, 1)),
+                               atol=1e-12)
 
 
-def test_escape_step_is_the_first_log_below_the_midpoint():
-    references = reference_losses(binary_kernel(0.9, 0.8))
-    midpoint = (references.unigram + references.bigram) / 2
-    curve = {"step": [10, 20, 30, 40], "loss": [0.7, midpoint + 1e-3, midpoint - 1e-3, midpoint + 1e-3]}
-    assert escape_step(curve, 0.9, 0.8) == 30
-    assert escape_step({"step": [10], "loss": [midpoint + 1e-3]}, 0.9, 0.8) is None
+def exact_bigram_roformer(kernel: np.ndarray) -> RoFormer:
+    """A float64 one-layer untied RoFormer whose logits at every position are ``log kernel[x_t]``:
+    the block writes nothing (output projections 0), the embeddings are ``+-u`` with ``u`` orthogonal
+    to the all-ones vector, the final LayerNorm maps them to ``n_x = +-sqrt(d) u / |u| + e_3`` (its
+    offset), and the unembedding solves ``U [n_0, n_1] = [log P_0, log P_1]``."""
+    width = 8
+    model = RoFormer(RoFormerConfig(vocab_size=2, num_layers=1, num_heads=1, width=width)).double()
+    direction = torch.zeros(width, dtype=torch.float64)
+    direction[:2] = torch.tensor([1.0, -1.0])
+    with torch.no_grad():
+        model.blocks[0].attn.out.weight.zero_()
+        model.blocks[0].mlp[-1].weight.zero_()
+        model.embed.weight.copy_(torch.stack([-direction, direction]))
+        model.ln_final.bias.copy_(torch.eye(width, dtype=torch.float64)[2])
+        normalised = model.ln_final(model.embed.weight)  # rows n_0, n_1
+        model.unembed.weight.copy_(torch.from_numpy(np.log(kernel)).T @ torch.linalg.pinv(normalised.T))
+    return model
+
+
+@pytest.mark.parametrize("p, q", [(0.9, 0.6), (0.1, 0.3)])
+def test_read_back_of_an_exact_bigram_roformer_is_the_true_kernel(p, q):
+    kernel = binary_kernel(p, q)
+    tokens = held_out_sequences(kernel, 64, 32, seed=1)
+    run = evaluate_run(exact_bigram_roformer(kernel), p, q, tokens)
+    np.testing.assert_allclose(run["read_back_kernel"], kernel, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(run["read_back_spread"], 0.0, rtol=0, atol=1e-7)
+    assert run["excess"] == pytest.approx(0.0, abs=1e-12) and not run["trapped"]
+
+
+@pytest.mark.parametrize("successes, trials", [(0, 4), (2, 4), (4, 4), (1, 12), (7, 24), (23, 24)])
+def test_wilson_interval_matches_scipy(successes, trials):
+    expected = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
+    assert wilson_interval(successes, trials) == pytest.approx((expected.low, expected.high), abs=2e-4)
+    low, high = wilson_interval(successes, trials)
+    assert (1 - high, 1 - low) == pytest.approx(wilson_interval(trials - successes, trials), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [((5, 4), r"successes: 5; expected an integer in \[0, trials = 4\]"), ((0, 0), r"trials: 0; expected an integer >= 1"),
+     ((1.0, 4), r"successes: 1.0; expected an integer")],
+)
+def test_wilson_interval_rejects_bad_counts(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        wilson_interval(*arguments)
 
 
 def test_induction_targets_point_after_the_previous_occurrence():
@@ -130,10 +242,11 @@ def test_markov_stream_targets_are_the_next_tokens_and_depend_only_on_the_step()
 
 
 def test_one_short_run_is_wired_through_the_training_loop(tmp_path):
-    config = MarkovSweepConfig(p_values=(0.9,), q_values=(0.8,), architectures=("2-layer-tied",), seeds=1,
-                               steps=30, warmup_steps=2, log_every=10, eval_sequences=8, sequence_length=16,
-                               batch_size=8, init_std=0.05, workers=1)
-    run = train_and_evaluate(config, "2-layer-tied", 0.9, 0.8, seed=0)
+    config = MarkovSweepConfig(p_values=(0.9,), q_values=(0.8,), architectures=("2-layer-tied",),
+                               inits=("lowrank",), seeds=1, steps=30, warmup_steps=2, log_every=10, eval_sequences=8,
+                               sequence_length=16, batch_size=8, init_std=0.05, workers=1)
+    run = train_and_evaluate(config, "lowrank", "2-layer-tied", 0.9, 0.8, seed=0)
+    assert (run["init"], run["architecture"]) == ("lowrank", "2-layer-tied")
     assert run["loss_curve"]["step"] == [10, 20, 30]
     assert len(run["attention"]["induction"]) == 2
     assert run["excess"] >= 0
@@ -143,20 +256,23 @@ def test_one_short_run_is_wired_through_the_training_loop(tmp_path):
     assert saved["cells"] == document["cells"] and saved["cells"][0]["seeds"] == 1
     assert saved["config"]["init_std"] == 0.05
     assert saved["command"] == "hmmtf markov-sweep"
-    assert (tmp_path / "phase_diagram.png").stat().st_size > 0
-    assert (tmp_path / "loss_curves.png").stat().st_size > 0
-    assert (tmp_path / "plateau_survival.png").stat().st_size > 0
+    assert set(saved["git"]) == {"commit", "dirty"} and len(saved["git"]["commit"]) == 40
+    assert saved["sides"] == document["sides"] and saved["sides"][0]["side"] == "p + q > 1"
+    for name in ("phase_diagram", "read_back", "plateau_survival", "loss_curves_lowrank"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
 
 
 def test_command_line_runs_a_tiny_sweep(tmp_path):
     """``hmmtf markov-sweep`` end to end (one worker process, one cell, 20 steps)."""
     argv = ["markov-sweep", "--out", str(tmp_path), "--p-values", "0.9", "--q-values", "0.8", "--seeds", "1",
-            "--steps", "20", "--warmup-steps", "2", "--architectures", "1-layer-untied", "--workers", "1",
-            "--no-progress"]
+            "--steps", "20", "--warmup-steps", "2", "--architectures", "1-layer-untied", "--inits", "lowrank-anti",
+            "--init-rank", "2", "--workers", "1", "--no-progress"]
     assert hmmtf.main(argv) == 0
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["command"] == "hmmtf " + " ".join(argv)
-    assert [(c["architecture"], c["p"], c["q"], c["seeds"]) for c in saved["cells"]] == [("1-layer-untied", 0.9, 0.8, 1)]
+    assert saved["config"]["init_rank"] == 2
+    assert [(c["init"], c["architecture"], c["p"], c["q"], c["seeds"]) for c in saved["cells"]] == [
+        ("lowrank-anti", "1-layer-untied", 0.9, 0.8, 1)]
 
 
 def test_plateau_survival_counts_runs_not_yet_escaped():

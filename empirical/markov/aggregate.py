@@ -1,49 +1,109 @@
-"""From run records (:func:`empirical.markov.runs.train_and_evaluate`) to per-cell summaries: how
-many seeds were trapped, and how long runs stayed on the unigram plateau."""
+"""From run records (:func:`empirical.markov.runs.train_and_evaluate`) to summaries: trapped seeds
+per arm and cell with Wilson intervals, the same pooled over each side of ``p + q = 1``, and how
+long runs stayed on the unigram plateau (escape steps, right-censored at the budget)."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
-import numpy as np
+from empirical.markov.criterion import reference_lines
 
-from empirical.markov.criterion import is_trapped, reference_lines
+WILSON_Z = 1.96
+"""Normal quantile of the 95% Wilson score intervals."""
+
+SIDES = {"p + q < 1": lambda p, q: p + q < 1, "p + q > 1": lambda p, q: p + q > 1}
+"""The two sides of the i.i.d. line, by name: the paper claims the trap for ``p + q > 1`` only."""
+
+
+def wilson_interval(successes: int, trials: int, z: float = WILSON_Z) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion ``k / n`` (Wilson 1927)::
+
+        centre = (k + z^2 / 2) / (n + z^2),
+        half   = z sqrt(k (n - k) / n + z^2 / 4) / (n + z^2),
+
+    returned as ``(centre - half, centre + half)``; unlike ``k/n +- z sqrt(k(n-k)/n^3)`` it stays
+    inside ``[0, 1]`` and is not empty at ``k = 0`` or ``k = n``."""
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials: {trials!r}; expected an integer >= 1")
+    if isinstance(successes, bool) or not isinstance(successes, int) or not 0 <= successes <= trials:
+        raise ValueError(f"successes: {successes!r}; expected an integer in [0, trials = {trials}]")
+    centre = (successes + z**2 / 2) / (trials + z**2)
+    half = z * math.sqrt(successes * (trials - successes) / trials + z**2 / 4) / (trials + z**2)
+    return max(centre - half, 0.0), min(centre + half, 1.0)
+
+
+def count_record(runs: list[dict]) -> dict:
+    """Trapped and censored counts of ``runs`` with their Wilson intervals: ``seeds``,
+    ``trapped``, ``trapped_fraction``, ``trapped_interval``, ``censored`` (runs whose escape step
+    is None: still on the unigram plateau at the budget) and ``censored_interval``."""
+    trapped = sum(run["trapped"] for run in runs)
+    censored = sum(run["escape_step"] is None for run in runs)
+    return {
+        "seeds": len(runs),
+        "trapped": trapped,
+        "trapped_fraction": trapped / len(runs),
+        "trapped_interval": list(wilson_interval(trapped, len(runs))),
+        "censored": censored,
+        "censored_interval": list(wilson_interval(censored, len(runs))),
+    }
 
 
 def aggregate_cells(runs: list[dict]) -> list[dict]:
-    """One record per ``(architecture, p, q)``: reference losses, the number of seeds, how many
-    were trapped (:func:`is_trapped` of their ``relative_excess``), the trapped fraction, and the
-    per-seed relative excesses, memory coordinates and escape steps, in seed order."""
+    """One record per ``(init, architecture, p, q)``, in the order of first appearance: reference
+    losses, :func:`count_record`, and the per-seed relative excesses, memory coordinates, escape
+    steps and read-back transition probabilities ``P(1|0)``, ``P(0|1)`` with their spreads, in
+    seed order."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
-        groups[(run["architecture"], run["p"], run["q"])].append(run)
+        groups[(run["init"], run["architecture"], run["p"], run["q"])].append(run)
     cells = []
-    for (architecture, p, q), members in groups.items():
+    for (init, architecture, p, q), members in groups.items():
         members = sorted(members, key=lambda run: run["seed"])
         references = reference_lines(p, q)
-        trapped = sum(is_trapped(run["relative_excess"]) for run in members)
         cells.append({
+            "init": init,
             "architecture": architecture,
             "p": p,
             "q": q,
             "bigram_loss": references.bigram,
             "unigram_loss": references.unigram,
-            "seeds": len(members),
-            "trapped": trapped,
-            "trapped_fraction": trapped / len(members),
+            **count_record(members),
             "relative_excess": [run["relative_excess"] for run in members],
             "memory_coordinate": [run["memory_coordinate"] for run in members],
             "escape_step": [run["escape_step"] for run in members],
+            "p_hat": [run["read_back_kernel"][0][1] for run in members],
+            "p_hat_spread": [run["read_back_spread"][0][1] for run in members],
+            "q_hat": [run["read_back_kernel"][1][0] for run in members],
+            "q_hat_spread": [run["read_back_spread"][1][0] for run in members],
         })
     return cells
 
 
-def median_escape_step(cell: dict, steps: int) -> float:
-    """Median over seeds of the escape step, a run that never escaped counting as ``steps``."""
-    return float(np.median([steps if step is None else step for step in cell["escape_step"]]))
+def aggregate_sides(runs: list[dict]) -> list[dict]:
+    """One record per ``(init, architecture, side)`` with runs on that side of ``p + q = 1``
+    (:data:`SIDES`): :func:`count_record` of the pooled runs, and the range of the trapped runs'
+    relative excess (``None`` when none is trapped)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        for side, on_side in SIDES.items():
+            if on_side(run["p"], run["q"]):
+                groups[(run["init"], run["architecture"], side)].append(run)
+    records = []
+    for (init, architecture, side), members in groups.items():
+        trapped_excess = [run["relative_excess"] for run in members if run["trapped"]]
+        records.append({
+            "init": init, "architecture": architecture, "side": side, **count_record(members),
+            "trapped_relative_excess": [min(trapped_excess), max(trapped_excess)] if trapped_excess else None,
+        })
+    return records
 
 
 def plateau_survival(runs: list[dict], steps: list[int]) -> list[float]:
     """Fraction of ``runs`` still on the unigram plateau after each of ``steps``: those whose
-    ``escape_step`` (:func:`empirical.markov.criterion.escape_step`) is later than the step, or None."""
+    ``escape_step`` (:func:`empirical.markov.criterion.escape_step`) is later than the step, or None.
+
+    Every run of a sweep is censored at the same time (the budget), so this empirical fraction
+    is the Kaplan-Meier estimate of ``P(escape step > t)`` for ``t`` below the budget, and its
+    value at the budget is the censored fraction."""
     return [sum(run["escape_step"] is None or run["escape_step"] > step for run in runs) / len(runs)
             for step in steps]

@@ -125,6 +125,40 @@ def reference_losses(kernel) -> ReferenceLosses:
     return ReferenceLosses(bigram=entropy_rate(kernel), unigram=stationary_entropy(kernel))
 
 
+def bigram_loss_variance(kernel, num_predicted: int) -> float:
+    """Exact variance of the bigram predictor's mean log-loss over ``n = num_predicted`` tokens of
+    one stationary sequence.
+
+    With ``l_t = -log P(x_t, x_{t+1})``, ``f_ij = -log P_ij``, ``h_i = sum_j P_ij f_ij`` (so
+    ``E l_t = pi^T h = H_rate``) and ``a_j = sum_i pi_i P_ij f_ij``::
+
+        c_0 = Var l_t = sum_ij pi_i P_ij f_ij^2 - H_rate^2,
+        c_d = Cov(l_t, l_{t+d}) = a^T P^{d-1} h - H_rate^2          (d >= 1),
+        V_n = Var((1/n) sum_t l_t) = (n c_0 + 2 sum_{d=1}^{n-1} (n - d) c_d) / n^2.
+
+    The covariances decay like ``lambda_2^d`` (``lambda_2 = 1 - p - q`` for the binary chain), so
+    by the Markov-chain CLT the mean of ``B`` independent sequences is normal with standard
+    deviation ``sqrt(V_n / B)`` for large ``B`` or ``n`` (the sampling tolerance of the trap
+    criterion, :func:`empirical.markov.criterion.trap_tolerance`).
+    """
+    kernel = check_kernel(kernel)
+    if isinstance(num_predicted, bool) or not isinstance(num_predicted, (int, np.integer)) or num_predicted < 1:
+        raise ValueError(f"num_predicted: {num_predicted!r}; expected an integer >= 1")
+    pi = stationary_distribution(kernel)
+    surprisal = surprise(kernel)
+    joint = pi[:, None] * kernel
+    rate = float((joint * surprisal).sum())
+    conditional_mean = (kernel * surprisal).sum(axis=1)
+    outgoing = (joint * surprisal).sum(axis=0)
+    n = int(num_predicted)
+    total = n * (float((joint * surprisal**2).sum()) - rate**2)
+    propagated = conditional_mean
+    for lag in range(1, n):
+        total += 2 * (n - lag) * (float(outgoing @ propagated) - rate**2)
+        propagated = kernel @ propagated
+    return max(total, 0.0) / n**2
+
+
 def sample_sequences(kernel, num_sequences: int, length: int, seed) -> torch.Tensor:
     """``(num_sequences, length)`` int64 tokens: ``x_1 ~ pi``, ``x_{t+1} ~ kernel[x_t]``.
 
@@ -188,13 +222,26 @@ def excess_losses(kernel, tokens: torch.Tensor, log_probs: torch.Tensor) -> torc
     return terms.sum(-1).mean(-1)
 
 
-def read_back_kernel(tokens: torch.Tensor, probs: torch.Tensor) -> np.ndarray:
-    """The transition probabilities a predictor implies: ``K_hat[i, j] = mean q_t(j)`` over the
-    positions ``t`` with ``x_t = i`` (all positions but the last of every sequence).
+class KernelReadBack(NamedTuple):
+    """The transition probabilities a predictor implies, per current token (``(m, m)`` float64)."""
+
+    mean: np.ndarray
+    """``K_hat[i, j]``: mean of ``q_t(j)`` over the positions ``t`` with ``x_t = i``."""
+    spread: np.ndarray
+    """Standard deviation of ``q_t(j)`` over the same positions (0 for a predictor that depends
+    only on the current token)."""
+
+
+def read_back_kernel(tokens: torch.Tensor, probs: torch.Tensor) -> KernelReadBack:
+    """The transition probabilities a predictor implies: over the positions ``t`` with ``x_t = i``
+    (all positions but the last of every sequence), the mean and standard deviation of ``q_t(j)``::
+
+        K_hat[i, j] = (1 / N_i) sum_{t: x_t = i} q_t(j),
+        spread[i, j] = sqrt((1 / N_i) sum_{t: x_t = i} (q_t(j) - K_hat[i, j])^2).
 
     ``tokens (B, T)``, ``probs (B, T, m)`` (row ``t`` predicts ``x_{t+1}``). A state that never
-    occurs gets a row of NaN. For the bigram predictor ``K_hat = kernel``; for the unigram
-    predictor every row is ``pi``.
+    occurs gets rows of NaN. For the bigram predictor ``K_hat = kernel``; for the unigram
+    predictor every row is ``pi``; both have spread 0.
     """
     m = probs.shape[-1]
     tokens = check_tokens(tokens, m, "tokens")
@@ -202,9 +249,11 @@ def read_back_kernel(tokens: torch.Tensor, probs: torch.Tensor) -> np.ndarray:
         raise ValueError(f"probs: shape {tuple(probs.shape)} with tokens {tuple(tokens.shape)}; expected (B, T, m)")
     current = tokens[:, :-1].reshape(-1)
     predicted = probs[:, :-1].reshape(-1, m).double()
-    sums = torch.zeros(m, m, dtype=torch.float64).index_add_(0, current, predicted)
     counts = torch.bincount(current, minlength=m).double().unsqueeze(-1)
-    return (sums / counts).numpy()
+    mean = torch.zeros(m, m, dtype=torch.float64).index_add_(0, current, predicted) / counts
+    deviations = (predicted - mean[current]) ** 2
+    variance = torch.zeros(m, m, dtype=torch.float64).index_add_(0, current, deviations) / counts
+    return KernelReadBack(mean.numpy(), variance.sqrt().numpy())
 
 
 def memory_norm(kernel) -> float:

@@ -1,5 +1,6 @@
-"""What a Markov sweep trains: the grid of binary chains, the RoFormer variants and the optimiser
-settings, in one validated :class:`MarkovSweepConfig` (written to ``results.json``)."""
+"""What a Markov sweep trains: the grid of binary chains, the arms (initialisation x RoFormer
+variant) and the optimiser settings, in one validated :class:`MarkovSweepConfig` (written to
+``results.json``)."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 from empirical.configs import JSONConfig, check_integers, option
 from empirical.markov.chains import is_memoryless
+from empirical.markov.inits import INITS, check_init
 from empirical.model import RoFormerConfig
 from empirical.train import TrainConfig
 
@@ -27,8 +29,10 @@ class MarkovSweepConfig(JSONConfig):
     """Everything a sweep depends on; validated on construction.
 
     The grid is ``p_values x q_values`` (``p = P(1|0)``, ``q = P(0|1)``) minus the i.i.d. cells
-    ``p + q = 1``. ``init_std`` is the standard deviation of every weight matrix at initialisation
-    (the RoFormer's default is 0.02); Makkuva et al. stress that the trap depends on it.
+    ``p + q = 1``; an arm is an initialisation of :data:`empirical.markov.inits.INITS` and an
+    architecture of :data:`ARCHITECTURES`. ``init_std`` is the standard deviation of every weight
+    matrix at initialisation (the RoFormer's default is 0.02; the low-rank initialisations keep
+    the Frobenius norms it gives); ``init_rank`` is the rank of the low-rank ones.
     Optimiser defaults follow Makkuva et al.'s code (AdamW, lr 2e-3, weight decay 1e-3,
     betas (0.9, 0.95), cosine schedule); sizes are scaled down to fit a CPU.
     """
@@ -39,7 +43,10 @@ class MarkovSweepConfig(JSONConfig):
                                          metavar="Q")
     architectures: tuple[str, ...] = option(tuple(ARCHITECTURES), f"RoFormer variants, a subset of {list(ARCHITECTURES)}",
                                             choices=tuple(ARCHITECTURES), metavar="NAME")
-    seeds: int = option(4, "runs per architecture and cell (seed = initial weights and training data)")
+    inits: tuple[str, ...] = option(INITS, f"initialisations, a subset of {list(INITS)} (docs/markov.md)",
+                                    choices=INITS, metavar="NAME")
+    init_rank: int = option(1, "rank of the low-rank initialisations, 1 .. width - 1")
+    seeds: int = option(4, "runs per arm and cell (seed = initial weights and training data)")
     width: int = option(8, "residual-stream width of the RoFormer")
     num_heads: int = option(1, "attention heads per layer")
     sequence_length: int = option(64, "tokens per training and held-out sequence")
@@ -49,7 +56,8 @@ class MarkovSweepConfig(JSONConfig):
     warmup_steps: int = option(20, "linear warm-up steps before the cosine decay")
     weight_decay: float = option(1e-3, "AdamW weight decay of the weight matrices")
     init_std: float = option(0.02, "std of every weight matrix at initialisation")
-    eval_sequences: int = option(256, "held-out sequences per cell")
+    eval_sequences: int = option(2048, "held-out sequences per cell (the decision rule's tolerance scales as "
+                                       "1/sqrt of it)")
     log_every: int = option(10, "steps averaged per logged training loss (the resolution of escape steps)")
     data_seed: int = option(0, "seed of the held-out sequences")
     workers: int = option(2, "parallel training processes")
@@ -67,11 +75,18 @@ class MarkovSweepConfig(JSONConfig):
             raise ValueError(f"architectures: {list(self.architectures)!r}; expected a non-empty subset of {list(ARCHITECTURES)}")
         check_integers(self, ("seeds", "width", "num_heads", "sequence_length", "batch_size", "steps",
                               "eval_sequences", "log_every", "workers"), minimum=1)
+        if not self.inits or any(init not in INITS for init in self.inits):
+            raise ValueError(f"inits: {list(self.inits)!r}; expected a non-empty subset of {list(INITS)}")
+        check_init(self.inits[0], self.init_rank, self.width)
         if not (isinstance(self.init_std, (int, float)) and math.isfinite(self.init_std) and self.init_std > 0):
             raise ValueError(f"init_std: {self.init_std!r}; expected a finite number > 0")
         # The remaining fields are validated where they are used (RoFormerConfig, TrainConfig).
         self.model_config(self.architectures[0])
         self.train_config(0)
+
+    def arms(self) -> list[tuple[str, str]]:
+        """The ``(init, architecture)`` pairs that are trained, in config order."""
+        return [(init, architecture) for init in self.inits for architecture in self.architectures]
 
     def model_config(self, architecture: str) -> RoFormerConfig:
         """The RoFormer of ``architecture`` at this width and initialisation."""

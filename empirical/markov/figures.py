@@ -1,5 +1,7 @@
-"""Figures of a Markov sweep: the phase diagram over the ``(p, q)`` grid, training-loss curves
-against the two reference lines, and the survival of the unigram plateau."""
+"""Figures of a Markov sweep, one panel per arm (rows: initialisations, columns: architectures)
+unless stated: the phase diagram of the trapped fraction over the ``(p, q)`` grid, the transition
+probabilities read back from the trained models against the true kernels, the survival of the
+unigram plateau, and, per initialisation, every run's training loss against the two lines."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,9 +12,9 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from empirical.markov.aggregate import median_escape_step, plateau_survival  # noqa: E402
+from empirical.markov.aggregate import SIDES, plateau_survival, wilson_interval  # noqa: E402
 from empirical.markov.config import MarkovSweepConfig  # noqa: E402
-from empirical.markov.criterion import TRAP_THRESHOLD, reference_lines, unigram_bigram_gap  # noqa: E402
+from empirical.markov.criterion import TRAP_Z, reference_lines  # noqa: E402
 
 
 def _grid_edges(values: list[float]) -> np.ndarray:
@@ -24,66 +26,151 @@ def _grid_edges(values: list[float]) -> np.ndarray:
     return np.concatenate([[2 * values[0] - middles[0]], middles, [2 * values[-1] - middles[-1]]])
 
 
+def _arm_axes(config: MarkovSweepConfig, panel_size: tuple[float, float], **settings):
+    """A figure with one panel per arm: rows ``config.inits``, columns ``config.architectures``."""
+    rows, columns = len(config.inits), len(config.architectures)
+    return plt.subplots(rows, columns, figsize=(panel_size[0] * columns, panel_size[1] * rows),
+                        constrained_layout=True, squeeze=False, **settings)
+
+
 def _draw_grid(axis, values: dict, labels: dict, config: MarkovSweepConfig, colour_map: str, limits: tuple):
     """``values[(p, q)]`` as coloured cells on the ``(p, q)`` grid with ``labels[(p, q)]`` written
-    in them, i.i.d. cells marked, and the line ``p + q = 1``; returns the colour mesh."""
+    in them (white on the darkest third of the colour scale), i.i.d. cells marked, and the line
+    ``p + q = 1``; returns the colour mesh."""
     p_values, q_values = sorted(config.p_values), sorted(config.q_values)
     p_edges, q_edges = _grid_edges(p_values), _grid_edges(q_values)
     grid = np.full((len(q_values), len(p_values)), np.nan)
     for (p, q), value in values.items():
         grid[q_values.index(q), p_values.index(p)] = value
-        axis.text(p, q, labels[(p, q)], ha="center", va="center", fontsize=9)
+        dark = (value - limits[0]) > 2 / 3 * (limits[1] - limits[0])
+        axis.text(p, q, labels[(p, q)], ha="center", va="center", fontsize=8, color="white" if dark else "black")
     for p, q in sorted(config.iid_cells()):
-        axis.text(p, q, "i.i.d.", ha="center", va="center", fontsize=8, color="gray")
+        axis.text(p, q, "i.i.d.", ha="center", va="center", fontsize=8, color="gray", zorder=3,
+                  bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     mesh = axis.pcolormesh(p_edges, q_edges, np.ma.masked_invalid(grid), cmap=colour_map, vmin=limits[0],
                            vmax=limits[1])
     line = np.array([min(p_edges[0], 1 - q_edges[-1]), max(p_edges[-1], 1 - q_edges[0])])
     axis.plot(line, 1 - line, color="black", linewidth=1.5, label="p + q = 1")
     axis.set_xlim(p_edges[0], p_edges[-1])
     axis.set_ylim(q_edges[0], q_edges[-1])
+    axis.set_xticks(p_values)
+    axis.set_yticks(q_values)
     axis.set_xlabel("p = P(1 | 0)")
     axis.set_ylabel("q = P(0 | 1)")
-    axis.legend(loc="upper right", fontsize=8)
     return mesh
 
 
 def plot_phase_diagram(cells: list[dict], config: MarkovSweepConfig, path: Path) -> None:
-    """One column per architecture. Top: the ``(p, q)`` grid coloured by the trapped fraction,
-    each cell annotated ``trapped/seeds``. Bottom: the median step at which training left the
-    unigram plateau (:func:`empirical.markov.criterion.escape_step`). i.i.d. cells are marked, the
-    line ``p + q = 1`` drawn."""
-    columns = len(config.architectures)
-    figure, axes = plt.subplots(2, columns, figsize=(4.2 * columns, 8.2), constrained_layout=True, squeeze=False)
-    for column, architecture in enumerate(config.architectures):
-        members = [cell for cell in cells if cell["architecture"] == architecture]
-        fractions = {(c["p"], c["q"]): c["trapped_fraction"] for c in members}
-        counts = {(c["p"], c["q"]): f"{c['trapped']}/{c['seeds']}" for c in members}
-        trapped_mesh = _draw_grid(axes[0, column], fractions, counts, config, "coolwarm", (0, 1))
-        axes[0, column].set_title(f"{architecture}: trapped at unigram")
-        escapes = {(c["p"], c["q"]): median_escape_step(c, config.steps) for c in members}
-        labels = {cell: f"{value:.0f}" for cell, value in escapes.items()}
-        escape_mesh = _draw_grid(axes[1, column], escapes, labels, config, "viridis", (0, config.steps))
-        axes[1, column].set_title(f"{architecture}: median escape step")
-    figure.colorbar(trapped_mesh, ax=axes[0, -1], label="fraction of seeds trapped at unigram")
-    figure.colorbar(escape_mesh, ax=axes[1, -1], label=f"first step below the midpoint ({config.steps} = never)")
-    figure.suptitle(f"Trapped: final relative excess >= {TRAP_THRESHOLD}; {config.steps} steps, "
-                    f"init std {config.init_std}, width {config.width}")
-    figure.savefig(path, dpi=130)
+    """Per arm, the ``(p, q)`` grid coloured by the fraction of seeds trapped at the end of the
+    budget (:func:`empirical.markov.criterion.is_trapped`), each cell annotated ``trapped/seeds``
+    and its 95% Wilson interval; i.i.d. cells marked, the line ``p + q = 1`` drawn."""
+    figure, axes = _arm_axes(config, (3.9, 3.5))
+    for row, init in enumerate(config.inits):
+        for column, architecture in enumerate(config.architectures):
+            members = [c for c in cells if (c["init"], c["architecture"]) == (init, architecture)]
+            fractions = {(c["p"], c["q"]): c["trapped_fraction"] for c in members}
+            labels = {(c["p"], c["q"]): "{}/{}\n[{:.2f}, {:.2f}]".format(c["trapped"], c["seeds"], *c["trapped_interval"])
+                      for c in members}
+            mesh = _draw_grid(axes[row, column], fractions, labels, config, "YlOrRd", (0, 1))
+            axes[row, column].set_title(f"init {init}, {architecture}", fontsize=10)
+    axes[0, -1].legend(loc="upper right", fontsize=8)
+    figure.colorbar(mesh, ax=axes[:, -1], label="fraction of seeds trapped", shrink=0.6)
+    figure.suptitle(f"Trapped at step {config.steps}: held-out excess over the bigram line > {TRAP_Z:g} sd of "
+                    f"its sampling noise; k/n [95% Wilson]\ninit std {config.init_std}, low-rank rank {config.init_rank}, "
+                    f"width {config.width}", fontsize=10)
+    figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
-def plot_loss_curves(runs: list[dict], cells: list[tuple[float, float]], architectures: tuple[str, ...],
-                     path: Path) -> None:
-    """Training loss vs step of every seed, one panel per (architecture, cell), beside the bigram
-    (entropy rate) and unigram (stationary entropy) lines; trapped seeds are drawn in red."""
-    figure, axes = plt.subplots(len(architectures), len(cells), figsize=(4.5 * len(cells), 3.2 * len(architectures)),
+def plot_read_back(runs: list[dict], config: MarkovSweepConfig, path: Path) -> None:
+    """Per arm, the transition probabilities read back from every trained model,
+    ``(P_hat(1|0), P_hat(0|1))`` (mean over positions, bars = their standard deviation over
+    positions), beside the true kernel ``(p, q)`` (cross) and the unigram solution
+    ``(pi_1, pi_0)`` (ring) of each cell; memoryless predictors lie on ``P_hat(1|0) + P_hat(0|1) = 1``.
+    Each panel states how many of its runs are trapped."""
+    cells = config.cells()
+    colours = plt.get_cmap("tab10")(np.arange(len(cells)) % 10)
+    figure, axes = _arm_axes(config, (3.6, 3.6), sharex=True, sharey=True)
+    for row, init in enumerate(config.inits):
+        for column, architecture in enumerate(config.architectures):
+            axis = axes[row, column]
+            axis.plot([0, 1], [1, 0], color="gray", linewidth=0.8, linestyle="--")
+            arm_runs = [run for run in runs if (run["init"], run["architecture"]) == (init, architecture)]
+            for colour, (p, q) in zip(colours, cells):
+                members = [run for run in arm_runs if (run["p"], run["q"]) == (p, q)]
+                estimates = np.array([[run["read_back_kernel"][0][1], run["read_back_kernel"][1][0]] for run in members])
+                spreads = np.array([[run["read_back_spread"][0][1], run["read_back_spread"][1][0]] for run in members])
+                axis.plot(p, q, marker="x", markersize=13, markeredgewidth=1.5, color=colour, alpha=0.6, zorder=1,
+                          label=f"({p}, {q})")
+                axis.plot(p / (p + q), q / (p + q), marker="o", markersize=13, fillstyle="none", color=colour,
+                          alpha=0.6, zorder=1)
+                axis.errorbar(estimates[:, 0], estimates[:, 1], xerr=spreads[:, 0], yerr=spreads[:, 1], fmt="o",
+                              markersize=4, color=colour, markeredgecolor="black", markeredgewidth=0.5, linewidth=1,
+                              zorder=3)
+            trapped = sum(run["trapped"] for run in arm_runs)
+            axis.text(0.03, 0.03, f"trapped {trapped}/{len(arm_runs)}", transform=axis.transAxes, fontsize=8)
+            axis.set_xlim(0, 1)
+            axis.set_ylim(0, 1)
+            axis.set_aspect("equal")
+            axis.grid(alpha=0.3)
+            axis.set_title(f"init {init}, {architecture}", fontsize=10)
+            axis.set_xlabel("read-back P(1 | 0)")
+            axis.set_ylabel("read-back P(0 | 1)")
+    axes[0, -1].legend(title="true (p, q)", fontsize=7, title_fontsize=7, loc="upper right")
+    figure.suptitle(f"Read-back kernels at step {config.steps}: dots = runs (bars: sd over positions), "
+                    f"x = true kernel,\nring = unigram solution (shared by cells with equal pi); dashed: memoryless "
+                    f"predictors", fontsize=10)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_plateau_survival(runs: list[dict], config: MarkovSweepConfig, path: Path) -> None:
+    """Per arm, the fraction of runs still on the unigram plateau (training loss above the
+    midpoint of the two lines) vs training step (:func:`empirical.markov.aggregate.plateau_survival`,
+    the Kaplan-Meier estimate under censoring at the budget), pooled over the cells on each side of
+    ``p + q = 1``; the legend gives the censored runs (still on the plateau at the budget) with
+    their 95% Wilson interval."""
+    steps = list(range(0, config.steps + 1, config.log_every))
+    figure, axes = _arm_axes(config, (3.9, 2.9), sharey=True)
+    colours = {"p + q < 1": "tab:blue", "p + q > 1": "tab:red"}
+    for row, init in enumerate(config.inits):
+        for column, architecture in enumerate(config.architectures):
+            axis = axes[row, column]
+            for side, on_side in SIDES.items():
+                members = [run for run in runs if (run["init"], run["architecture"]) == (init, architecture)
+                           and on_side(run["p"], run["q"])]
+                if members:
+                    censored = sum(run["escape_step"] is None for run in members)
+                    low, high = wilson_interval(censored, len(members))
+                    axis.step(steps, plateau_survival(members, steps), where="post", color=colours[side],
+                              label=f"{side}: {censored}/{len(members)} on it at the end [{low:.2f}, {high:.2f}]")
+            axis.set_title(f"init {init}, {architecture}", fontsize=10)
+            axis.set_xlabel("training step")
+            axis.set_ylim(-0.03, 1.4)  # the legend sits above the curves, which stay in [0, 1]
+            axis.set_yticks(np.linspace(0, 1, 6))
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=7, loc="upper right")
+        axes[row, 0].set_ylabel("fraction on the plateau")
+    figure.suptitle(f"Unigram plateau: runs whose training loss is still above the midpoint of the two lines; "
+                    f"censored at the budget ({config.steps} steps)", fontsize=10)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_loss_curves(runs: list[dict], config: MarkovSweepConfig, init: str, path: Path) -> None:
+    """For initialisation ``init``: every run's training loss vs step, one panel per
+    (architecture, cell), beside the bigram (entropy rate) and unigram (stationary entropy) lines;
+    trapped runs in red."""
+    cells = config.cells()
+    figure, axes = plt.subplots(len(config.architectures), len(cells),
+                                figsize=(3.3 * len(cells), 2.7 * len(config.architectures)),
                                 constrained_layout=True, squeeze=False)
-    for row, architecture in enumerate(architectures):
+    for row, architecture in enumerate(config.architectures):
         for column, (p, q) in enumerate(cells):
             axis = axes[row, column]
             references = reference_lines(p, q)
             for run in runs:
-                if (run["architecture"], run["p"], run["q"]) == (architecture, p, q):
+                if (run["init"], run["architecture"], run["p"], run["q"]) == (init, architecture, p, q):
                     colour = "tab:red" if run["trapped"] else "tab:blue"
                     axis.plot(run["loss_curve"]["step"], run["loss_curve"]["loss"], color=colour, alpha=0.7,
                               linewidth=1)
@@ -91,46 +178,13 @@ def plot_loss_curves(runs: list[dict], cells: list[tuple[float, float]], archite
             axis.axhline(references.bigram, color="black", linestyle=":", label="bigram H(x'|x)")
             gap = references.unigram - references.bigram
             axis.set_ylim(references.bigram - 0.5 * gap, references.unigram + 1.5 * gap)
-            axis.set_title(f"{architecture}, p = {p}, q = {q}", fontsize=10)
-            axis.set_xlabel("step")
-            axis.set_ylabel("training loss (nats/token)")
+            axis.set_title(f"{architecture}, p = {p}, q = {q}", fontsize=9)
             axis.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    figure.savefig(path, dpi=130)
+        axes[row, 0].set_ylabel("training loss (nats/token)")
+    for axis in axes[-1]:
+        axis.set_xlabel("step")
+    axes[0, 0].legend(fontsize=7)
+    figure.suptitle(f"init {init}: training loss of every run (red: trapped at step {config.steps}, blue: reached "
+                    f"bigram)", fontsize=10)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
-
-
-def plot_plateau_survival(runs: list[dict], config: MarkovSweepConfig, path: Path) -> None:
-    """One panel per architecture: fraction of runs still on the unigram plateau vs training
-    step, pooled over the cells with ``p + q < 1`` and, separately, ``p + q > 1``. The trapped
-    fraction of a budget of ``s`` steps is read off at ``s``: a plateau that lasts longer than
-    the budget looks like a trap."""
-    steps = list(range(0, config.steps + 1, config.log_every))
-    figure, axes = plt.subplots(1, len(config.architectures), figsize=(4.2 * len(config.architectures), 3.4),
-                                constrained_layout=True, squeeze=False, sharey=True)
-    for axis, architecture in zip(axes[0], config.architectures):
-        for label, side, colour in (("p + q < 1", lambda run: run["p"] + run["q"] < 1, "tab:blue"),
-                                    ("p + q > 1", lambda run: run["p"] + run["q"] > 1, "tab:red")):
-            members = [run for run in runs if run["architecture"] == architecture and side(run)]
-            if members:
-                axis.step(steps, plateau_survival(members, steps), where="post", color=colour,
-                          label=f"{label} ({len(members)} runs)")
-        axis.set_title(architecture)
-        axis.set_xlabel("training step")
-        axis.set_ylim(-0.03, 1.03)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    axes[0, 0].set_ylabel("fraction still on the unigram plateau")
-    figure.savefig(path, dpi=130)
-    plt.close(figure)
-
-
-def loss_curve_cells(config: MarkovSweepConfig) -> list[tuple[float, float]]:
-    """Two cells to draw: the trained cell with the largest unigram-bigram gap on each side of
-    ``p + q = 1`` (where one exists)."""
-    chosen = []
-    for side in (lambda p, q: p + q < 1, lambda p, q: p + q > 1):
-        candidates = [(p, q) for p, q in config.cells() if side(p, q)]
-        if candidates:
-            chosen.append(max(candidates, key=lambda cell: unigram_bigram_gap(*cell)))
-    return chosen

@@ -1,7 +1,8 @@
-"""One run of a Markov sweep, and all of them: a fresh RoFormer trained by the project's loop
-(:func:`empirical.train.train`) on fresh stationary sequences of one binary chain, then evaluated
-on held-out sequences of that chain (:mod:`empirical.markov.criterion`,
-:mod:`empirical.markov.attention`); the runs of a grid in parallel worker processes.
+"""One run of a Markov sweep, and all of them: a RoFormer initialised by
+:mod:`empirical.markov.inits`, trained by the project's loop (:func:`empirical.train.train`) on
+fresh stationary sequences of one binary chain, then evaluated on held-out sequences of that chain
+(:mod:`empirical.markov.criterion`, :mod:`empirical.markov.attention`); the runs of a grid in
+parallel worker processes.
 """
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from empirical.checkpoint import save_checkpoint
 from empirical.data import EVAL_STREAM, TRAIN_STREAM, stream_seed
 from empirical.markov.attention import attention_scores
 from empirical.markov.chains import binary_kernel, sample_sequences
 from empirical.markov.config import MarkovSweepConfig
 from empirical.markov.criterion import escape_step, summarise_predictions
+from empirical.markov.inits import initial_model
 from empirical.model import RoFormer
-from empirical.train import METRICS_FILE, Batch, train
+from empirical.train import CHECKPOINT_DIR, METRICS_FILE, Batch, TrainConfig, build_optimizer, train
 
 
 class MarkovStream:
@@ -61,21 +64,34 @@ def evaluate_run(model: RoFormer, p: float, q: float, tokens: torch.Tensor) -> d
     return {**summarise_predictions(probabilities, tokens, p, q), "attention": attention_scores(cache, tokens)}
 
 
-def train_and_evaluate(config: MarkovSweepConfig, architecture: str, p: float, q: float, seed: int) -> dict:
-    """One run of the sweep: train a fresh model on chain ``(p, q)`` and evaluate it.
+def write_initial_checkpoint(model: RoFormer, train_config: TrainConfig, run_dir: Path, task: dict) -> None:
+    """Store ``model`` as a step-0 checkpoint in ``run_dir``, which :func:`empirical.train.train`
+    resumes: the shared loop builds its own Gaussian model from the config, so an initial model
+    chosen here enters it this way (fresh AdamW state, empty log window)."""
+    config = {"train": train_config.to_dict(), "task": task, "step": 0, "command": "initial weights",
+              "log_window": {"loss_sum": 0.0, "counted": 0}}
+    save_checkpoint(Path(run_dir) / CHECKPOINT_DIR, model, build_optimizer(model, train_config), config)
 
-    Model initialisation uses ``seed``; training data use ``stream_seed(seed, TRAIN_STREAM, step)``,
-    so the architectures of one seed see the same sequences (common random numbers); evaluation
-    uses the cell's held-out sequences from ``config.data_seed``.
+
+def train_and_evaluate(config: MarkovSweepConfig, init: str, architecture: str, p: float, q: float, seed: int) -> dict:
+    """One run of the sweep: train a model of ``architecture`` initialised by ``init`` on chain
+    ``(p, q)`` and evaluate it.
+
+    Initial weights use ``seed`` (:func:`empirical.markov.inits.initial_model`); training data use
+    ``stream_seed(seed, TRAIN_STREAM, step)``, so the arms of one seed see the same sequences
+    (common random numbers); evaluation uses the cell's held-out sequences from ``config.data_seed``.
     """
     kernel = binary_kernel(p, q)
     stream = MarkovStream(kernel, config.batch_size, config.sequence_length, seed)
+    model_config, train_config = config.model_config(architecture), config.train_config(seed)
+    task = {"markov": {"p": p, "q": q}, "init": init, "init_rank": config.init_rank}
     with tempfile.TemporaryDirectory(prefix="markov-run-") as run_dir:
-        result = train(config.model_config(architecture), config.train_config(seed), stream, Path(run_dir),
-                       task={"markov": {"p": p, "q": q}}, device="cpu", progress=False)
+        write_initial_checkpoint(initial_model(model_config, init, config.init_rank, seed), train_config,
+                                 Path(run_dir), task)
+        result = train(model_config, train_config, stream, Path(run_dir), task=task, device="cpu", progress=False)
         curve = read_loss_curve(Path(run_dir) / METRICS_FILE)
     tokens = held_out_sequences(kernel, config.eval_sequences, config.sequence_length, config.data_seed)
-    return {"architecture": architecture, "p": p, "q": q, "seed": seed, "loss_curve": curve,
+    return {"init": init, "architecture": architecture, "p": p, "q": q, "seed": seed, "loss_curve": curve,
             "escape_step": escape_step(curve, p, q), **evaluate_run(result.model, p, q, tokens)}
 
 
@@ -85,14 +101,14 @@ def _single_threaded_worker() -> None:
 
 
 def run_sweep(config: MarkovSweepConfig, *, progress: bool = True) -> list[dict]:
-    """Every run of the grid (``architectures x cells x seeds``), in ``config.workers`` processes,
-    sorted by architecture, ``p``, ``q``, seed."""
-    jobs = [(architecture, p, q, seed) for architecture in config.architectures for p, q in config.cells()
+    """Every run of the grid (``arms x cells x seeds``), in ``config.workers`` processes, sorted by
+    arm (config order), ``p``, ``q``, seed."""
+    jobs = [(init, architecture, p, q, seed) for init, architecture in config.arms() for p, q in config.cells()
             for seed in range(config.seeds)]
     with ProcessPoolExecutor(max_workers=config.workers, mp_context=get_context("spawn"),
                              initializer=_single_threaded_worker) as pool:
         futures = [pool.submit(train_and_evaluate, config, *job) for job in jobs]
         runs = [future.result() for future in tqdm(as_completed(futures), total=len(futures), desc="markov runs",
                                                    unit="run", disable=not progress)]
-    order = {name: index for index, name in enumerate(config.architectures)}
-    return sorted(runs, key=lambda run: (order[run["architecture"]], run["p"], run["q"], run["seed"]))
+    order = {arm: index for index, arm in enumerate(config.arms())}
+    return sorted(runs, key=lambda run: (order[run["init"], run["architecture"]], run["p"], run["q"], run["seed"]))
