@@ -116,10 +116,10 @@ def plot_read_back(runs: list[dict], config: MarkovSweepConfig, path: Path) -> N
             axis.set_title(f"init {init}, {architecture}", fontsize=10)
             axis.set_xlabel("read-back P(1 | 0)")
             axis.set_ylabel("read-back P(0 | 1)")
-    axes[0, -1].legend(title="true (p, q)", fontsize=7, title_fontsize=7, loc="upper right")
-    figure.suptitle(f"Read-back kernels at step {config.steps}: dots = runs (bars: sd over positions), "
-                    f"x = true kernel,\nring = unigram solution (shared by cells with equal pi); dashed: memoryless "
-                    f"predictors", fontsize=10)
+    axes[0, -1].legend(title="true (p, q)", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    figure.suptitle(f"Read-back kernels at step {config.steps}: dots = runs (bars: sd over positions)\n"
+                    f"x = true kernel, ring = unigram solution (shared by cells with equal pi)\n"
+                    f"dashed: memoryless predictors", fontsize=10)
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
@@ -151,8 +151,8 @@ def plot_plateau_survival(runs: list[dict], config: MarkovSweepConfig, path: Pat
             axis.grid(alpha=0.3)
             axis.legend(fontsize=7, loc="upper right")
         axes[row, 0].set_ylabel("fraction on the plateau")
-    figure.suptitle(f"Unigram plateau: runs whose training loss is still above the midpoint of the two lines; "
-                    f"censored at the budget ({config.steps} steps)", fontsize=10)
+    figure.suptitle(f"Unigram plateau: runs whose training loss is still above the midpoint of the two lines\n"
+                    f"(right-censored at the budget, {config.steps} steps)", fontsize=10)
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
