@@ -21,13 +21,14 @@ from empirical.markov.runs import run_sweep
 
 
 def source_revision() -> dict | None:
-    """``{"commit": HEAD's hash, "dirty": whether tracked files differ from it}`` of the git
-    checkout holding this file, or None outside a git checkout."""
+    """``{"commit": HEAD's hash, "dirty": whether any Python file differs from it or is
+    untracked}`` of the git checkout holding this file, or None outside a git checkout. Only
+    Python files count: the figures and JSON a chain of sweeps rewrites are outputs, not code."""
     root = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--", ":/*.py"], cwd=root, capture_output=True,
+                                text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
     return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
