@@ -79,12 +79,13 @@ def readme_paragraph(results: dict) -> str:
     timed_baselines = [baseline for baseline in f["baselines"] if "tokens_per_s" in baseline]
     agreement = max(baseline["max_abs_loglik_difference"] for baseline in timed_baselines)
     machine_bound = max(f["bandwidth_bounds"], key=lambda bound: bound["tokens_per_s"])
+    versus_hmmlearn = _versus(f["baselines"], "hmmlearn", "hmmlearn's `CategoricalHMM`")
+    versus_dynamax = _versus(f["baselines"], "dynamax", "dynamax's `hmm_filter`")
     text = (
         f"**The HMM engine** ({_provenance(results)}; `figures/benchmarks/hmm.json`, table in `docs/hmm.md`): "
         f"filtering {f['num_hmms']} distinct HMMs (S = {f['num_states']}, p = {f['num_tokens']}, T = {f['length']}, one "
         f"sequence each) at {_sci(f['ours_tokens_per_s'])} tokens/s: "
-        f"{_versus(f['baselines'], 'hmmlearn', '`hmmlearn.CategoricalHMM`')}, "
-        f"{_versus(f['baselines'], 'dynamax', 'dynamax `hmm_filter`')}; "
+        f"{versus_hmmlearn}, {versus_dynamax}; "
         f"log-likelihoods agree to {agreement:.0e}. "
         f"Reading each HMM's transition matrix and emission column once per token bounds filtering at "
         f"{_sci(machine_bound['tokens_per_s'])} tokens/s here ({f['bytes_per_token']} bytes per token at the "

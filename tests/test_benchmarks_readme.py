@@ -21,7 +21,7 @@ def test_a_skipped_baseline_is_reported_with_its_reason():
     results = json.loads(numbers.RESULTS.read_text())
     baselines = results["filtering"]["baselines"]
     baselines[:] = [b for b in baselines if b["library"] != "dynamax"] + [{"library": "dynamax", "skipped": "No module named 'jax'"}]
-    assert "dynamax `hmm_filter` not measured (No module named 'jax')" in numbers.readme_paragraph(results).replace("\n", " ")
+    assert "dynamax's `hmm_filter` not measured (No module named 'jax')" in numbers.readme_paragraph(results).replace("\n", " ")
     assert "| dynamax | skipped: No module named 'jax' |" in numbers.docs_table(results)
 
 
