@@ -131,6 +131,37 @@ PRESETS: dict[str, ExperimentPreset] = {
     ),
 }
 
+LADDER_TASK_COUNTS = (8, 64, 1024, 8192)
+"""Task counts of the regime ladder (docs/empirical.md, "Regimes"): cpu-small's 8 HMMs, which a
+small RoFormer memorises, up to the paper's 8192, each seen about 12 times in 3000 steps of 32."""
+LADDER_MODELS = {"small": (4, 4, 64), "deep": (8, 4, 64)}
+"""The ladder's two RoFormers, ``(num_layers, num_heads, width)``: cpu-small's, and twice as deep
+(claims 1 and 3 are about where in depth things happen; four layers leave little room)."""
+
+
+def ladder_preset_name(num_tasks: int, model: str) -> str:
+    """The preset of the ladder point (``num_tasks``, ``model``); cpu-small is (8, small)."""
+    return "cpu-small" if (num_tasks, model) == (8, "small") else f"tasks-{num_tasks}-{model}"
+
+
+def _ladder_presets() -> dict[str, ExperimentPreset]:
+    """Every ladder point but cpu-small: cpu-small's data format and training, other task counts
+    (mixtures ``tasks-N``, or cpu-small's 8 HMMs) and models."""
+    base = PRESETS["cpu-small"]
+    presets = {}
+    for num_tasks in LADDER_TASK_COUNTS:
+        for model, (num_layers, num_heads, width) in LADDER_MODELS.items():
+            name = ladder_preset_name(num_tasks, model)
+            if name in PRESETS:
+                continue
+            presets[name] = dataclasses.replace(
+                base, name=name, mixture="cpu-small" if num_tasks == 8 else f"tasks-{num_tasks}",
+                num_layers=num_layers, num_heads=num_heads, width=width)
+    return presets
+
+
+PRESETS.update(_ladder_presets())
+
 
 def get_preset(name: str) -> ExperimentPreset:
     """The preset called ``name``; ``ValueError`` listing the known names otherwise."""

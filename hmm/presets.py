@@ -50,6 +50,9 @@ MIXTURE_SPECS: dict[str, MixtureSpec] = {
     "cpu-small": MixtureSpec(num_tasks=8, num_states=16, num_tokens=8),
     "paper": MixtureSpec(num_tasks=8192, num_states=128, num_tokens=16),
     "paper-mini": MixtureSpec(num_tasks=128, num_states=16, num_tokens=8),
+    # The task-count ladder of the regime study (docs/empirical.md, "Regimes"): cpu-small's HMMs
+    # (16 states, 8 tokens), more of them; 8192 is the paper's count.
+    **{f"tasks-{count}": MixtureSpec(num_tasks=count, num_states=16, num_tokens=8) for count in (64, 1024, 8192)},
 }
 
 PROMPT_FORMATS: dict[str, PromptFormat] = {
@@ -57,6 +60,7 @@ PROMPT_FORMATS: dict[str, PromptFormat] = {
     "cpu-small": PromptFormat(num_demos=6, demo_length=16, test_length=16),
     "paper": PromptFormat(num_demos=7, demo_length=32, test_length=32),
     "paper-mini": PromptFormat(num_demos=3, demo_length=16, test_length=16),
+    **{f"tasks-{count}": PromptFormat(num_demos=6, demo_length=16, test_length=16) for count in (64, 1024, 8192)},
 }
 
 
