@@ -38,6 +38,8 @@ from empirical.train import (  # noqa: E402
     accumulate_gradients,
     build_optimizer,
 )
+from hmmtf import source_commit  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     model_flops = training_flops_per_token(model.config, fmt.length) * tokens_per_s
     result = {
         "command": ["python", *sys.argv],
+        "git_commit": source_commit(),
         "device": torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
         "torch": torch.__version__,
         "preset": preset.name,

@@ -81,7 +81,8 @@ def run_main(args) -> int:
     report["figures"] = write_figures(report, out)
     report["verdicts"] = verdict_lines(measurements)
     report["command"] = args.command_line
-    report["options"] = {key: value for key, value in vars(args).items() if key not in ("run", "command_line")}
+    report["git_commit"] = args.git_commit
+    report["options"] = {key: value for key, value in vars(args).items() if key not in ("run", "command_line", "git_commit")}
     report["runtime_seconds"] = time.perf_counter() - start
     write_report(report, out / "report.json")
     print("\n".join(lemma1_lines(measurements)))

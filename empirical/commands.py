@@ -154,6 +154,7 @@ def run_calibrate(args) -> int:
     start = time.perf_counter()
     report = calibrate(args.preset, args.concentrations, args.num_prompts, args.seed)
     report["command"] = args.command_line
+    report["git_commit"] = args.git_commit
     report["seconds"] = time.perf_counter() - start
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -50,9 +50,10 @@ def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, c
     report = json.loads((tmp_path / "report.json").read_text())
     assert code == 0
     for key in ("config", "suite", "lemma1", "generalization", "theorem1", "optimization_curves", "construction_curves",
-                "network_counts", "table", "verdicts", "figures", "command", "options", "runtime_seconds"):
+                "network_counts", "table", "verdicts", "figures", "command", "git_commit", "options", "runtime_seconds"):
         assert key in report
     assert report["command"].startswith("hmmtf main --gammas 0.5 0.9")
+    assert report["git_commit"] == hmmtf.source_commit()
     assert len(report["suite"]) == 4 and len(report["theorem1"]["prompts"]) == 4
     for path in report["figures"]:
         assert (tmp_path / path.split("/")[-1]).stat().st_size > 10_000

@@ -23,6 +23,7 @@ def test_command_writes_json_and_figure(tmp_path):
     assert hmmtf.main(["calibrate", "--preset", "tiny", "--concentrations", "0.2", "--num-prompts", "32", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "tiny.json").read_text())
     assert report["command"] == f"hmmtf calibrate --preset tiny --concentrations 0.2 --num-prompts 32 --out {tmp_path}"
+    assert report["git_commit"] == hmmtf.source_commit()
     assert len(report["results"]) == 1
     assert (tmp_path / "tiny.png").stat().st_size > 0
 
