@@ -45,7 +45,7 @@ test-latest:
 bench: $(STAMP)
 	$(PY) -m pip install -c $(CONSTRAINTS) -e ".[bench]"
 	$(PY) benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json
-	$(PY) benchmarks/readme_numbers.py
+	$(VENV)/bin/hmmtf ledger
 
 lock:
 	rm -rf $(LOCK_VENV)

@@ -18,6 +18,7 @@ import empirical.commands
 import empirical.markov.commands
 import empirical.reproduce.commands
 import empirical.transformer_lens_interop
+import ledger.commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     empirical.transformer_lens_interop.register(subparsers)
     construction.commands.register(subparsers)
     bounds.commands.register(subparsers)
+    ledger.commands.register(subparsers)
     return parser
 
 

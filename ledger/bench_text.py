@@ -1,25 +1,20 @@
-"""Writes the HMM-engine benchmark numbers of README.md and docs/hmm.md from the benchmark's JSON,
-so the prose cannot drift from the measurement.
+"""The HMM-engine benchmark's numbers in README.md and docs/hmm.md, written from its JSON
+(``figures/benchmarks/hmm.json``, made by ``python benchmarks/bench_hmm.py --json
+figures/benchmarks/hmm.json``), so the prose cannot drift from the measurement.
 
-Each file holds one generated block between ``<!-- bench:NAME:start -->`` and
-``<!-- bench:NAME:end -->``: ``hmm`` in README.md (the "The HMM engine" paragraph) and
-``hmm-table`` in docs/hmm.md (the table of every setting). After a benchmark run::
-
-    python benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json
-    python benchmarks/readme_numbers.py
-
-``tests/test_benchmarks_readme.py`` checks that the committed blocks equal what the committed JSON
-generates.
+Two generated blocks (:mod:`ledger.blocks`): ``bench:hmm`` in README.md (the "The HMM engine"
+paragraph, :func:`readme_paragraph`) and ``bench:hmm-table`` in docs/hmm.md (the table of every
+setting, :func:`docs_table`). ``hmmtf ledger`` rewrites them with every other generated text
+(``make bench`` runs it after the benchmark); ``hmmtf ledger --check`` fails when they differ from
+what the committed JSON generates.
 """
 from __future__ import annotations
 
-import json
 import math
 import textwrap
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "figures" / "benchmarks" / "hmm.json"
+RESULTS = "figures/benchmarks/hmm.json"
+"""The benchmark's JSON, relative to the repository root."""
 README_WIDTH = 100
 """Line width of the README's wrapped paragraphs."""
 
@@ -124,35 +119,3 @@ def docs_table(results: dict) -> str:
                     f"({_size(bound['bytes'])}) | {_gbps(bound['read_bytes_per_s'])} | | {_sci(bound['tokens_per_s'])} | "
                     f"{bound['ours_fraction']:.0%} | |")
     return "\n".join([f"Measured by {_provenance(results)}:", "", *rows])
-
-
-BLOCKS = {
-    ROOT / "README.md": ("hmm", readme_paragraph),
-    ROOT / "docs" / "hmm.md": ("hmm-table", docs_table),
-}
-"""Each file with a generated block: the block's name and the function that writes it."""
-
-
-def replace_block(text: str, name: str, body: str, where: str) -> str:
-    """``text`` with the lines between its ``bench:name`` start and end markers replaced by ``body``."""
-    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
-    counts = (text.count(start), text.count(end))
-    if counts != (1, 1) or text.index(start) > text.index(end):
-        raise ValueError(f"{where}: {counts[0]} '{start}' and {counts[1]} '{end}' markers; expected one of each, start first")
-    head, rest = text.split(start)
-    return f"{head}{start}\n{body}\n{end}{rest.split(end)[1]}"
-
-
-def rewritten(results: dict) -> dict[Path, str]:
-    """Every file of :data:`BLOCKS` as it should read for ``results``."""
-    return {path: replace_block(path.read_text(), name, render(results), str(path.relative_to(ROOT)))
-            for path, (name, render) in BLOCKS.items()}
-
-
-def main() -> None:
-    for path, text in rewritten(json.loads(RESULTS.read_text())).items():
-        path.write_text(text)
-
-
-if __name__ == "__main__":
-    main()

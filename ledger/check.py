@@ -1,0 +1,59 @@
+"""``hmmtf ledger --check``: every result present, recording the commit that made it, made by the
+code its producers hold now, and every generated text equal to what the results generate."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger import generated
+from ledger.documents import LedgerError
+from ledger.provenance import GitUnavailable, Status, freshness, require_git
+from ledger.results import RESULTS, Result
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why ``path`` fails the check, and what fixes it."""
+
+    path: str
+    reason: str
+    fix: str
+
+
+def result_problems(root: Path, results: tuple[Result, ...] = RESULTS) -> list[Problem]:
+    """A problem per registered result that is not fresh (:mod:`ledger.provenance`); one problem
+    naming git when freshness cannot be decided."""
+    try:
+        require_git(root)
+    except GitUnavailable as error:
+        return [Problem("(the repository)", f"git unavailable: {error}; cannot tell whether any result is older than "
+                        "its code", "run hmmtf ledger --check in a git clone with its history")]
+    problems = []
+    for result in results:
+        try:
+            state = freshness(result, root)
+        except LedgerError as error:
+            problems.append(Problem(result.path, str(error), result.remedy()))
+            continue
+        if state.status is not Status.FRESH:
+            problems.append(Problem(result.path, f"{state.status.value}: {state.detail}", result.remedy()))
+    return problems
+
+
+def unregistered(root: Path, results: tuple[Result, ...] = RESULTS) -> list[Problem]:
+    """JSON files under figures/ that no :class:`~ledger.results.Result` names."""
+    known = {result.path for result in results}
+    found = sorted(path.relative_to(root).as_posix() for path in (root / "figures").rglob("*.json"))
+    return [Problem(path, "unregistered result: the ledger does not know which command and code make it",
+                    "add it to ledger/results.py (docs/ledger.md)") for path in found if path not in known]
+
+
+def generated_problems(root: Path, targets: tuple[generated.Target, ...] = generated.TARGETS) -> list[Problem]:
+    """A problem per generated file that differs from what the results generate."""
+    return [Problem(path, "differs from what the results generate", "run `hmmtf ledger`")
+            for path in generated.stale(root, targets)]
+
+
+def check(root: Path) -> list[Problem]:
+    """Every problem of the repository at ``root``."""
+    return [*result_problems(root), *unregistered(root), *generated_problems(root)]

@@ -1,0 +1,69 @@
+"""Every text the ledger generates, and where it goes: docs/claims.md as a whole file, and marked
+blocks (:mod:`ledger.blocks`) inside README.md and docs/hmm.md. ``hmmtf ledger`` writes them;
+``hmmtf ledger --check`` fails when a committed one differs from what the results generate."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ledger import bench_text, render
+from ledger.blocks import replace_block
+from ledger.documents import Doc
+
+
+@dataclass(frozen=True)
+class Target:
+    """A generated text: the file (from the repository root), the block inside it (None: the whole
+    file), the result it needs (None: several, handled by ``render``) and the function of the root
+    that writes it."""
+
+    path: str
+    block: str | None
+    needs: str | None
+    render: Callable[[Path], str]
+
+
+def _bench(render_results: Callable[[dict], str]) -> Callable[[Path], str]:
+    return lambda root: render_results(Doc.load(root, bench_text.RESULTS).data)
+
+
+TARGETS: tuple[Target, ...] = (
+    Target(render.PAGE, None, None, render.claims_page),
+    Target("README.md", render.README_BLOCK, None, render.readme_block),
+    Target("README.md", "bench:hmm", bench_text.RESULTS, _bench(bench_text.readme_paragraph)),
+    Target("docs/hmm.md", "bench:hmm-table", bench_text.RESULTS, _bench(bench_text.docs_table)),
+)
+
+
+def expected(root: Path, targets: tuple[Target, ...] = TARGETS) -> dict[str, str]:
+    """Each file with a target, as it should read; a target whose result is missing keeps its text
+    (``hmmtf ledger --check`` reports the missing result)."""
+    texts: dict[str, str] = {}
+    for target in targets:
+        if target.needs is not None and not (root / target.needs).is_file():
+            continue
+        current = texts.get(target.path)
+        if current is None:
+            current = (root / target.path).read_text() if (root / target.path).is_file() else ""
+        body = target.render(root)
+        texts[target.path] = body if target.block is None else replace_block(current, target.block, body, target.path)
+    return texts
+
+
+def _differing(root: Path, texts: dict[str, str]) -> list[str]:
+    return [path for path, text in texts.items() if not (root / path).is_file() or (root / path).read_text() != text]
+
+
+def stale(root: Path, targets: tuple[Target, ...] = TARGETS) -> list[str]:
+    """The generated files whose committed text differs from what the results generate."""
+    return _differing(root, expected(root, targets))
+
+
+def write(root: Path, targets: tuple[Target, ...] = TARGETS) -> list[str]:
+    """Write every generated text; return the files that changed."""
+    texts = expected(root, targets)
+    changed = _differing(root, texts)
+    for path in changed:
+        (root / path).write_text(texts[path])
+    return changed

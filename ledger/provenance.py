@@ -1,0 +1,136 @@
+"""Which commit made a result, and whether the code that computes it has changed since.
+
+The writers record the commit in three forms (one reader for all, :func:`recorded_commit`):
+
+* ``"git_commit": "<sha>"`` or ``"<sha>+dirty"`` (:func:`hmmtf.source_commit`: ``hmmtf main``,
+  ``evaluate``, ``analyze``, ``calibrate``, the benchmarks), optionally with ``"git_dirty": bool``
+  beside it (``benchmarks/bench_hmm.py``);
+* ``"git": {"commit": "<sha>", "dirty": bool}`` (``hmmtf markov-sweep``, older ``hmmtf analyze``),
+  or ``{"commit": ..., "uncommitted_changes": bool}`` (``hmmtf reproduce``);
+* nothing, or null: no provenance.
+
+**Stale.** A result is older than its code when one of its producers (git pathspecs,
+:mod:`ledger.results`) differs between the recorded commit and the working tree:
+``git diff --name-only COMMIT -- PRODUCERS``. Comparing trees rather than walking ``git log`` gives
+the right answer across merges (a merge that brought the change in) and reverts (a change undone);
+the reason names the changed files and the commits ``git log --no-merges COMMIT..HEAD -- PRODUCERS``. A result made
+from a dirty tree is reported too: which code made it cannot be told.
+"""
+from __future__ import annotations
+
+import enum
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger.documents import Doc, LedgerError
+from ledger.results import Result
+
+_SHA = re.compile(r"[0-9a-f]{7,40}")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The commit a result records and whether the tree it ran from differed from it."""
+
+    commit: str
+    dirty: bool
+
+    def __str__(self) -> str:
+        return self.commit[:7] + (" (with uncommitted changes)" if self.dirty else "")
+
+
+def _sha(value, doc: Doc, key: str) -> str:
+    if not isinstance(value, str) or not _SHA.fullmatch(value):
+        raise LedgerError(f"{doc.path}: {key} = {value!r}; expected a git commit hash (7-40 hex digits)")
+    return value
+
+
+def recorded_commit(doc: Doc) -> Recorded | None:
+    """The commit ``doc`` records, in any of the forms of the module docstring; None if it records none."""
+    if "git_commit" in doc and doc["git_commit"] is not None:
+        value = doc["git_commit"]
+        dirty = isinstance(value, str) and value.endswith("+dirty")
+        commit = _sha(value.removesuffix("+dirty") if dirty else value, doc, "git_commit")
+        return Recorded(commit, dirty or bool(doc.data.get("git_dirty", False)))
+    if "git" in doc and doc["git"] is not None:
+        git = doc["git"]
+        if not isinstance(git, dict) or "commit" not in git:
+            raise LedgerError(f"{doc.path}: git = {git!r}; expected an object with 'commit'")
+        return Recorded(_sha(git["commit"], doc, "git.commit"), bool(git.get("dirty", git.get("uncommitted_changes", False))))
+    return None
+
+
+class GitUnavailable(RuntimeError):
+    """No git, or the root is not a git checkout: freshness cannot be decided."""
+
+
+def _git(root: Path, *arguments: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", *arguments], cwd=root, capture_output=True, text=True)
+    except OSError as error:
+        raise GitUnavailable(f"git cannot run here ({error})") from error
+
+
+def require_git(root: Path) -> None:
+    """Raise :class:`GitUnavailable` unless ``root`` is the top of a git checkout with history."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise GitUnavailable(f"{root} is not a git checkout ({top.stderr.strip() or 'git rev-parse failed'})")
+    if Path(top.stdout.strip()).resolve() != root.resolve():
+        raise GitUnavailable(f"{root} is inside the git checkout {top.stdout.strip()}, not its top")
+
+
+class Status(enum.Enum):
+    FRESH = "fresh"
+    STALE = "stale"
+    DIRTY = "made from uncommitted changes"
+    NO_PROVENANCE = "no provenance"
+    UNKNOWN_COMMIT = "recorded commit unknown"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """The state of one registered result: ``status``, the ``recorded`` commit (None without one)
+    and ``detail``, the reason in words."""
+
+    result: Result
+    status: Status
+    recorded: Recorded | None
+    detail: str
+
+
+def _pathspecs(producers: tuple[str, ...]) -> list[str]:
+    return [f":(exclude){spec[1:]}" if spec.startswith("!") else spec for spec in producers]
+
+
+def freshness(result: Result, root: Path) -> Freshness:
+    """Whether ``result`` exists, records a commit, and was made by the code its producers now hold
+    (module docstring). Needs git (:func:`require_git` first)."""
+    if not (root / result.path).is_file():
+        return Freshness(result, Status.MISSING, None, "the file does not exist")
+    recorded = recorded_commit(Doc.load(root, result.path))
+    if recorded is None:
+        return Freshness(result, Status.NO_PROVENANCE, None, "the JSON records no git commit")
+    specs = _pathspecs(result.producers)
+    changed = _git(root, "diff", "--name-only", recorded.commit, "--", *specs)
+    if changed.returncode != 0:
+        if _git(root, "cat-file", "-e", f"{recorded.commit}^{{commit}}").returncode == 0:
+            raise GitUnavailable(f"git diff {recorded.commit[:7]} failed: {changed.stderr.strip()}")
+        shallow = _git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+        hint = "; this is a shallow clone: git fetch --unshallow" if shallow else ""
+        return Freshness(result, Status.UNKNOWN_COMMIT, recorded, f"commit {recorded.commit[:7]} is not in this repository{hint}")
+    files = changed.stdout.split()
+    if files:
+        commits = _git(root, "log", "--no-merges", "--format=%h", f"{recorded.commit}..HEAD", "--", *specs).stdout.split()
+        uncommitted = _git(root, "diff", "--quiet", "HEAD", "--", *specs).returncode == 1
+        since = ", ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
+        by = " and ".join(part for part in (f"commits {since}" if commits else "", "uncommitted changes" if uncommitted else "")
+                          if part)
+        return Freshness(result, Status.STALE, recorded,
+                         f"made at {recorded.commit[:7]}; since then {by} changed {', '.join(files)}")
+    if recorded.dirty:
+        return Freshness(result, Status.DIRTY, recorded, f"made at {recorded.commit[:7]} from a tree with uncommitted changes")
+    return Freshness(result, Status.FRESH, recorded, f"made at {recorded.commit[:7]}")

@@ -1,0 +1,110 @@
+"""Every result JSON under ``figures/``: the command that makes it and the code that computes it.
+
+``producers`` are git pathspecs (directories, files; a leading ``!`` excludes) of the modules whose
+change can change the numbers: the computation, not the plotting and not the whole repository. A
+result is stale when one of them differs between the commit recorded in the JSON and the working
+tree (:mod:`ledger.provenance`). ``needs`` says what the command needs besides the code (a
+trained checkpoint, a long run), so that a list of stale results says which are cheap to redo.
+
+To register a new result: add a :class:`Result` to :data:`RESULTS` (``hmmtf ledger --check`` lists
+every JSON under ``figures/`` that is not registered), then give the claims that read it their
+``sources`` (:mod:`ledger.registry`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Result:
+    """One result JSON. ``path``: from the repository root; ``command``: what makes it (None: no
+    command can, ``needs`` says why); ``producers``: pathspecs of the code that computes it;
+    ``needs``: what else the command needs."""
+
+    path: str
+    command: str | None
+    producers: tuple[str, ...]
+    needs: str = ""
+
+    def remedy(self) -> str:
+        """What to run to make this result again, and what that needs."""
+        if self.command is None:
+            return f"no command makes it: {self.needs}"
+        return f"run `{self.command}`" + (f" (needs {self.needs})" if self.needs else "")
+
+
+HMM_ENGINE = ("hmm/model.py", "hmm/filtering.py", "hmm/prompts.py", "hmm/generators.py")
+"""The HMM engine under every result: the HMM type, exact filtering, sampling, random HMMs."""
+MIXTURE = (*HMM_ENGINE, "hmm/bayes.py", "hmm/presets.py", "empirical/presets.py", "empirical/data.py")
+"""A preset's mixture, its prompts and the Bayes-optimal predictor."""
+CONSTRUCTION = ("construction/", "!construction/export.py", "!construction/commands.py")
+"""The hand-built network (its export and CLI do not compute anything a result reads)."""
+ROFORMER = ("empirical/model.py",)
+"""The trained network's forward pass."""
+MARKOV = ("empirical/markov/", "!empirical/markov/figures.py", "empirical/model.py", "empirical/train.py",
+          "empirical/configs.py", "hmm/model.py", "hmm/prompts.py")
+"""The Markov-chain study: chains, runs, criterion, aggregation, and the RoFormer and training loop it trains."""
+ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
+            *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
+"""``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from."""
+
+CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
+                        "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
+
+RESULTS: tuple[Result, ...] = (
+    Result("figures/verification/report.json", "hmmtf main",
+           ("bounds/", "!bounds/figures.py", *CONSTRUCTION, *HMM_ENGINE, "hmm/memory.py", "hmm/observability.py"),
+           needs="about 1 minute on 2 cores"),
+    Result("figures/calibration/cpu-small.json", "hmmtf calibrate --preset cpu-small",
+           ("empirical/calibrate.py", "empirical/evaluate.py", *MIXTURE), needs="seconds"),
+    Result("figures/cpu-small/evaluation.json", "hmmtf evaluate runs/cpu-small/checkpoint --out figures/cpu-small",
+           ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=CPU_SMALL_CHECKPOINT),
+    Result("figures/cpu-small/hand_built.json", "hmmtf evaluate runs/cpu-small/checkpoint --out figures/cpu-small",
+           ("empirical/hand_built.py", "empirical/evaluate.py", *ROFORMER, *MIXTURE,
+            *CONSTRUCTION, "hmm/memory.py"), needs=CPU_SMALL_CHECKPOINT),
+    Result("figures/cpu-small/train_wall_time.json",
+           "torchrun --standalone --nproc_per_node=2 hmmtf.py train --preset cpu-small --threads 1 --run-dir runs/cpu-small",
+           ("empirical/train.py", *ROFORMER, *MIXTURE),
+           needs="about 7 minutes on 2 cores; no code writes this JSON: its timings are copied from the run"),
+    Result("figures/cpu-small/benchmark_threads1.json",
+           "python benchmarks/bench_training.py --preset cpu-small --threads 1 --steps 30 --out figures/cpu-small/benchmark_threads1.json",
+           ("benchmarks/bench_training.py", "empirical/train.py", "empirical/roofline.py", *ROFORMER),
+           needs="idle cores (a timing)"),
+    Result("figures/cpu-small/benchmark_threads2.json",
+           "python benchmarks/bench_training.py --preset cpu-small --threads 2 --steps 30 --out figures/cpu-small/benchmark_threads2.json",
+           ("benchmarks/bench_training.py", "empirical/train.py", "empirical/roofline.py", *ROFORMER),
+           needs="idle cores (a timing)"),
+    Result("figures/analysis/analysis.json", "hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis",
+           ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes"),
+    Result("figures/probe-ceilings/analysis.json",
+           "hmmtf analyze runs/cpu-small/checkpoint --out figures/probe-ceilings --sections probes",
+           ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 2 minutes"),
+    Result("figures/patching/analysis.json",
+           "hmmtf analyze runs/cpu-small/checkpoint --out figures/patching --sections patching",
+           ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 2-4 minutes"),
+    Result("figures/markov/results.json", "hmmtf markov-sweep --no-progress", MARKOV,
+           needs="about 30 minutes on 2 cores"),
+    Result("figures/markov/long-budget/results.json",
+           "hmmtf markov-sweep --out figures/markov/long-budget --p-values 0.5 0.9 --q-values 0.5 0.9 --architectures "
+           "1-layer-tied 2-layer-tied --inits gaussian lowrank --seeds 8 --steps 2000 --no-progress",
+           MARKOV, needs="about 28 minutes on 2 cores"),
+    *(Result(f"figures/markov/init-std-{std}/results.json",
+             f"hmmtf markov-sweep --out figures/markov/init-std-{std} --init-std {std} --p-values 0.5 0.9 --q-values 0.9 "
+             f"--architectures 1-layer-tied --seeds 8 --no-progress",
+             MARKOV, needs="about 1 minute on 2 cores")
+      for std in ("0.002", "0.2", "1.0")),
+    Result("figures/benchmarks/hmm.json", "python benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json",
+           ("benchmarks/bench_hmm.py", "empirical/roofline.py", *MIXTURE),
+           needs="`make bench` (the bench extra: hmmlearn, jax, dynamax) and idle cores (a timing)"),
+    Result("figures/benchmarks/hand_built.json",
+           "python benchmarks/bench_hand_built.py --preset cpu-small --prompts 1024 --L 3 --T 10 --out figures/benchmarks/hand_built.json",
+           ("benchmarks/bench_hand_built.py", "empirical/hand_built.py", *CONSTRUCTION, *MIXTURE),
+           needs="idle cores (a timing)"),
+    *(Result(f"figures/cpu-small-64tasks/{name}", None, ("empirical/",),
+             needs="the legacy 64-task cpu-small run (figures/cpu-small-64tasks/README.md), made with a preset that "
+                   "no longer exists; the regime ladder (figures/ladder/, issue 15) replaces it, then delete this folder")
+      for name in ("evaluation.json", "train_wall_time.json", "benchmark_threads1.json", "benchmark_threads2.json")),
+)
+"""Every result JSON under figures/, in the order the provenance table of docs/claims.md lists them."""
+
+BY_PATH = {result.path: result for result in RESULTS}

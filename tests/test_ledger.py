@@ -1,0 +1,246 @@
+"""The claims ledger (ledger/, docs/ledger.md): the committed results pass its check, the pages are
+what the results generate, a planted change in a result changes them, provenance in every form is
+read, and a result older than its code, or without a commit, is reported."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import hmmtf
+from ledger import generated
+from ledger.blocks import block_body, replace_block
+from ledger.check import result_problems, unregistered
+from ledger.claims import Claim, Verdict
+from ledger.documents import Doc, LedgerError
+from ledger.outcomes import judge
+from ledger.provenance import Recorded, Status, freshness, recorded_commit
+from ledger.registry import SECTIONS, all_claims
+from ledger.render import README_BLOCK, claims_page, readme_block
+from ledger.results import BY_PATH, RESULTS, Result
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_check_passes_on_the_committed_results(capsys):
+    code = hmmtf.main(["ledger", "--check"])
+    assert code == 0, "hmmtf ledger --check failed:\n" + capsys.readouterr().out
+
+
+def test_committed_pages_equal_what_the_committed_results_generate():
+    assert generated.stale(ROOT) == [], "run hmmtf ledger"
+
+
+def test_the_readme_block_is_the_generated_one_and_round_trips():
+    readme = (ROOT / "README.md").read_text()
+    assert block_body(readme, README_BLOCK, "README.md") == readme_block(ROOT)
+    body = "a\n| b |"
+    once = replace_block(readme, README_BLOCK, body, "README.md")
+    assert block_body(once, README_BLOCK, "README.md") == body
+    assert replace_block(once, README_BLOCK, body, "README.md") == once
+    assert replace_block(once, README_BLOCK, readme_block(ROOT), "README.md") == readme
+
+
+def test_replacing_a_block_keeps_the_text_around_it():
+    text = "before\n<!-- bench:hmm:start -->\nold\n<!-- bench:hmm:end -->\nafter\n"
+    assert replace_block(text, "bench:hmm", "new", "README.md") == (
+        "before\n<!-- bench:hmm:start -->\nnew\n<!-- bench:hmm:end -->\nafter\n")
+
+
+@pytest.mark.parametrize("text", ["no markers", "<!-- bench:hmm:end --> <!-- bench:hmm:start -->",
+                                  "<!-- bench:hmm:start --> <!-- bench:hmm:start --> <!-- bench:hmm:end -->"])
+def test_a_block_without_one_start_then_one_end_marker_is_refused(text):
+    with pytest.raises(ValueError, match="README.md: .*bench:hmm:start"):
+        replace_block(text, "bench:hmm", "body", "README.md")
+
+
+def _copy_results(tmp_path: Path) -> Path:
+    for path in (ROOT / "figures").rglob("*.json"):
+        target = tmp_path / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return tmp_path
+
+
+def _plant(root: Path, path: str, change) -> None:
+    document = json.loads((root / path).read_text())
+    change(document)
+    (root / path).write_text(json.dumps(document))
+
+
+def test_a_planted_change_in_a_copied_json_changes_the_pages_and_the_verdict(tmp_path):
+    root = _copy_results(tmp_path)
+    assert claims_page(root) == claims_page(ROOT)
+
+    def worse_model(document):
+        document["excess_test_sequence"]["model"]["excess_over_gap"] = 0.25
+
+    _plant(root, "figures/cpu-small/evaluation.json", worse_model)
+    page = claims_page(root)
+    assert page != claims_page(ROOT) and readme_block(root) != readme_block(ROOT)
+    row = next(line for line in page.splitlines() if line.startswith('| <a id="f1-accuracy"'))
+    assert "25.0% of the unigram-to-Bayes gap" in row and "**not reproduced**" in row
+
+
+def test_a_planted_pass_turns_a_failing_assumption_into_a_holding_one(tmp_path):
+    root = _copy_results(tmp_path)
+
+    def linear(document):
+        row = next(row for row in document["table"] if row["term"].startswith("linearization"))
+        row["holds"] = row["units"]
+
+    _plant(root, "figures/verification/report.json", linear)
+    claim = next(claim for claim in all_claims() if claim.id == "A-linear")
+    assert judge(claim, ROOT).outcome.verdict is Verdict.FAILS
+    assert judge(claim, root).outcome.verdict is Verdict.HOLDS
+
+
+def test_a_missing_result_makes_its_claims_not_computed_and_names_the_command(tmp_path):
+    root = _copy_results(tmp_path)
+    (root / "figures/markov/results.json").unlink()
+    claim = next(claim for claim in all_claims() if claim.id == "M1-unigram-trap")
+    outcome = judge(claim, root).outcome
+    assert outcome.verdict is Verdict.NOT_COMPUTED and "`hmmtf markov-sweep --no-progress`" in outcome.reason
+
+
+def test_every_claim_reads_registered_results_and_links_existing_figures():
+    claims = all_claims()
+    assert len({claim.id for claim in claims}) == len(claims)
+    for claim in claims:
+        assert all(path in BY_PATH for path in claim.sources), claim.id
+        assert claim.figure is None or (ROOT / claim.figure).is_file(), claim.figure
+    assert all(result.path.startswith("figures/") and result.path.endswith(".json") for result in RESULTS)
+    assert any(claim.pending is Verdict.NOT_COMPUTED for claim in claims)  # gaps stay visible
+
+
+def test_a_claim_needs_a_judge_with_sources_and_rule_or_a_pending_verdict():
+    with pytest.raises(ValueError, match="claim X1: judge=None"):
+        Claim("X1", "a claim", "nothing")
+    with pytest.raises(ValueError, match="claim X2: pending=<Verdict.HOLDS"):
+        Claim("X2", "a claim", "nothing", pending=Verdict.HOLDS, pending_reason="why")
+    with pytest.raises(ValueError, match="id: '1x'"):
+        Claim("1x", "a claim", "nothing", pending=Verdict.NOT_COMPUTED, pending_reason="why")
+    with pytest.raises(ValueError, match="claim id 'A' appears twice"):
+        claim = Claim("A", "a claim", "nothing", pending=Verdict.NOT_COMPUTED, pending_reason="why")
+        all_claims((SECTIONS[0].__class__("s", "s", (claim, claim)),))
+
+
+def test_a_missing_key_names_the_file_the_path_and_what_is_there():
+    doc = Doc("figures/x.json", {"claims": {"shuffle": {}}})
+    with pytest.raises(LedgerError, match=r"figures/x.json: no 'probes' under claims; found \['shuffle'\]"):
+        doc["claims", "probes"]
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"git_commit": "a" * 40}, Recorded("a" * 40, False)),
+    ({"git_commit": "a" * 40 + "+dirty"}, Recorded("a" * 40, True)),
+    ({"git_commit": "abcdef1", "git_dirty": True}, Recorded("abcdef1", True)),
+    ({"git": {"commit": "b" * 40, "dirty": False}}, Recorded("b" * 40, False)),
+    ({"git": {"commit": "b" * 40, "uncommitted_changes": True, "source": "git"}}, Recorded("b" * 40, True)),
+    ({"git_commit": None}, None),
+    ({"git": None}, None),
+    ({}, None),
+])
+def test_every_form_of_recorded_commit_is_read(fields, expected):
+    assert recorded_commit(Doc("figures/x.json", {"command": "c", **fields})) == expected
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"git_commit": "HEAD"}, "git_commit = 'HEAD'; expected a git commit hash"),
+    ({"git_commit": "abcdef1+modified"}, "git_commit = 'abcdef1\\+modified'"),
+    ({"git": "abcdef1"}, "git = 'abcdef1'; expected an object with 'commit'"),
+])
+def test_a_malformed_commit_is_refused_with_the_key_and_value(fields, message):
+    with pytest.raises(LedgerError, match=f"figures/x.json: {message}"):
+        recorded_commit(Doc("figures/x.json", fields))
+
+
+def _git(root: Path, *arguments: str) -> str:
+    environment = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                   "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *arguments], cwd=root, env=environment, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _commit(root: Path, files: dict[str, str], message: str) -> str:
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", message)
+    return _git(root, "rev-parse", "HEAD")
+
+
+def _result(root: Path, **provenance) -> None:
+    (root / "figures").mkdir(exist_ok=True)
+    (root / "figures/r.json").write_text(json.dumps({"command": "make r", **provenance}))
+
+
+RESULT = Result("figures/r.json", "make r", ("code/", "!code/plot.py"))
+
+
+@pytest.fixture
+def repository(tmp_path):
+    _git(tmp_path, "init", "-q")
+    first = _commit(tmp_path, {"code/make.py": "x = 1\n", "code/plot.py": "draw\n"}, "first")
+    return tmp_path, first
+
+
+def test_a_result_older_than_its_code_is_stale_and_a_new_one_fresh(repository):
+    root, first = repository
+    _result(root, git_commit=first)
+    assert freshness(RESULT, root).status is Status.FRESH
+    _commit(root, {"code/plot.py": "draw better\n"}, "plotting only")
+    assert freshness(RESULT, root).status is Status.FRESH
+    second = _commit(root, {"code/make.py": "x = 2\n"}, "new numbers")
+    state = freshness(RESULT, root)
+    assert state.status is Status.STALE and f"commits {second[:7]}" in state.detail and "code/make.py" in state.detail
+    _result(root, git={"commit": second, "dirty": False})
+    assert freshness(RESULT, root).status is Status.FRESH
+    (root / "code/make.py").write_text("x = 3\n")
+    state = freshness(RESULT, root)
+    assert state.status is Status.STALE and "uncommitted changes changed code/make.py" in state.detail
+    (root / "code/make.py").write_text("x = 2\n")
+    problems = result_problems(root, (RESULT,))
+    assert problems == []
+
+
+def test_a_change_undone_or_merged_in_is_judged_by_the_tree(repository):
+    root, first = repository
+    _result(root, git_commit=first)
+    _commit(root, {"code/make.py": "x = 2\n"}, "change")
+    _commit(root, {"code/make.py": "x = 1\n"}, "revert")
+    assert freshness(RESULT, root).status is Status.FRESH
+
+
+def test_no_provenance_a_dirty_tree_an_unknown_commit_and_a_missing_file_are_reported(repository):
+    root, first = repository
+    assert freshness(RESULT, root).status is Status.MISSING
+    _result(root)
+    problems = result_problems(root, (RESULT,))
+    assert [(p.path, p.reason, p.fix) for p in problems] == [
+        ("figures/r.json", "no provenance: the JSON records no git commit", "run `make r`")]
+    _result(root, git_commit=first + "+dirty")
+    assert freshness(RESULT, root).status is Status.DIRTY
+    _result(root, git_commit="0123456789abcdef0123456789abcdef01234567")
+    state = freshness(RESULT, root)
+    assert state.status is Status.UNKNOWN_COMMIT and "0123456 is not in this repository" in state.detail
+
+
+def test_without_git_the_check_says_so_instead_of_passing(tmp_path):
+    _result(tmp_path, git_commit="abcdef1")
+    problems = result_problems(tmp_path, (RESULT,))
+    assert len(problems) == 1 and problems[0].reason.startswith("git unavailable: ")
+
+
+def test_an_unregistered_json_under_figures_is_reported(tmp_path):
+    (tmp_path / "figures/ladder").mkdir(parents=True)
+    (tmp_path / "figures/ladder/results.json").write_text("{}")
+    assert [problem.path for problem in unregistered(tmp_path, RESULTS)] == ["figures/ladder/results.json"]
+
+
+def test_the_command_refuses_a_root_without_figures(tmp_path):
+    with pytest.raises(SystemExit, match="--root: .* has no figures/ folder; expected the repository root"):
+        hmmtf.main(["ledger", "--check", "--root", str(tmp_path)])
