@@ -19,13 +19,22 @@ def run_ledger(args) -> int:
     root = Path(args.root)
     if not (root / "figures").is_dir():
         raise SystemExit(f"--root: {str(root)!r} has no figures/ folder; expected the repository root")
-    if args.check:
-        problems = check(root)
-        for problem in problems:
-            print(f"{problem.path}: {problem.reason}\n    fix: {problem.fix}")
-        print(f"ledger check: {len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else
-              "ledger check: every result fresh and every generated text current")
-        return 1 if problems else 0
+    try:
+        return _check(root) if args.check else _write(root)
+    except ValueError as error:  # a result or a marker block the ledger cannot read: the message names it
+        raise SystemExit(f"hmmtf ledger: {error}") from error
+
+
+def _check(root: Path) -> int:
+    problems = check(root)
+    for problem in problems:
+        print(f"{problem.path}: {problem.reason}\n    fix: {problem.fix}")
+    print(f"ledger check: {len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else
+          "ledger check: every result fresh and every generated text current")
+    return 1 if problems else 0
+
+
+def _write(root: Path) -> int:
     changed = generated.write(root)
     rows = [row for _, section_rows in judge_sections(SECTIONS, root) for row in section_rows]
     print(f"{counts_sentence(rows)}.")

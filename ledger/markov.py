@@ -115,7 +115,8 @@ MARKOV = Section("Companion: Attention with Markov (Makkuva et al.)", "Markov", 
           rule="holds when no seed is trapped (default initialisation); with a caveat when another initialisation "
                "traps some; not reproduced when the default does"),
     Claim("M5-local-minimum", "The unigram solution is a bad local minimum: trapped runs stay trapped.",
-          "trapped seeds of 1-layer-tied at p + q > 1 after a 4x longer budget", sources=(SWEEP, LONG_BUDGET),
+          "trapped seeds of 1-layer-tied at p + q > 1 after the sweep's budget and after a longer one",
+          sources=(SWEEP, LONG_BUDGET),
           judge=stays_trapped, figure="figures/markov/long-budget/plateau_survival.png",
           rule="holds when the trapped fraction's 95% interval after the long budget lies above 0; not reproduced "
                "otherwise (the trap is a plateau)"),

@@ -11,6 +11,12 @@ def sig(value: float, digits: int = 3) -> str:
     return re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m[1] == "-" else "") + m[2], text)
 
 
+def span(low: float, high: float, digits: int = 3) -> str:
+    """``"0.0167 to 0.117"``, or one number when both ends print alike: ``span(1.31, 1.31) -> "1.31"``."""
+    low_text, high_text = sig(low, digits), sig(high, digits)
+    return low_text if low_text == high_text else f"{low_text} to {high_text}"
+
+
 def fixed(value: float, decimals: int = 3) -> str:
     """``0.40609 -> "0.406"``."""
     return f"{value:.{decimals}f}"

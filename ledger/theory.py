@@ -14,12 +14,15 @@ import statistics
 
 from ledger.claims import Claim, Outcome, Section, Verdict
 from ledger.documents import Doc, LedgerError
-from ledger.numbers import fixed, listed, sig
+from ledger.numbers import fixed, listed, sig, span
 
 REPORT = "figures/verification/report.json"
 ANALYSIS = "figures/analysis/analysis.json"
 FIGURES = "figures/verification"
 
+GAMMA_TOLERANCE = 1e-9
+"""Largest difference between an HMM's computed gamma and the knob it was built with (S <= p makes
+them equal, docs/bounds.md section 2)."""
 GAMMA4_SLOPE_FLOOR = 2.0
 """The bound's rate gamma^4 / C predicts a log-log slope of 4 of the decay rate against gamma; the
 rate "follows gamma^4" when the measured slope is at least half of that."""
@@ -111,9 +114,9 @@ def observability(report: Doc) -> Outcome:
     suite = report["suite"]
     gammas = [member["gamma"] for member in suite]
     deviation = max(abs(member["gamma"] - member["gamma_knob"]) for member in suite)
-    ok = min(gammas) > 0 and deviation <= 1e-9
+    ok = min(gammas) > 0 and deviation <= GAMMA_TOLERANCE
     return Outcome(Verdict.HOLDS if ok else Verdict.FAILS,
-                   f"measured gamma {sig(min(gammas))} to {sig(max(gammas))}, max |gamma - g| = {sig(deviation, 2)}",
+                   f"measured gamma {span(min(gammas), max(gammas))}, max |gamma - g| = {sig(deviation, 2)}",
                    "every HMM is gamma-observable with the gamma it was built for" if ok else
                    f"min gamma {sig(min(gammas))}, max |gamma - g| {sig(deviation)}", _scale(report))
 
@@ -124,7 +127,7 @@ def covariance(report: Doc) -> Outcome:
     singular = L >= 2
     return Outcome(Verdict.FAILS if singular else Verdict.HOLDS,
                    f"rank of E[x x^T] at most pL - (L-1) = {p * L - (L - 1)} of pL = {p * L} (L = {L}, p = {p}); "
-                   f"smallest nonzero eigenvalue {sig(min(lambdas))} to {sig(max(lambdas))} over the suite",
+                   f"smallest nonzero eigenvalue {span(min(lambdas), max(lambdas))} over the suite",
                    f"L = {L} >= 2: singular; the bounds use the smallest nonzero eigenvalue (gradient descent from 0 "
                    f"stays in the row space)" if singular else "L = 1: the one-hot covariance is diagonal", _scale(report))
 
@@ -211,7 +214,7 @@ def _shuffle_hand_built(analysis: Doc) -> Outcome:
     content = {name: v["mean"] for name, v in layers.items() if name.startswith(("gd.", "readout"))}
     ok = min(positional.values()) > POSITIONAL and max(content.values()) < POSITION_FREE
     return Outcome(Verdict.HOLDS if ok else Verdict.FAILS,
-                   f"history and label layers {sig(min(positional.values()))} to {sig(max(positional.values()))}; "
+                   f"history and label layers {span(min(positional.values()), max(positional.values()))}; "
                    f"GD and read-out layers at most {sig(max(content.values()), 2)} (min_context = 5)",
                    f"positional layers > {sig(POSITIONAL)} and position-free layers < {sig(POSITION_FREE)}" if ok else
                    "a history layer is not positional or a GD layer moves with position",
@@ -243,11 +246,12 @@ ASSUMPTIONS = Section("Section 4.1: assumptions", "Sec. 4.1", (
     Claim("A2-observability", "Assumption 2: emissions are gamma-observable, ||O^T b - O^T b'||_1 >= gamma ||b - b'||_1.",
           "gamma of every suite HMM, computed exactly (hmm.observability) beside the value it was built for",
           sources=(REPORT,), judge=observability,
-          rule="holds when every HMM's measured gamma is positive and equals its construction knob g to 1e-9"),
+          rule=f"holds when every HMM's measured gamma is positive and equals its construction knob g to "
+               f"{sig(GAMMA_TOLERANCE)}"),
     Claim("A-linear", "P_L is linear in the one-hot history: P_L = W x (assumed before Lemma 1).",
           "linearization error |P_L - W* x|_1 with W* the exact population least squares",
           sources=(REPORT,), judge=_term("linearization |P_L - W*x| (paper: 0)"), figure=f"{FIGURES}/theorem1_terms.png",
-          rule="holds when the error is at most 1e-12 (rounding) on every prompt; fails otherwise"),
+          rule="holds when the error is within the report's rounding tolerance on every prompt; fails otherwise"),
     Claim("A3-covariance", "Assumption 3: the regression covariance has its smallest eigenvalue >= lambda > 0.",
           "the rank of E[x x^T] for concatenated one-hot histories, and the smallest nonzero eigenvalue used instead",
           sources=(REPORT,), judge=covariance,
@@ -260,7 +264,7 @@ ASSUMPTIONS = Section("Section 4.1: assumptions", "Sec. 4.1", (
 
 LEMMA1 = Section("Section 4.1: Lemma 1 (model approximation)", "Lemma 1", (
     Claim("L1-decay", "The error of the L-memory predictor P_L against exact filtering decays exponentially in L.",
-          "E|P - P_L|_1 for L = 1..12 on 1000 stationary sequences per HMM; its fitted decay rate",
+          "E|P - P_L|_1 against the memory length L on stationary sequences of each HMM; its fitted decay rate",
           sources=(REPORT,), judge=decay, figure=f"{FIGURES}/lemma1_decay.png",
           rule="holds when every HMM's fitted decay rate is positive"),
     Claim("L1-bound", "Lemma 1: E|P - P_L|_1 <= d exp(-gamma^4 L / C) with one constant C.",
@@ -286,11 +290,12 @@ THEOREM1 = Section("Section 4.2: Theorem 1 (error decomposition)", "Theorem 1", 
           judge=_term("generalization |W*x - W_hat x|", _generalization_caveat), figure=f"{FIGURES}/theorem1_terms.png",
           rule="holds when every held-out HMM is within the bound; C_g is fitted, which is the caveat"),
     Claim("T1-optimization", "Optimization term |W_hat x - W_T x| <= sqrt(L) B_W exp(-T / (2 kappa)) after T GD steps.",
-          "T = 20 GD iterates from 0 against the min-norm least squares, beside the paper's rate and our tight one",
+          "T GD iterates from 0 against the min-norm least squares, beside the paper's rate and our tight one",
           sources=(REPORT,), judge=_optimization, figure=f"{FIGURES}/gd_convergence.png",
           rule="holds when every prompt is within the paper's bound"),
     Claim("T1-construction", "Construction term |W_T x - TF| -> 0 as the softmax temperature beta grows.",
-          "the hand-built network's output against W_T x at the beta chosen for a 1e-9 target, beside p A eps",
+          "the hand-built network's output against W_T x at the beta chosen for the construction-error target, "
+          "beside p A eps",
           sources=(REPORT,), judge=_term("construction |W_T x - TF|"), figure=f"{FIGURES}/construction_vs_beta.png",
           rule="holds when every prompt is within the leak bound p A eps"),
     Claim("T1-total", "Theorem 1: |P - TF| is at most the sum of the bounds of its terms.",
@@ -328,7 +333,7 @@ LAYERWISE = Section("Section 4.2: the construction mirrors the observations", "S
           "the shuffle metric of docs/analysis.md per layer of the hand-built network", sources=(ANALYSIS,),
           judge=_shuffle_hand_built, figure="figures/analysis/shuffle.png",
           rule=f"holds when every history and label layer scores above {sig(POSITIONAL)} and every GD and read-out layer "
-               f"below {sig(POSITION_FREE)} (pairs with 5 tokens of own-segment context)"),
+               f"below {sig(POSITION_FREE)} (the min_context = 5 pair selection)"),
     Claim("S4-hand-built-history", "The construction gathers nearby tokens first, then more distant ones "
           "(the pattern of Figure 3b).",
           "linear probes for o_{t-k}, k = 1..5, after each layer of the hand-built network", sources=(ANALYSIS,),

@@ -12,7 +12,7 @@ import pytest
 import hmmtf
 from ledger import generated
 from ledger.blocks import block_body, replace_block
-from ledger.check import result_problems, unregistered
+from ledger.check import generated_problems, result_problems, unregistered
 from ledger.claims import Claim, Verdict
 from ledger.documents import Doc, LedgerError
 from ledger.outcomes import judge
@@ -57,7 +57,8 @@ def test_a_block_without_one_start_then_one_end_marker_is_refused(text):
 
 
 def _copy_results(tmp_path: Path) -> Path:
-    for path in (ROOT / "figures").rglob("*.json"):
+    """The result JSONs and the files with generated text, copied under ``tmp_path``."""
+    for path in [*(ROOT / "figures").rglob("*.json"), *(ROOT / target.path for target in generated.TARGETS)]:
         target = tmp_path / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
@@ -95,6 +96,24 @@ def test_a_planted_pass_turns_a_failing_assumption_into_a_holding_one(tmp_path):
     claim = next(claim for claim in all_claims() if claim.id == "A-linear")
     assert judge(claim, ROOT).outcome.verdict is Verdict.FAILS
     assert judge(claim, root).outcome.verdict is Verdict.HOLDS
+
+
+def test_a_result_the_ledger_cannot_read_is_named_by_check_and_by_the_command(tmp_path):
+    root = _copy_results(tmp_path)
+    _plant(root, "figures/analysis/analysis.json", lambda document: document.pop("claims"))
+    [problem] = generated_problems(root)
+    assert "claim F2-shuffle: figures/analysis/analysis.json: no 'claims' under the top level" in problem.reason
+    with pytest.raises(SystemExit, match="hmmtf ledger: claim F2-shuffle: figures/analysis/analysis.json: no 'claims'"):
+        hmmtf.main(["ledger", "--root", str(root)])
+
+
+def test_writing_the_pages_of_changed_results_makes_them_current(tmp_path):
+    root = _copy_results(tmp_path)
+    _plant(root, "figures/cpu-small/evaluation.json", lambda document: document["by_demonstrations"]["model"]
+           ["accuracy"].__setitem__(0, 0.5))
+    assert sorted(generated.stale(root)) == ["README.md", "docs/claims.md"]
+    assert sorted(generated.write(root)) == ["README.md", "docs/claims.md"]
+    assert generated.stale(root) == [] and "0.500 ± 0.005 (k = 0)" in (root / "README.md").read_text()
 
 
 def test_a_missing_result_makes_its_claims_not_computed_and_names_the_command(tmp_path):
