@@ -6,7 +6,9 @@ The writers record the commit in three forms (one reader for all, :func:`recorde
   ``evaluate``, ``analyze``, ``calibrate``, the benchmarks), optionally with ``"git_dirty": bool``
   beside it (``benchmarks/bench_hmm.py``);
 * ``"git": {"commit": "<sha>", "dirty": bool}`` (``hmmtf markov-sweep``, older ``hmmtf analyze``),
-  or ``{"commit": ..., "uncommitted_changes": bool}`` (``hmmtf reproduce``);
+  or ``{"commit": ..., "uncommitted_changes": bool}`` (``hmmtf reproduce``; on a machine without
+  the repository its commit comes from an environment variable, may be null, and
+  ``uncommitted_changes`` is null: unknown, read as clean);
 * nothing, or null: no provenance.
 
 **Stale.** A result is older than its code when one of its producers (git pathspecs,
@@ -58,7 +60,9 @@ def recorded_commit(doc: Doc) -> Recorded | None:
         git = doc["git"]
         if not isinstance(git, dict) or "commit" not in git:
             raise LedgerError(f"{doc.path}: git = {git!r}; expected an object with 'commit'")
-        return Recorded(_sha(git["commit"], doc, "git.commit"), bool(git.get("dirty", git.get("uncommitted_changes", False))))
+        if git["commit"] is None:
+            return None
+        return Recorded(_sha(git["commit"], doc, "git.commit"), bool(git.get("dirty", git.get("uncommitted_changes"))))
     return None
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+import hmmtf
 from empirical.model import RoFormer, RoFormerConfig, forward_flops_per_token, training_flops_per_token
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training.py"
@@ -35,3 +36,4 @@ def test_benchmark_runs_and_reports_a_utilisation(tmp_path):
     result = json.loads(out.read_text())
     assert result["tokens_per_s"] > 0
     assert 0 < result["mfu"] < 1
+    assert result["git_commit"] == hmmtf.source_commit()

@@ -158,6 +158,8 @@ def test_a_missing_key_names_the_file_the_path_and_what_is_there():
     ({"git_commit": "abcdef1", "git_dirty": True}, Recorded("abcdef1", True)),
     ({"git": {"commit": "b" * 40, "dirty": False}}, Recorded("b" * 40, False)),
     ({"git": {"commit": "b" * 40, "uncommitted_changes": True, "source": "git"}}, Recorded("b" * 40, True)),
+    ({"git": {"commit": "c" * 40, "uncommitted_changes": None, "source": "$HMMTF_GIT_COMMIT"}}, Recorded("c" * 40, False)),
+    ({"git": {"commit": None, "uncommitted_changes": None, "source": "$HMMTF_GIT_COMMIT"}}, None),
     ({"git_commit": None}, None),
     ({"git": None}, None),
     ({}, None),
