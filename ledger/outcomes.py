@@ -40,6 +40,9 @@ def judge(claim: Claim, root: Path) -> Row:
         outcome = claim.judge(*documents)
     except LedgerError as error:
         raise LedgerError(f"claim {claim.id}: {error}") from error
+    except (KeyError, IndexError, TypeError) as error:  # a field read below a Doc lookup
+        raise LedgerError(f"claim {claim.id}: {', '.join(claim.sources)} lacks a field its judge reads ({error!r}); "
+                          f"expected the layout its command writes") from error
     return Row(claim, outcome, {doc.path: recorded_commit(doc) for doc in documents})
 
 
