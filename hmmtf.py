@@ -15,6 +15,7 @@ import bounds.commands
 import construction.commands
 import empirical.analysis.commands
 import empirical.commands
+import empirical.ladder
 import empirical.markov.commands
 import empirical.reproduce.commands
 import empirical.transformer_lens_interop
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     empirical.commands.register(subparsers)
     empirical.markov.commands.register(subparsers)
     empirical.analysis.commands.register(subparsers)
+    empirical.ladder.register(subparsers)
     empirical.reproduce.commands.register(subparsers)
     empirical.transformer_lens_interop.register(subparsers)
     construction.commands.register(subparsers)

@@ -20,8 +20,9 @@ from empirical.checkpoint import load_checkpoint
 from empirical.data import PromptStream, held_out_prompts
 from empirical.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
-from empirical.plots import plot_calibration, plot_in_context, plot_side_by_side, plot_training_loss
+from empirical.plots import plot_calibration, plot_in_context, plot_regime, plot_side_by_side, plot_training_loss
 from empirical.presets import PRESETS, get_preset, preset_from_task
+from empirical.regime import oracle_predictor, regime_section
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
@@ -85,7 +86,11 @@ def run_evaluate(args) -> int:
     prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
     predictors = in_context_predictors(saved.model, mixture, preset, num_prompts, device)
     started = time.perf_counter()
-    evaluation = evaluate_predictors(predictors, prompts, mixture.num_tokens)
+    evaluation = evaluate_predictors({**predictors, "oracle": oracle_predictor(mixture, prompts)}, prompts,
+                                     mixture.num_tokens, pairs=(("model", "oracle"),))
+    if args.fresh_tasks:
+        evaluation["regime"] = regime_section(predictors["model"], mixture, preset, evaluation, num_prompts,
+                                              args.fresh_tasks, args.reference_tasks, device)
     run_dir = checkpoint_dir.parent
     out = Path(args.out) if args.out else run_dir / "evaluation"
     out.mkdir(parents=True, exist_ok=True)
@@ -104,12 +109,16 @@ def run_evaluate(args) -> int:
     }
     (out / EVALUATION_FILE).write_text(json.dumps(report, indent=2) + "\n")
     plot_in_context(evaluation, out / "in_context.png")
+    if "regime" in evaluation:
+        plot_regime(evaluation, out / "regime.png")
     metrics = run_dir / METRICS_FILE
     if metrics.is_file():
         (out / METRICS_FILE).write_text(metrics.read_text())
         plot_training_loss(metrics, evaluation, out / "training_loss.png")
     test = evaluation["excess_test_sequence"]
-    print(json.dumps({"out": str(out), "test_sequence": test, "accuracy_by_demonstrations": {
+    regime = {scope: {key: result[key] for key in ("fraction_of_gap", "verdict")}
+              for scope, result in evaluation.get("regime", {}).get("memorisation", {}).items()}
+    print(json.dumps({"out": str(out), "test_sequence": test, "regime": regime, "accuracy_by_demonstrations": {
         name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]] for name in predictors}}, indent=2))
     if args.hand_built_prompts:
         write_side_by_side(args, predictors, mixture, prompts, report, out)
@@ -189,6 +198,10 @@ def register(subparsers) -> None:
                              "beside the model; 0 skips them")
     parser.add_argument("--hand-built-L", type=int, nargs="+", default=[1, 2, 3], help="history lengths L")
     parser.add_argument("--hand-built-T", type=int, nargs="+", default=[2, 32], help="gradient-descent layers T")
+    parser.add_argument("--fresh-tasks", type=int, default=1024,
+                        help="HMMs never seen in training for the regime diagnostic (0: no regime section)")
+    parser.add_argument("--reference-tasks", type=int, default=16384,
+                        help="HMMs of the reference mixture bounding the fresh-HMM ceiling")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.set_defaults(run=run_evaluate)
 

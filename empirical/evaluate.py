@@ -119,7 +119,8 @@ def _mean_and_stderr(values: torch.Tensor, mask: torch.Tensor, where: str) -> tu
 
 
 def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, num_tokens: int, *,
-                        reference: str = "bayes", baseline: str = "unigram", rows: torch.Tensor | None = None) -> dict:
+                        reference: str = "bayes", baseline: str = "unigram", rows: torch.Tensor | None = None,
+                        pairs: tuple[tuple[str, str], ...] = ()) -> dict:
     """All metrics of the module docstring for every predictor, as a JSON-ready dict.
 
     ``num_tokens`` is p (the delimiter token). ``reference`` (the Bayes-optimal predictor) and
@@ -128,8 +129,13 @@ def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, 
     every average to those rows (row t predicts token t + 1); a curve point left without a row is
     then left out of its curve (its k or position is not listed), while without ``rows`` an empty
     point is refused. Every predictor must give a distribution on every evaluated row.
+
+    ``pairs``: ``(a, b)`` names of predictors whose loss difference is also reported per prompt
+    (``paired["a - b"]``, test sequence and all positions): the mean of ``loss_a - loss_b`` and its
+    standard error over prompts, which is far smaller than the two losses' errors combined when
+    both follow the same prompt's difficulty.
     """
-    for role, name in (("reference", reference), ("baseline", baseline)):
+    for role, name in (("reference", reference), ("baseline", baseline), *(("pairs", n) for pair in pairs for n in pair)):
         if name not in predictors:
             raise ValueError(f"{role}: {name!r} is not among the predictors {sorted(predictors)}; expected one of them")
     fmt = prompts.format
@@ -211,6 +217,14 @@ def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, 
             report[name] = {"excess_loss": excess, "excess_over_gap": excess / report["gap"]}
         return report
 
+    paired = {}
+    for first, second in pairs:
+        difference = per_position[first]["loss"] - per_position[second]["loss"]
+        paired[f"{first} - {second}"] = {}
+        for scope in ("test_sequence", "all_positions"):
+            mean, stderr = _mean_and_stderr(difference, scopes[scope], f"{described}, {scope}")
+            paired[f"{first} - {second}"][scope] = {"loss_difference": mean, "loss_difference_stderr": stderr}
+
     return {
         "num_prompts": int(prompts.tokens.shape[0]),
         "prompt_format": {"num_demos": fmt.num_demos, "demo_length": fmt.demo_length, "test_length": fmt.test_length},
@@ -225,4 +239,5 @@ def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, 
                               **curve([f"by_demonstrations point k={k}" for k in demo_masks])},
         "by_test_position": {"position": list(position_masks),
                              **curve([f"by_test_position point i={i}" for i in position_masks])},
+        **({"paired": paired} if pairs else {}),
     }

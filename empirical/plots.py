@@ -14,6 +14,12 @@ STYLES = {
     "model": {"color": "tab:blue", "marker": "o", "label": "RoFormer"},
     "bayes": {"color": "black", "marker": "s", "label": "Bayes-optimal"},
     "unigram": {"color": "tab:gray", "marker": "^", "label": "unigram"},
+    "oracle": {"color": "tab:green", "marker": "v", "linestyle": "--", "label": "oracle (the prompt's own HMM)"},
+}
+FRESH_STYLES = {
+    **STYLES,
+    "bayes_training": {"color": "black", "marker": "s", "label": "Bayes of the training mixture"},
+    "bayes_reference": {"color": "tab:purple", "marker": "D", "label": "Bayes of the reference mixture"},
 }
 
 
@@ -49,6 +55,31 @@ def plot_in_context(evaluation: dict, path: Path) -> None:
         f"{evaluation['num_prompts']} held-out prompts, {fmt['num_demos']} demonstrations of "
         f"{fmt['demo_length']} tokens, test sequence of {fmt['test_length']} (mean +- s.e.)"
     )
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
+def plot_regime(evaluation: dict, path: Path) -> None:
+    """Loss vs number of demonstrations on the training HMMs (left) and on fresh HMMs (right,
+    ``evaluation["regime"]``), with the oracle, the Bayes predictors and the unigram; the title
+    gives the memorisation statistic (all positions) and its verdict."""
+    regime = evaluation["regime"]
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True, constrained_layout=True)
+    panels = [(evaluation, f"training HMMs ({regime['training_tasks']})"),
+              (regime["fresh_hmms"], f"fresh HMMs ({regime['fresh_tasks']} never seen; reference mixture of "
+                                     f"{regime['reference_tasks']})")]
+    for axis, (source, title) in zip(axes, panels):
+        _draw_curves(axis, source["by_demonstrations"], "num_demonstrations", "loss", FRESH_STYLES)
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("number of demonstrations")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    axes[0].set_ylabel("loss (nats/token, mean +- s.e.)")
+    result = regime["memorisation"]["all_positions"]
+    low, high = result["interval_95"]
+    figure.suptitle(f"memorisation = fresh minus training excess over the oracle: {result['memorisation']:.3f} "
+                    f"[{low:.3f}, {high:.3f}] nats = {result['fraction_of_gap']:.0%} of the training gap: "
+                    f"{result['verdict']}", fontsize=10)
     figure.savefig(path, dpi=130)
     plt.close(figure)
 

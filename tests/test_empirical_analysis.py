@@ -25,7 +25,7 @@ from empirical.analysis.probes import (
     probe_positions,
     probe_targets,
 )
-from empirical.analysis.report import decoding_order, first_layer_at_ceiling
+from empirical.analysis.claims import decoding_order, first_layer_at_ceiling
 from empirical.analysis.shuffle import random_derangements, shuffle_change, shuffle_demonstrations, shuffle_pairs
 
 FORMAT = hmm.PROMPT_FORMATS["tiny"]

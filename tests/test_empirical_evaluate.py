@@ -73,7 +73,8 @@ def test_unknown_reference_is_rejected():
 
 
 def test_unknown_preset_is_rejected():
-    with pytest.raises(ValueError, match=r"preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-mini', 'tiny'\]"):
+    with pytest.raises(ValueError, match=r"preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-mini', "
+                                         r"'tasks-1024-deep', .*'tiny'\]"):
         get_preset("huge")
 
 
@@ -89,7 +90,8 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
     assert hmmtf.main(["train", "--preset", "tiny", "--steps", "3", "--run-dir", str(run_dir), "--no-progress"]) == 0
     out = tmp_path / "evaluation"
     side_by_side = ["--hand-built-prompts", "4", "--hand-built-L", "2", "1", "--hand-built-T", "2", "3"]
-    argv = ["evaluate", str(run_dir / "checkpoint"), "--num-prompts", "16", "--out", str(out), *side_by_side]
+    regime = ["--fresh-tasks", "32", "--reference-tasks", "64"]
+    argv = ["evaluate", str(run_dir / "checkpoint"), "--num-prompts", "16", "--out", str(out), *side_by_side, *regime]
     assert hmmtf.main(argv) == 0
     report = json.loads((out / "evaluation.json").read_text())
     assert report["step"] == 3 and report["num_prompts"] == 16
@@ -98,6 +100,12 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
     assert report["train_summary"]["steps"] == 3
     assert len(report["by_demonstrations"]["model"]["accuracy"]) == PRESET.prompt_format.num_demos + 1
     assert (out / "in_context.png").stat().st_size > 0 and (out / "training_loss.png").stat().st_size > 0
+    assert report["paired"]["model - oracle"]["all_positions"]["loss_difference"] > 0
+    regime = report["regime"]
+    assert (regime["training_tasks"], regime["fresh_tasks"], regime["reference_tasks"]) == (8, 32, 64)
+    assert regime["fresh_hmms"]["num_prompts"] == 16 and regime["fresh_shared_with_training"] == 0
+    assert regime["memorisation"]["all_positions"]["verdict"] in ("in context", "memorising", "undetermined")
+    assert (out / "regime.png").stat().st_size > 0
     both = json.loads((out / "hand_built.json").read_text())
     assert both["num_prompts"] == 4 and both["history_lengths"] == [1, 2] and both["gd_steps"] == [2, 3]
     assert both["git_commit"] == report["git_commit"]

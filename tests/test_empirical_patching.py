@@ -19,6 +19,7 @@ from empirical.analysis.patching import (
     CENTROID,
     CONTROLS,
     check_threshold,
+    exact_history_changes,
     hand_built_history_changes,
     history_corruptions,
     patched_next_token,
@@ -160,6 +161,18 @@ def test_recovered_fraction_is_the_least_squares_slope():
     assert recovered_fraction(exact, exact, torch.arange(40))["fraction"] == pytest.approx(1.0, rel=1e-15)
 
 
+def test_memory_change_is_zero_beyond_its_window_and_exact_with_the_whole_sequence():
+    """``P_L`` reads the last L tokens: a change r >= L steps back leaves it unchanged (exactly),
+    and with L = the test sequence's length it is the exact predictive."""
+    mixture = hmm.mixture_preset("tiny")
+    prompts = hmm.sample_prompts(mixture, 12, FORMAT, seed=5)
+    replacements = history_corruptions(prompts, mixture, 3, torch.Generator().manual_seed(2))
+    memory = exact_history_changes(prompts, mixture, replacements, history_length=2)
+    assert float(memory[0].abs().max()) > 1e-3 and bool((memory[1:] == 0).all())
+    torch.testing.assert_close(exact_history_changes(prompts, mixture, replacements, FORMAT.test_length),
+                               exact_history_changes(prompts, mixture, replacements), rtol=0, atol=1e-14)
+
+
 PLANTED_FORMAT = hmm.PromptFormat(num_demos=3, demo_length=8, test_length=8)
 
 
@@ -282,6 +295,7 @@ def test_analyze_patching_section_end_to_end(tiny_checkpoint, tmp_path):
     assert history["distances"] == [1, 2, 3] and history["hand-built"]["prompts"] == 4
     hand = history["hand-built"]
     assert hand["slot_patch_max_error"] <= 2 * hand["max_error_bound"]
+    assert set(hand["slot_patch_vs_memory"]) == {"r=1", "r=2", "r=3"} and len(hand["memory_change_rms"]) == 3
     for r in (1, 2, 3):
         own = hand["by_distance"][f"r={r}"]["own"]
         # Hand-built: the response to o_{q-r} sits in the last column from history.r on, not before.

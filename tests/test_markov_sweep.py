@@ -1,16 +1,29 @@
 """The Markov sweep (:mod:`empirical.markov`): the decision rule and the censoring of escape steps
 on planted loss curves and planted predictors, the read-back kernel of a RoFormer set to output the
-true kernel, Wilson intervals against SciPy, aggregation of planted runs, attention scores, wiring
-of one short training run, and input validation."""
+true kernel, Wilson intervals against SciPy, aggregation of planted runs, the verdict counts (Wilson
+intervals in closed form) and tables of planted runs, docs/markov.md holding the tables of the
+committed sweeps, attention scores, wiring of one short training run, and input validation."""
 import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import binomtest
 
-from empirical.markov.aggregate import aggregate_cells, aggregate_sides, count_record, plateau_survival, wilson_interval
+from empirical.markov.aggregate import (
+    WILSON_Z,
+    aggregate_cells,
+    aggregate_sides,
+    count_record,
+    hardest_cell,
+    median_escape_step,
+    plateau_survival,
+    verdict_counts,
+    wilson_interval,
+)
 from empirical.markov.attention import attention_scores, induction_targets
 from empirical.markov.chains import (
     bigram_loss_variance,
@@ -19,7 +32,7 @@ from empirical.markov.chains import (
     reference_losses,
     stationary_distribution,
 )
-from empirical.markov.commands import write_sweep
+from empirical.markov.commands import VERDICT_SWEEPS, verdict_markdown, write_sweep
 from empirical.markov.config import ARCHITECTURES, MarkovSweepConfig
 from empirical.markov.criterion import (
     TRAP_Z,
@@ -33,6 +46,8 @@ from empirical.markov.runs import MarkovStream, evaluate_run, held_out_sequences
 from empirical.model import RoFormer, RoFormerConfig
 from markov_oracles import bigram_log_probs
 import hmmtf
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def planted_run(init: str, architecture: str, p: float, q: float, seed: int, relative: float,
@@ -91,6 +106,90 @@ def test_aggregation_counts_the_planted_traps():
     assert sides[("gaussian", "p + q > 1")]["trapped_relative_excess"] == [0.98, 1.0]
     assert sides[("gaussian", "p + q < 1")]["trapped_relative_excess"] is None
     assert sides[("lowrank", "p + q > 1")]["trapped_relative_excess"] == [0.3, 1.0]
+
+
+VERDICT_PLANTED = {
+    # (init, architecture, p, q): (relative excess, escape step) of seeds 0, 1, 2, 3
+    ("gaussian", "1-layer-tied", 0.9, 0.8): [(1.0, None), (1.0, None), (0.0, 40), (0.0, 60)],
+    ("gaussian", "1-layer-tied", 0.5, 0.9): [(1.0, None), (0.0, 100), (1.0, None), (0.0, 120)],
+    ("gaussian", "1-layer-tied", 0.2, 0.3): [(0.0, 20), (0.0, 30), (0.0, 30), (0.0, 40)],
+    ("lowrank", "1-layer-tied", 0.9, 0.8): [(1.0, None)] * 4,
+    ("lowrank", "1-layer-tied", 0.5, 0.9): [(1.0, None)] * 4,
+    ("lowrank", "1-layer-tied", 0.2, 0.3): [(0.0, 50)] * 4,
+    ("gaussian", "1-layer-untied", 0.2, 0.3): [(0.0, 30)] * 4,
+}
+
+
+def verdict_planted_runs() -> list[dict]:
+    return [planted_run(*key, seed, relative, escape)
+            for key, values in VERDICT_PLANTED.items() for seed, (relative, escape) in enumerate(values)]
+
+
+def test_verdict_counts_of_planted_runs_have_closed_form_wilson_intervals():
+    """Per arm: 0/n, n/n and n/2-of-n trapped, whose 95% Wilson intervals are
+    ``[0, z^2 / (n + z^2)]``, ``[n / (n + z^2), 1]`` and ``1/2 -+ z / (2 sqrt(n + z^2))``."""
+    z2 = WILSON_Z**2
+    records = {(r["init"], r["architecture"]): r for r in verdict_counts(verdict_planted_runs())}
+    assert list(records) == [("gaussian", "1-layer-tied"), ("lowrank", "1-layer-tied"), ("gaussian", "1-layer-untied")]
+    assert hardest_cell(verdict_planted_runs()) == (0.9, 0.8)  # p + q = 1.7 against 1.4 and 0.5
+
+    def check(record, trapped, seeds, interval):
+        assert (record["trapped"], record["seeds"]) == (trapped, seeds)
+        assert record["trapped_interval"] == pytest.approx(interval, abs=1e-12)
+
+    gaussian, lowrank, untied = records.values()
+    check(gaussian["p + q < 1"], 0, 4, [0.0, z2 / (4 + z2)])
+    half = {n: WILSON_Z / (2 * math.sqrt(n + z2)) for n in (4, 8)}
+    check(gaussian["p + q > 1"], 4, 8, [0.5 - half[8], 0.5 + half[8]])
+    check(gaussian["at_hardest_cell"], 2, 4, [0.5 - half[4], 0.5 + half[4]])
+    check(lowrank["p + q > 1"], 8, 8, [8 / (8 + z2), 1.0])
+    check(lowrank["at_hardest_cell"], 4, 4, [4 / (4 + z2), 1.0])
+    assert gaussian["hardest_cell"] == [0.9, 0.8]
+    assert untied["p + q > 1"] is None and untied["at_hardest_cell"] is None and untied["escape"] == []
+    # Kaplan-Meier medians: S(60) = 2/4 at (0.9, 0.8), S(120) = 2/4 at (0.5, 0.9); all censored: never.
+    assert gaussian["escape"] == [
+        {"p": 0.5, "q": 0.9, "median": 120, "first": 100, "last": 120, "censored": 2, "seeds": 4},
+        {"p": 0.9, "q": 0.8, "median": 60, "first": 40, "last": 60, "censored": 2, "seeds": 4}]
+    assert lowrank["escape"][1] == {"p": 0.9, "q": 0.8, "median": None, "first": None, "last": None, "censored": 4,
+                                    "seeds": 4}
+
+
+def test_median_escape_step_is_never_when_more_than_half_are_censored():
+    runs = [{"escape_step": step} for step in (None, None, None, 50)]
+    assert median_escape_step(runs) is None
+    assert median_escape_step(runs[1:] + [{"escape_step": 70}]) == 70  # S(50) = 3/4, S(70) = 2/4
+
+
+def test_verdict_markdown_of_planted_sweeps():
+    """Two planted sweeps (the second trains one arm for longer): columns per sweep labelled by
+    budget, "not run" where an arm or side is missing, escape steps as median (first-last)."""
+    long_runs = [run | {"escape_step": 300} for run in verdict_planted_runs()
+                 if (run["init"], run["architecture"], run["p"], run["q"]) == ("lowrank", "1-layer-tied", 0.9, 0.8)]
+    for run in long_runs:
+        run["trapped"] = False
+    text = verdict_markdown([{"config": {"steps": 500}, "runs": verdict_planted_runs()},
+                             {"config": {"steps": 2000}, "runs": long_runs}])
+    lines = text.splitlines()
+    assert ("| arm | p + q < 1, 500 steps | p + q > 1, 500 steps | (0.9, 0.8), 500 steps | p + q > 1, 2000 steps "
+            "| (0.9, 0.8), 2000 steps |") in lines
+    assert ("| lowrank, 1-layer-tied | 0/4 [0.00, 0.49] | 8/8 [0.68, 1.00] | 4/4 [0.51, 1.00] | 0/4 [0.00, 0.49] "
+            "| 0/4 [0.00, 0.49] |") in lines
+    assert "| gaussian, 1-layer-untied | 0/4 [0.00, 0.49] | not run | not run | not run | not run |" in lines
+    assert ("| arm | (0.5, 0.9), 500 steps | (0.9, 0.8), 500 steps | (0.9, 0.8), 2000 steps |") in lines
+    assert ("| gaussian, 1-layer-tied | 120 (100-never, 2/4 censored) | 60 (40-never, 2/4 censored) | not run |") in lines
+    assert "| lowrank, 1-layer-tied | never (4/4 censored) | never (4/4 censored) | 300 (300-300) |" in lines
+
+
+def test_docs_hold_the_verdict_tables_of_the_committed_sweeps():
+    """docs/markov.md quotes ``hmmtf markov-verdict`` on the committed results verbatim, and every
+    ``k/n [low, high]`` it states anywhere is the 95% Wilson interval of ``k/n``."""
+    doc = (ROOT / "docs" / "markov.md").read_text()
+    generated = verdict_markdown([json.loads((ROOT / path).read_text()) for path in VERDICT_SWEEPS])
+    assert generated in doc, "docs/markov.md is stale: paste the output of hmmtf markov-verdict"
+    stated = re.findall(r"(\d+)/(\d+) \[(\d\.\d\d), (\d\.\d\d)\]", doc)
+    assert len(stated) > 50
+    for trapped, seeds, low, high in stated:
+        assert [low, high] == [f"{bound:.2f}" for bound in wilson_interval(int(trapped), int(seeds))], (trapped, seeds)
 
 
 def planted_curve(p: float, q: float, budget: int, escape: int | None, log_every: int = 10) -> dict:
@@ -241,7 +340,7 @@ def test_markov_stream_targets_are_the_next_tokens_and_depend_only_on_the_step()
     assert not torch.equal(stream(8).inputs, batch.inputs)
 
 
-def test_one_short_run_is_wired_through_the_training_loop(tmp_path):
+def test_one_short_run_is_wired_through_the_training_loop(tmp_path, capsys):
     config = MarkovSweepConfig(p_values=(0.9,), q_values=(0.8,), architectures=("2-layer-tied",),
                                inits=("lowrank",), seeds=1, steps=30, warmup_steps=2, log_every=10, eval_sequences=8,
                                sequence_length=16, batch_size=8, init_std=0.05, workers=1)
@@ -258,8 +357,16 @@ def test_one_short_run_is_wired_through_the_training_loop(tmp_path):
     assert saved["command"] == "hmmtf markov-sweep"
     assert set(saved["git"]) == {"commit", "dirty"} and len(saved["git"]["commit"]) == 40
     assert saved["sides"] == document["sides"] and saved["sides"][0]["side"] == "p + q > 1"
-    for name in ("phase_diagram", "read_back", "plateau_survival", "loss_curves_lowrank"):
-        assert (tmp_path / f"{name}.png").stat().st_size > 0
+    figures = [tmp_path / f"{name}.png" for name in ("phase_diagram", "read_back", "plateau_survival", "loss_curves_lowrank")]
+    for path in figures:
+        assert path.stat().st_size > 0
+        path.unlink()
+    # --redraw trains nothing and draws the same figures from results.json; markov-verdict reads it too.
+    assert hmmtf.main(["markov-sweep", "--out", str(tmp_path), "--redraw"]) == 0
+    assert all(path.stat().st_size > 0 for path in figures)
+    capsys.readouterr()
+    assert hmmtf.main(["markov-verdict", str(tmp_path / "results.json")]) == 0
+    assert "| lowrank, 2-layer-tied | " in capsys.readouterr().out
 
 
 def test_command_line_runs_a_tiny_sweep(tmp_path):

@@ -45,7 +45,10 @@ of its layers, and the slot patch writes ``e(o')`` into slot ``history.r`` of th
 after the last history layer: its read-out is ``W_T x_test``, linear in the features, so its
 prediction must become exactly ``W_T x'_test`` (the features of the modified prompt;
 :func:`construction.reference.prediction` of the modified prompt) up to the construction-error
-bound of the prompt.
+bound of the prompt. Its slot patch is scored against the exact change ``D`` and against the change
+of the predictor the network approximates, ``P_L`` of the prompt's task with L = R + 1
+(``slot_patch_vs_memory``): the hand-built read-out fits ``P_L`` from the demonstrations, so the
+exact change is out of its reach where the HMM's memory is longer than L.
 
 Intervals: percentile bootstrap over prompts (:mod:`empirical.analysis.probes`), of means (KL, and
 paired differences control - patched) and of ratios of sums (KL ratio, recovered fractions).
@@ -63,6 +66,7 @@ import hmm
 from empirical.analysis.networks import HAND_BUILT_STEPS, roformer_layer_name, roformer_streams
 from empirical.analysis.probes import bootstrap_interval, bootstrap_ratio_interval
 from empirical.model import ResidualPatch, RoFormer
+from hmm.memory import memory_predictor
 
 MIN_CENTROID_POSITIONS = 5
 """Least number of centroid positions in a state for its centroid to be used."""
@@ -342,16 +346,24 @@ def corrupted_tokens(tokens: torch.Tensor, r: int, replacement: torch.Tensor) ->
     return changed
 
 
-def exact_history_changes(prompts: hmm.Prompts, mixture: hmm.Mixture, replacements: torch.Tensor) -> torch.Tensor:
+def exact_history_changes(prompts: hmm.Prompts, mixture: hmm.Mixture, replacements: torch.Tensor,
+                          history_length: int | None = None) -> torch.Tensor:
     """``(R, B, p)`` float64: ``D = P(o_{q+1} | modified) - P(o_{q+1} | prompt)`` for each r,
-    given the prompt's task, from the test sequence (module docstring)."""
+    given the prompt's task, from the test sequence (module docstring); with ``history_length``
+    L, the same change of ``P_L`` (:func:`hmm.memory.memory_predictor`, stationary prior), the
+    predictor the hand-built network approximates."""
     test_positions = prompts.format.test_positions
     model = mixture.hmm[prompts.task_ids]
-    clean = hmm.next_token_probs(model, prompts.tokens[:, test_positions])[:, -1]
-    changes = []
-    for r in range(1, replacements.shape[1] + 1):
-        modified = corrupted_tokens(prompts.tokens, r, replacements[:, r - 1])
-        changes.append(hmm.next_token_probs(model, modified[:, test_positions])[:, -1] - clean)
+
+    def predictive(tokens: torch.Tensor) -> torch.Tensor:
+        test = tokens[:, test_positions]
+        probabilities = (hmm.next_token_probs(model, test) if history_length is None
+                         else memory_predictor(model, test, history_length))
+        return probabilities[:, -1]
+
+    clean = predictive(prompts.tokens)
+    changes = [predictive(corrupted_tokens(prompts.tokens, r, replacements[:, r - 1])) - clean
+               for r in range(1, replacements.shape[1] + 1)]
     return torch.stack(changes).double()
 
 
@@ -484,6 +496,9 @@ def history_patching(model: RoFormer, mixture: hmm.Mixture, prompts: hmm.Prompts
             for tokens, row in tqdm(list(zip(prompts.tokens[:hand_built_prompts], replacements)),
                                     desc="history patching hand-built", unit="prompt", leave=False)]
     hand_exact = exact[:, :hand_built_prompts]
+    hand_prompts = hmm.Prompts(prompts.tokens[:hand_built_prompts], prompts.task_ids[:hand_built_prompts],
+                               prompts.states[:hand_built_prompts], prompts.format)
+    memory = exact_history_changes(hand_prompts, mixture, replacements[:hand_built_prompts], max_distance + 1)
     slot = torch.stack([result.slot for result in hand], dim=1)  # (R, B, p)
     groups = torch.arange(len(hand))
     return {
@@ -502,6 +517,9 @@ def history_patching(model: RoFormer, mixture: hmm.Mixture, prompts: hmm.Prompts
                                            list(hand[0].layers)),
             "slot_patch": {f"r={r}": recovered_fraction(slot[r - 1], hand_exact[r - 1], groups)
                            for r in range(1, max_distance + 1)},
+            "memory_change_rms": memory.pow(2).sum(-1).mean(-1).sqrt().tolist(),
+            "slot_patch_vs_memory": {f"r={r}": recovered_fraction(slot[r - 1], memory[r - 1], groups)
+                                     for r in range(1, max_distance + 1)},
             "slot_patch_max_error": float(max(result.slot_error.max() for result in hand)),
             "max_error_bound": max(result.error_bound for result in hand),
         },

@@ -13,7 +13,6 @@ Prompts: every set comes from its own seed ``stream_seed(data_seed, stream, 0)``
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -22,6 +21,7 @@ from tqdm import tqdm
 
 import construction
 import hmm
+from empirical.analysis.claims import claims_summary
 from empirical.analysis.networks import (
     HAND_BUILT_STEPS,
     hand_built_composed_history,
@@ -102,8 +102,9 @@ def random_init_like(model: RoFormer, seed: int) -> RoFormer:
 
 
 def summarise_shuffle(changes: dict[str, torch.Tensor]) -> dict[str, dict]:
-    """Per layer: the head-averaged metric of each prompt summarised over prompts (mean, std,
-    quartiles, number of prompts) and the per-head means over prompts."""
+    """Per layer: the head-averaged metric of each prompt (``per_prompt``, NaN where its logits had
+    no spread), summarised over prompts (mean, std, quartiles, number of prompts), and the
+    per-head means over prompts."""
     summary = {}
     for layer, values in changes.items():
         per_prompt = values.nanmean(dim=1)
@@ -114,6 +115,7 @@ def summarise_shuffle(changes: dict[str, torch.Tensor]) -> dict[str, dict]:
             "quartiles": quartiles.tolist(),
             "prompts": int((~per_prompt.isnan()).sum()),
             "per_head_mean": values.nanmean(dim=0).tolist(),
+            "per_prompt": per_prompt.tolist(),
         }
     return summary
 
@@ -158,86 +160,6 @@ def hand_built_profiles(trace: construction.Trace, query_positions: torch.Tensor
     composed_profiles = {name: offset_profile(matrix[None], query_positions, max_offset)[0]
                          for name, matrix in composed.items()}
     return {"direct": direct, "composed": composed_profiles}
-
-
-CEILING_FRACTION = 0.95
-"""A probe 'decodes' its target from the first layer whose accuracy reaches this fraction of the
-Bayes-optimal decoder's (the ceiling)."""
-
-
-def first_layer_at_ceiling(results: list[dict], ceiling: float) -> dict:
-    """When a probe first reaches ``CEILING_FRACTION * ceiling`` along the layers (index 0 = the
-    embedding), from its accuracies and 95% intervals: ``estimate`` (accuracy), ``earliest``
-    (upper end of the interval: the first layer that may have reached it) and ``latest`` (lower
-    end: the first layer that certainly has); None where no layer does."""
-    bar = CEILING_FRACTION * ceiling
-
-    def first(key: str) -> int | None:
-        return next((index for index, result in enumerate(results) if result[key] >= bar), None)
-
-    return {"bar": bar, "estimate": first("accuracy"), "earliest": first("ci_high"), "latest": first("ci_low")}
-
-
-def decoding_order(task: dict, state: dict) -> str:
-    """Decision rule for "the hidden state is decoded before the task": ``state first`` when the
-    state's ``latest`` crossing comes before the task's ``earliest``, ``task first`` in the mirror
-    case, ``not separated`` when the intervals of the two crossing layers overlap (a probe that
-    never crosses counts as crossing after the last layer)."""
-    def crossing(result: dict, key: str) -> float:
-        return math.inf if result[key] is None else result[key]
-
-    if crossing(state, "latest") < crossing(task, "earliest"):
-        return "state first"
-    if crossing(task, "latest") < crossing(state, "earliest"):
-        return "task first"
-    return "not separated"
-
-
-def claims_summary(report: dict, num_layers: int, max_distance: int) -> dict:
-    """The numbers behind the three verdicts of ``docs/analysis.md``, from the trained network:
-    shuffle metric of the lower and upper half of the layers (when the report has the shuffle
-    section); for task and state the best layer,
-    the first layer reaching 95% of the best accuracy and the crossing of 95% of the Bayes-optimal
-    ceiling (:func:`first_layer_at_ceiling`, decided by :func:`decoding_order`); for each distance
-    k the layer of the peak accuracy, the peak and the last layer's accuracy (with intervals)."""
-    layers = [f"layer {layer}" for layer in range(1, num_layers + 1)]
-    half = num_layers // 2
-    lower, upper = layers[:half], layers[half:]
-
-    def accuracies(target: str) -> list[float]:
-        return [report["probes"]["trained"][target][name]["accuracy"] for name in ["embedding"] + layers]
-
-    def first_reaching(values: list[float], fraction: float) -> int:
-        return next(index for index, value in enumerate(values) if value >= fraction * max(values))
-
-    timing = {}
-    for target in ("task", "state"):
-        values = accuracies(target)
-        ceiling = report["probes"]["ceiling"][target]
-        results = [report["probes"]["trained"][target][name] for name in ["embedding"] + layers]
-        timing[target] = {"accuracy_by_layer": values, "best_layer": values.index(max(values)),
-                          "first_layer_at_95_percent_of_best": first_reaching(values, 0.95),
-                          "ceiling": ceiling,
-                          "first_layer_at_95_percent_of_ceiling": first_layer_at_ceiling(results, ceiling["accuracy"])}
-    timing["decision"] = decoding_order(timing["task"]["first_layer_at_95_percent_of_ceiling"],
-                                        timing["state"]["first_layer_at_95_percent_of_ceiling"])
-    previous = {}
-    for k in range(1, max_distance + 1):
-        target = f"token {k} back"
-        results = [report["probes"]["trained"][target][name] for name in ["embedding"] + layers]
-        values = [result["accuracy"] for result in results]
-        peak = values.index(max(values))
-        previous[target] = {"accuracy_by_layer": values, "peak_layer": peak, "peak": results[peak],
-                            "last_layer": results[-1]}
-    claims = {"layer_index": "0 = embedding, l = residual stream after layer l",
-              "task_vs_state": timing, "previous_tokens": previous}
-    if "shuffle" in report:
-        claims["shuffle"] = {variant: {"lower_layers": lower, "upper_layers": upper,
-                                       "lower_mean": sum(shuffle[name]["mean"] for name in lower) / len(lower),
-                                       "upper_mean": sum(shuffle[name]["mean"] for name in upper) / len(upper),
-                                       "by_layer": [shuffle[name]["mean"] for name in layers]}
-                             for variant, shuffle in report["shuffle"]["trained"].items()}
-    return claims
 
 
 def shuffle_report(networks: dict[str, RoFormer], hand_built_tokens: torch.Tensor, tokens: torch.Tensor,

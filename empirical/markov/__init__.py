@@ -25,8 +25,11 @@ Public API (import from the modules named; this file imports nothing)::
                 binary chain), unigram_bigram_gap, relative_excess, summarise_predictions, escape_step
     attention:  induction_targets, attention_scores
     aggregate:  wilson_interval, count_record, aggregate_cells, aggregate_sides (per side of
-                p + q = 1), plateau_survival (Kaplan-Meier under censoring at the budget)
+                p + q = 1), plateau_survival (Kaplan-Meier under censoring at the budget),
+                median_escape_step, escape_record, hardest_cell, verdict_counts (per arm: both
+                sides, the hardest cell, escape steps)
     figures:    plot_phase_diagram, plot_read_back, plot_plateau_survival, plot_loss_curves
-    commands:   write_sweep(runs, config, directory, command=..., wall_seconds=...),
-                source_revision, ``hmmtf markov-sweep``
+    commands:   write_sweep(runs, config, directory, command=..., wall_seconds=...), draw_figures
+                (from a results.json), verdict_markdown (the tables of docs/markov.md),
+                source_revision, ``hmmtf markov-sweep`` (``--redraw``), ``hmmtf markov-verdict``
 """

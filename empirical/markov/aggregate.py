@@ -107,3 +107,54 @@ def plateau_survival(runs: list[dict], steps: list[int]) -> list[float]:
     value at the budget is the censored fraction."""
     return [sum(run["escape_step"] is None or run["escape_step"] > step for run in runs) / len(runs)
             for step in steps]
+
+
+def hardest_cell(runs: list[dict]) -> tuple[float, float]:
+    """The cell of ``runs`` with the largest ``p + q`` (ties: the larger ``p``): the chain farthest
+    on the side of ``p + q = 1`` where the paper places the trap; ``(0.9, 0.9)`` on the default grid."""
+    if not runs:
+        raise ValueError("runs: empty; expected at least one run record")
+    return max({(run["p"], run["q"]) for run in runs}, key=lambda cell: (cell[0] + cell[1], cell))
+
+
+def median_escape_step(runs: list[dict]) -> int | None:
+    """Kaplan-Meier median of the escape steps of ``runs``: the first escape step at which at most
+    half of the runs are still on the plateau (:func:`plateau_survival`); None ("never") when more
+    than half are censored at the budget."""
+    steps = sorted({run["escape_step"] for run in runs if run["escape_step"] is not None})
+    return next((step for step, alive in zip(steps, plateau_survival(runs, steps)) if alive <= 0.5), None)
+
+
+def escape_record(runs: list[dict]) -> dict:
+    """The escape steps of ``runs``: ``median`` (:func:`median_escape_step`), ``first`` and ``last``
+    of those that escaped (None if none did), ``censored`` (still on the plateau at the budget) and ``seeds``."""
+    escaped = [run["escape_step"] for run in runs if run["escape_step"] is not None]
+    return {"median": median_escape_step(runs), "first": min(escaped, default=None), "last": max(escaped, default=None),
+            "censored": len(runs) - len(escaped), "seeds": len(runs)}
+
+
+def verdict_counts(runs: list[dict]) -> list[dict]:
+    """The numbers of the verdict, one record per arm ``(init, architecture)`` in order of first
+    appearance: :func:`count_record` of its runs on each side of ``p + q = 1`` (keys of
+    :data:`SIDES`; None where the sweep has no cell on that side) and at the sweep's
+    :func:`hardest_cell` (``at_hardest_cell``, None if the arm has no run there), and
+    :func:`escape_record` of every cell with ``p + q > 1`` (``escape``, in ``(p, q)`` order)."""
+    hardest = hardest_cell(runs)
+    arms: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        arms[(run["init"], run["architecture"])].append(run)
+    records = []
+    for (init, architecture), members in arms.items():
+        on_side = {side: [run for run in members if rule(run["p"], run["q"])] for side, rule in SIDES.items()}
+        at_hardest = [run for run in members if (run["p"], run["q"]) == hardest]
+        cells = sorted({(run["p"], run["q"]) for run in on_side["p + q > 1"]})
+        records.append({
+            "init": init,
+            "architecture": architecture,
+            **{side: count_record(side_runs) if side_runs else None for side, side_runs in on_side.items()},
+            "hardest_cell": list(hardest),
+            "at_hardest_cell": count_record(at_hardest) if at_hardest else None,
+            "escape": [{"p": p, "q": q, **escape_record([run for run in members if (run["p"], run["q"]) == (p, q)])}
+                       for p, q in cells],
+        })
+    return records

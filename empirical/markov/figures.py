@@ -159,8 +159,9 @@ def plot_plateau_survival(runs: list[dict], config: MarkovSweepConfig, path: Pat
 
 def plot_loss_curves(runs: list[dict], config: MarkovSweepConfig, init: str, path: Path) -> None:
     """For initialisation ``init``: every run's training loss vs step, one panel per
-    (architecture, cell), beside the bigram (entropy rate) and unigram (stationary entropy) lines;
-    trapped runs in red."""
+    (architecture, cell) titled with its trapped runs, beside the bigram (entropy rate) and
+    unigram (stationary entropy) lines, which are drawn under the runs so that a run on the unigram
+    line stays visible; trapped runs in red."""
     cells = config.cells()
     figure, axes = plt.subplots(len(config.architectures), len(cells),
                                 figsize=(3.3 * len(cells), 2.7 * len(config.architectures)),
@@ -169,16 +170,19 @@ def plot_loss_curves(runs: list[dict], config: MarkovSweepConfig, init: str, pat
         for column, (p, q) in enumerate(cells):
             axis = axes[row, column]
             references = reference_lines(p, q)
-            for run in runs:
-                if (run["init"], run["architecture"], run["p"], run["q"]) == (init, architecture, p, q):
-                    colour = "tab:red" if run["trapped"] else "tab:blue"
-                    axis.plot(run["loss_curve"]["step"], run["loss_curve"]["loss"], color=colour, alpha=0.7,
-                              linewidth=1)
-            axis.axhline(references.unigram, color="gray", linestyle="--", label="unigram H(pi)")
-            axis.axhline(references.bigram, color="black", linestyle=":", label="bigram H(x'|x)")
+            members = [run for run in runs
+                       if (run["init"], run["architecture"], run["p"], run["q"]) == (init, architecture, p, q)]
+            for run in members:
+                colour = "tab:red" if run["trapped"] else "tab:blue"
+                axis.plot(run["loss_curve"]["step"], run["loss_curve"]["loss"], color=colour, alpha=0.7, linewidth=1.2,
+                          zorder=3 if run["trapped"] else 2)
+            axis.axhline(references.unigram, color="gray", linestyle="--", linewidth=1, zorder=1, label="unigram H(pi)")
+            axis.axhline(references.bigram, color="black", linestyle=":", linewidth=1, zorder=1, label="bigram H(x'|x)")
             gap = references.unigram - references.bigram
             axis.set_ylim(references.bigram - 0.5 * gap, references.unigram + 1.5 * gap)
-            axis.set_title(f"{architecture}, p = {p}, q = {q}", fontsize=9)
+            trapped = sum(run["trapped"] for run in members)
+            axis.set_title(f"{architecture}, p = {p}, q = {q}: {trapped}/{len(members)} trapped", fontsize=9,
+                           color="tab:red" if trapped else "black")
             axis.grid(alpha=0.3)
         axes[row, 0].set_ylabel("training loss (nats/token)")
     for axis in axes[-1]:

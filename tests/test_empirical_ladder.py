@@ -1,0 +1,67 @@
+"""``hmmtf ladder``: a point's statistics are the numbers of its evaluation and analysis JSONs, the
+points are ordered by model and task count, mismatched JSONs and empty roots are refused, and the
+figures are written."""
+import json
+import shutil
+
+import pytest
+
+import hmmtf
+from empirical.ladder import collect_points, point_statistics
+
+
+@pytest.fixture(scope="module")
+def tiny_point(tmp_path_factory):
+    """One ladder point of the tiny preset: trained 20 steps, evaluated with the regime section,
+    analysed with the shuffle and probe sections."""
+    run_dir, point = tmp_path_factory.mktemp("run"), tmp_path_factory.mktemp("ladder") / "tiny"
+    assert hmmtf.main(["train", "--preset", "tiny", "--steps", "20", "--run-dir", str(run_dir), "--no-progress"]) == 0
+    checkpoint = str(run_dir / "checkpoint")
+    assert hmmtf.main(["evaluate", checkpoint, "--out", str(point), "--num-prompts", "32", "--hand-built-prompts", "0",
+                       "--fresh-tasks", "32", "--reference-tasks", "64"]) == 0
+    assert hmmtf.main(["analyze", checkpoint, "--out", str(point), "--probe-train-prompts", "48",
+                       "--probe-test-prompts", "24", "--shuffle-prompts", "16", "--hand-built-prompts", "4",
+                       "--max-distance", "3", "--batch-size", "16", "--sections", "shuffle", "probes"]) == 0
+    return point
+
+
+def read(point, name: str) -> dict:
+    return json.loads((point / name).read_text())
+
+
+def test_point_statistics_are_the_numbers_of_its_json(tiny_point):
+    evaluation, analysis = read(tiny_point, "evaluation.json"), read(tiny_point, "analysis.json")
+    stats = point_statistics(evaluation, analysis)
+    memorisation = evaluation["regime"]["memorisation"]["all_positions"]
+    assert stats["tasks"] == 8 and stats["model"] == {"num_layers": 2, "num_heads": 2, "width": 32}
+    assert stats["prompts_per_task"] == 20 * 16 / 8
+    assert stats["memorisation_fraction_of_gap"] == memorisation["fraction_of_gap"]
+    assert stats["memorisation_verdict"] == memorisation["verdict"]
+    assert stats["claim1"]["decision"] == analysis["claims"]["shuffle"]["rule"]["decision"]
+    assert stats["claim2"]["decision"] == analysis["claims"]["task_vs_state"]["decision"]
+    assert stats["claim3"]["decision"] == analysis["claims"]["previous_tokens"]["rules"]["decision"]
+    assert stats["fresh_loss"]["oracle"] <= stats["fresh_loss"]["bayes_reference"]
+    analysis["step"] += 1
+    with pytest.raises(ValueError, match="expected the evaluated .* at step 20"):
+        point_statistics(evaluation, analysis)
+
+
+def test_ladder_command_orders_points_and_draws_every_figure(tiny_point, tmp_path):
+    root = tmp_path / "ladder"
+    shutil.copytree(tiny_point, root / "b-fewer-tasks")
+    shutil.copytree(tiny_point, root / "a-more-tasks")
+    planted = read(root / "a-more-tasks", "evaluation.json")
+    planted["task"]["mixture_spec"]["num_tasks"] = 64
+    (root / "a-more-tasks" / "evaluation.json").write_text(json.dumps(planted))
+    (root / "no-analysis").mkdir()
+    assert hmmtf.main(["ladder", str(root)]) == 0
+    report = read(root, "ladder.json")
+    assert [point["folder"] for point in report["points"]] == ["b-fewer-tasks", "a-more-tasks"]
+    assert [point["tasks"] for point in report["points"]] == [8, 64]
+    for name in ("regime", "claim1", "claim2", "claim3", "learning_curves"):
+        assert (root / f"ladder_{name}.png").stat().st_size > 10_000
+
+
+def test_ladder_refuses_a_root_without_points(tmp_path):
+    with pytest.raises(ValueError, match="has no folder with both evaluation.json and analysis.json"):
+        collect_points(tmp_path)

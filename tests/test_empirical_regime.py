@@ -1,0 +1,126 @@
+"""The regime diagnostic: fresh HMMs are disjoint from the training HMMs, the oracle is each
+prompt's own filter, the paired loss difference, the decision rule on planted numbers, and on
+planted predictors (a memoriser of the training mixture fails, an in-context predictor passes)."""
+import math
+
+import pytest
+import torch
+
+import hmm
+from empirical.data import held_out_prompts
+from empirical.evaluate import bayes_predictor, evaluate_predictors, unigram_predictor
+from empirical.presets import get_preset
+from empirical.regime import (
+    FRESH_MIXTURE_STREAM,
+    MEMORISATION_TOLERANCE,
+    REFERENCE_MIXTURE_STREAM,
+    Z_95,
+    memorisation_verdict,
+    oracle_predictor,
+    regime_section,
+    shared_hmms,
+    unseen_mixture,
+)
+
+PRESET = get_preset("tiny")
+MIXTURE = PRESET.build_mixture()
+P = MIXTURE.num_tokens
+
+
+def test_fresh_and_reference_hmms_are_new_and_disjoint():
+    fresh = unseen_mixture(PRESET, 64, FRESH_MIXTURE_STREAM)
+    reference = unseen_mixture(PRESET, 64, REFERENCE_MIXTURE_STREAM)
+    assert fresh.num_tasks == 64 and fresh.hmm.num_states == MIXTURE.hmm.num_states and fresh.num_tokens == P
+    assert shared_hmms(fresh, MIXTURE) == 0 and shared_hmms(reference, fresh) == 0
+    assert shared_hmms(MIXTURE, MIXTURE) == MIXTURE.num_tasks
+    # A mixture that contains two training HMMs is caught.
+    planted = hmm.Mixture.uniform(hmm.HMM(
+        torch.cat([fresh.hmm.initial[:3], MIXTURE.hmm.initial[[1, 5]]]),
+        torch.cat([fresh.hmm.transition[:3], MIXTURE.hmm.transition[[1, 5]]]),
+        torch.cat([fresh.hmm.emission[:3], MIXTURE.hmm.emission[[1, 5]]])))
+    assert shared_hmms(planted, MIXTURE) == 2
+
+
+def test_unseen_mixture_rejects_a_bad_task_count():
+    with pytest.raises(ValueError, match="num_tasks: 0; expected an integer >= 1"):
+        unseen_mixture(PRESET, 0, FRESH_MIXTURE_STREAM)
+
+
+def test_oracle_is_each_prompts_own_filter_on_its_current_segment():
+    prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, 16, seed=3)
+    result = oracle_predictor(MIXTURE, prompts)(prompts.tokens)
+    fmt = prompts.format
+    own = MIXTURE.hmm[prompts.task_ids]
+    test = prompts.tokens[:, fmt.test_positions]
+    torch.testing.assert_close(result[:, fmt.test_positions], hmm.next_token_probs(own, test), rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="expected the 16 prompts the oracle was built for"):
+        oracle_predictor(MIXTURE, prompts)(prompts.tokens[:4])
+
+
+def test_paired_difference_is_the_mean_and_standard_error_of_per_prompt_differences():
+    prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, 40, seed=1)
+    uniform = torch.full((P,), 1.0 / P, dtype=torch.float64)
+    bayes, oracle = bayes_predictor(MIXTURE), oracle_predictor(MIXTURE, prompts)
+    result = evaluate_predictors({"bayes": bayes, "unigram": unigram_predictor(uniform), "oracle": oracle}, prompts,
+                                 P, pairs=(("bayes", "oracle"),))
+    fmt = prompts.format
+    rows = fmt.test_positions[1:]  # row t predicts token t + 1: rows whose target is a test token
+    targets = prompts.tokens[:, 1:][:, rows]
+
+    def per_prompt_loss(probs):
+        return -probs[:, :-1][:, rows].gather(-1, targets[..., None]).squeeze(-1).log().mean(-1)
+
+    difference = per_prompt_loss(bayes(prompts.tokens)) - per_prompt_loss(oracle(prompts.tokens))
+    paired = result["paired"]["bayes - oracle"]["test_sequence"]
+    assert paired["loss_difference"] == pytest.approx(float(difference.mean()), rel=1e-12)
+    assert paired["loss_difference_stderr"] == pytest.approx(float(difference.std() / 40**0.5), rel=1e-12)
+    assert paired["loss_difference"] == pytest.approx(
+        result["test_sequence"]["bayes"]["loss"] - result["test_sequence"]["oracle"]["loss"], rel=1e-12)
+    with pytest.raises(ValueError, match="pairs: 'model' is not among the predictors"):
+        evaluate_predictors({"bayes": bayes, "unigram": unigram_predictor(uniform)}, prompts, P,
+                            pairs=(("model", "bayes"),))
+
+
+@pytest.mark.parametrize("value, verdict", [
+    (0.0, "in context"),
+    (MEMORISATION_TOLERANCE * 0.5 - Z_95 * 0.01 + 1e-3, "undetermined"),  # interval reaches the bar
+    (MEMORISATION_TOLERANCE * 0.5 + Z_95 * 0.01 + 1e-3, "memorising"),
+    (-0.2, "in context"),
+])
+def test_memorisation_rule_on_planted_numbers(value, verdict):
+    # gap 0.5 nats: the bar is 0.05; stderr 0.01.
+    assert memorisation_verdict(value, 0.01, 0.5) == verdict
+
+
+def test_memorisation_rule_rejects_a_useless_standard_error():
+    with pytest.raises(ValueError, match="stderr: nan; expected a positive finite number"):
+        memorisation_verdict(0.0, math.nan, 0.5)
+
+
+def regime_of(predictor, num_prompts: int = 256) -> dict:
+    prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, num_prompts, seed=PRESET.data_seed)
+    uniform = torch.full((P,), 1.0 / P, dtype=torch.float64)
+    training = evaluate_predictors(
+        {"model": predictor, "bayes": bayes_predictor(MIXTURE), "unigram": unigram_predictor(uniform),
+         "oracle": oracle_predictor(MIXTURE, prompts)},
+        prompts, P, pairs=(("model", "oracle"),))
+    return regime_section(predictor, MIXTURE, PRESET, training, num_prompts, fresh_tasks=256, reference_tasks=64,
+                          device=torch.device("cpu"))
+
+
+def test_a_memoriser_of_the_training_mixture_is_found_memorising():
+    regime = regime_of(bayes_predictor(MIXTURE))
+    for scope in ("test_sequence", "all_positions"):
+        assert regime["memorisation"][scope]["verdict"] == "memorising"
+    assert regime["fresh_shared_with_training"] == 0 and regime["reference_shared_with_fresh"] == 0
+    # The memoriser is the training mixture's Bayes predictor on both sets.
+    fresh = regime["fresh_hmms"]["all_positions"]
+    assert fresh["model"]["loss"] == pytest.approx(fresh["bayes_training"]["loss"], rel=1e-12)
+
+
+def test_an_in_context_predictor_is_found_in_context():
+    """The Bayes predictor of 1024 other HMMs from the same prior approximates the prior
+    predictive: it knows no training HMM, so it does as well on fresh HMMs as on training ones."""
+    in_context = bayes_predictor(unseen_mixture(PRESET, 1024, stream=99))
+    regime = regime_of(in_context)
+    assert regime["memorisation"]["all_positions"]["verdict"] == "in context"
