@@ -8,7 +8,7 @@ from pathlib import Path
 from ledger import generated
 from ledger.documents import LedgerError
 from ledger.provenance import GitUnavailable, Status, freshness, require_git
-from ledger.results import RESULTS, Result
+from ledger.results import RESULTS, Result, registered
 
 
 @dataclass(frozen=True)
@@ -30,22 +30,22 @@ def result_problems(root: Path, results: tuple[Result, ...] = RESULTS) -> list[P
                         "its code", "run hmmtf ledger --check in a git clone with its history")]
     problems = []
     for result in results:
-        try:
-            state = freshness(result, root)
-        except LedgerError as error:
-            problems.append(Problem(result.path, str(error), result.remedy()))
-            continue
-        if state.status is not Status.FRESH:
-            problems.append(Problem(result.path, f"{state.status.value}: {state.detail}", result.remedy()))
+        for path in result.files(root):
+            try:
+                state = freshness(result, root, path)
+            except LedgerError as error:
+                problems.append(Problem(path, str(error), result.remedy()))
+                continue
+            if state.status is not Status.FRESH:
+                problems.append(Problem(path, f"{state.status.value}: {state.detail}", result.remedy()))
     return problems
 
 
 def unregistered(root: Path, results: tuple[Result, ...] = RESULTS) -> list[Problem]:
     """JSON files under figures/ that no :class:`~ledger.results.Result` names."""
-    known = {result.path for result in results}
     found = sorted(path.relative_to(root).as_posix() for path in (root / "figures").rglob("*.json"))
     return [Problem(path, "unregistered result: the ledger does not know which command and code make it",
-                    "add it to ledger/results.py (docs/ledger.md)") for path in found if path not in known]
+                    "add it to ledger/results.py (docs/ledger.md)") for path in found if registered(path, results) is None]
 
 
 def generated_problems(root: Path, targets: tuple[generated.Target, ...] = generated.TARGETS) -> list[Problem]:

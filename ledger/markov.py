@@ -95,6 +95,27 @@ def stays_trapped(sweep: Doc, long_budget: Doc) -> Outcome:
                    f"{'excludes' if ok else 'includes'} 0", _scale(long_budget))
 
 
+def depends_on_init(sweep: Doc) -> Outcome:
+    cells: dict[tuple, dict[str, dict]] = {}
+    for cell in sweep["cells"]:
+        if cell["p"] + cell["q"] > 1:
+            cells.setdefault((cell["architecture"], cell["p"], cell["q"]), {})[cell["init"]] = cell
+    separated = []
+    for (architecture, p, q), by_init in cells.items():
+        for first, a in by_init.items():
+            for second, b in by_init.items():
+                if a["trapped_interval"][0] > b["trapped_interval"][1]:
+                    separated.append(f"{architecture} at ({p:g}, {q:g}): {first} {_count(a)} vs {second} {_count(b)}")
+    inits = sweep["config", "inits"]
+    if len(inits) < 2:
+        return Outcome(Verdict.UNTESTED, f"one initialisation ({inits[0]})", "the sweep compares no initialisations",
+                       _scale(sweep))
+    return Outcome(Verdict.HOLDS if separated else Verdict.NOT_REPRODUCED,
+                   "; ".join(separated) or f"no p + q > 1 cell separates the initialisations {', '.join(inits)}",
+                   f"{len(separated)} (architecture, cell) pairs of initialisations with disjoint trapped intervals",
+                   _scale(sweep))
+
+
 MARKOV = Section("Companion: Attention with Markov (Makkuva et al.)", "Markov", (
     Claim("M1-unigram-trap", "A single-layer transformer with tied embeddings, trained on a chain with p + q > 1, "
           "ends at the unigram (stationary) predictor in a fraction of seeds.",
@@ -120,7 +141,13 @@ MARKOV = Section("Companion: Attention with Markov (Makkuva et al.)", "Markov", 
           judge=stays_trapped, figure="figures/markov/long-budget/plateau_survival.png",
           rule="holds when the trapped fraction's 95% interval after the long budget lies above 0; not reproduced "
                "otherwise (the trap is a plateau)"),
-    Claim("M6-induction", "Two or more layers estimate an in-context kernel with an induction head.",
+    Claim("M6-initialisation", "Whether training ends at the unigram or the bigram solution depends on the "
+          "initialisation (follow-up of the companion paper).",
+          "trapped seeds per p + q > 1 cell under each initialisation (Gaussian, aligned and anti-aligned rank one)",
+          sources=(SWEEP,), judge=depends_on_init, figure="figures/markov/phase_diagram.png",
+          rule="holds when, for some architecture and p + q > 1 cell, one initialisation's trapped interval lies "
+               "entirely above another's"),
+    Claim("M7-induction", "Two or more layers estimate an in-context kernel with an induction head.",
           "nothing yet", pending=Verdict.NOT_COMPUTED,
           pending_reason="the in-context variant (a new kernel per sequence) is not run; with one fixed chain nothing "
                          "rewards copying from the context (docs/markov.md)"),

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 
 from ledger.claims import Claim, Outcome, Section, Verdict
-from ledger.documents import Doc
+from ledger.documents import Doc, LedgerError
 from ledger.numbers import fixed, interval, listed, percent, plus_minus
+from ledger.results import remedy_for
 
 EVALUATION = "figures/cpu-small/evaluation.json"
 ANALYSIS = "figures/analysis/analysis.json"
@@ -72,18 +73,43 @@ def with_test_length(evaluation: Doc) -> Outcome:
     return _rise(evaluation, "by_test_position", "position", "position")
 
 
+DECISIONS = {
+    "holds": Verdict.HOLDS, "state first": Verdict.HOLDS, "in context": Verdict.HOLDS, "partly": Verdict.HOLDS_WITH_CAVEAT,
+    "memorising": Verdict.NOT_REPRODUCED, "undetermined": Verdict.NOT_REPRODUCED,
+    "reversed": Verdict.NOT_REPRODUCED, "task first": Verdict.NOT_REPRODUCED,
+    "not separated": Verdict.NOT_REPRODUCED, "not reproduced": Verdict.NOT_REPRODUCED,
+    "untestable": Verdict.UNTESTED,
+}
+"""The decisions ``hmmtf analyze`` (empirical/analysis/claims.py) and ``hmmtf evaluate``
+(empirical/regime.py) record, in the ledger's vocabulary: "partly" is a caveat; "undetermined"
+does not show the claim; "untestable" (fewer than two distances the probes can tell from chance)
+says the model is too small to test it."""
+
+
+def _decided(doc: Doc, keys: tuple, rule: str, number: str) -> Outcome:
+    """The verdict of the decision the command that made ``doc`` recorded at ``keys`` by ``rule``;
+    "not computed" when ``doc`` predates that rule (its numbers are still shown)."""
+    try:
+        decision = doc[keys]
+    except LedgerError:
+        return Outcome(Verdict.NOT_COMPUTED, number, f"{doc.path} predates the rule ({'/'.join(keys)} is absent); "
+                       f"{remedy_for(doc.path)}", scale(doc))
+    if decision not in DECISIONS:
+        raise LedgerError(f"{doc.path}: {'/'.join(keys)} = {decision!r}; expected one of {sorted(DECISIONS)}")
+    return Outcome(DECISIONS[decision], number, f"{rule} decides '{decision}'", scale(doc))
+
+
 def shuffle(analysis: Doc) -> Outcome:
-    variants = analysis["claims", "shuffle"]
-    below = {variant: v["upper_mean"] < v["lower_mean"] for variant, v in variants.items()}
-    main = variants["min_context=0"]
-    ok = all(below.values())
-    return Outcome(Verdict.HOLDS if ok else Verdict.NOT_REPRODUCED,
-                   f"upper-half mean {fixed(main['upper_mean'])} vs lower-half {fixed(main['lower_mean'])} "
-                   f"(layers 1..{len(main['by_layer'])}: {listed(main['by_layer'], lambda v: fixed(v, 2))}); "
-                   + "; ".join(f"{variant}: {fixed(v['upper_mean'])} vs {fixed(v['lower_mean'])}"
-                               for variant, v in variants.items() if variant != "min_context=0"),
-                   "the upper layers' logits move " + ("less" if ok else "no less") + " than the lower layers' when the "
-                   "demonstrations are reordered", scale(analysis))
+    claims = analysis["claims", "shuffle"]
+    means = "; ".join(f"{variant}: upper-half mean {fixed(v['upper_mean'])} vs lower-half {fixed(v['lower_mean'])}"
+                      for variant, v in claims.items() if variant.startswith("min_context"))
+    if "rule" in claims:
+        rule = claims["rule"]
+        d, e = rule["lower_minus_upper"], rule["upper_minus_random_init"]
+        means = (f"{rule['variant']}, per prompt: lower - upper {interval(d['mean'], d['ci_low'], d['ci_high'])}, "
+                 f"upper - random-init upper {interval(e['mean'], e['ci_low'], e['ci_high'])} ({rule['prompts']} prompts); "
+                 + means)
+    return _decided(analysis, ("claims", "shuffle", "rule", "decision"), "locality_order", means)
 
 
 def _fraction_of_ceiling(timing: dict, layer: int) -> str:
@@ -100,15 +126,13 @@ def _crossing(timing: dict) -> str:
 def state_before_task(ceilings: Doc) -> Outcome:
     timing = ceilings["claims", "task_vs_state"]
     task, state = timing["task"], timing["state"]
-    decision = timing["decision"]
     last = len(task["accuracy_by_layer"]) - 1
-    return Outcome(Verdict.HOLDS if decision == "state first" else Verdict.NOT_REPRODUCED,
-                   f"Bayes ceilings: task {interval(task['ceiling']['accuracy'], task['ceiling']['ci_low'], task['ceiling']['ci_high'])}, "
-                   f"state {interval(state['ceiling']['accuracy'], state['ceiling']['ci_low'], state['ceiling']['ci_high'])}; "
-                   f"layer 1: task {_fraction_of_ceiling(task, 1)} of its ceiling, state {_fraction_of_ceiling(state, 1)}; "
-                   f"layer {last}: {_fraction_of_ceiling(task, last)}, {_fraction_of_ceiling(state, last)}; 95% of the "
-                   f"ceiling reached by the interval's: task {_crossing(task)}; state {_crossing(state)}",
-                   f"the decision rule returns '{decision}'", scale(ceilings))
+    number = (f"Bayes ceilings: task {interval(task['ceiling']['accuracy'], task['ceiling']['ci_low'], task['ceiling']['ci_high'])}, "
+              f"state {interval(state['ceiling']['accuracy'], state['ceiling']['ci_low'], state['ceiling']['ci_high'])}; "
+              f"layer 1: task {_fraction_of_ceiling(task, 1)} of its ceiling, state {_fraction_of_ceiling(state, 1)}; "
+              f"layer {last}: {_fraction_of_ceiling(task, last)}, {_fraction_of_ceiling(state, last)}; 95% of the "
+              f"ceiling reached by the interval's: task {_crossing(task)}; state {_crossing(state)}")
+    return _decided(ceilings, ("claims", "task_vs_state", "decision"), "decoding_order", number)
 
 
 def state_used(patching: Doc) -> Outcome:
@@ -128,71 +152,28 @@ def state_used(patching: Doc) -> Outcome:
                    f"uses_state after {first}: {ok}", scale(patching))
 
 
-def _learned(analysis: Doc) -> list[int]:
-    """Distances k whose trained last-layer interval lies above the random-init network's last layer."""
+def _previous_tokens(analysis: Doc) -> str:
+    """Peak accuracy and peak layer of every distance's curve (and which distances the rule tests)."""
     previous = analysis["claims", "previous_tokens"]
-    random = analysis["probes", "random-init"]
-    learned = []
-    for target, curve in previous.items():
-        k = int(target.split()[1])
-        random_last = list(random[target].values())[-1]["accuracy"]
-        if curve["last_layer"]["ci_low"] > random_last:
-            learned.append(k)
-    return sorted(learned)
+    curves = {int(target.split()[1]): curve["accuracy_by_layer"] for target, curve in previous.items()
+              if target.startswith("token ")}
+    peaks = ", ".join(f"k = {k}: {fixed(max(curve))} at layer {curve.index(max(curve))}" for k, curve in sorted(curves.items()))
+    informative = previous.get("rules", {}).get("informative")
+    tested = "" if informative is None else f"; distances the probes tell from chance: {listed(informative, str)}"
+    return f"peak accuracy and layer of o_{{t-k}} (layer {len(next(iter(curves.values()))) - 1} is the last), {peaks}{tested}"
 
 
-def _previous(analysis: Doc, k: int) -> dict:
-    return analysis["claims", "previous_tokens", f"token {k} back"]
+def _previous_rule(name: str):
+    """A judge reading sub-decision ``name`` of :func:`empirical.analysis.claims.previous_token_rules`."""
+    def judge(analysis: Doc) -> Outcome:
+        return _decided(analysis, ("claims", "previous_tokens", "rules", name), f"previous_token_rules ({name})",
+                        _previous_tokens(analysis))
+    return judge
 
 
-def falls_with_distance(analysis: Doc) -> Outcome:
-    previous = analysis["claims", "previous_tokens"]
-    distances = sorted(int(target.split()[1]) for target in previous)
-    peaks = [_previous(analysis, k)["peak"]["accuracy"] for k in distances]
-    ok = all(a > b for a, b in zip(peaks, peaks[1:]))
-    majority = _previous(analysis, distances[0])["peak"]["majority"]
-    return Outcome(Verdict.HOLDS if ok else Verdict.NOT_REPRODUCED,
-                   f"peak accuracy for k = {distances[0]}..{distances[-1]}: {listed(peaks)} (majority class "
-                   f"{fixed(majority, 2)})", "falls at every step of k" if ok else "does not fall at every step of k",
-                   scale(analysis))
-
-
-def _graded(count: int, total: int) -> Verdict:
-    return Verdict.HOLDS if count == total and total else Verdict.HOLDS_WITH_CAVEAT if count else Verdict.NOT_REPRODUCED
-
-
-def rise_then_fall(analysis: Doc) -> Outcome:
-    learned = _learned(analysis)
-    falling = [k for k in learned if _previous(analysis, k)["peak"]["ci_low"] > _previous(analysis, k)["last_layer"]["ci_high"]]
-    layers = len(_previous(analysis, 1)["accuracy_by_layer"]) - 1
-    return Outcome(_graded(len(falling), len(learned)),
-                   f"learned distances k = {listed(learned, str)}: peak at layer "
-                   f"{listed([_previous(analysis, k)['peak_layer'] for k in learned], str)} of {layers}",
-                   f"{len(falling)} of {len(learned)} learned curves fall after their peak beyond the intervals",
-                   scale(analysis))
-
-
-def _half_rise_layer(curve: dict) -> int:
-    """The first layer >= 1 whose accuracy covers half the rise from layer 1 to the peak."""
-    accuracy = curve["accuracy_by_layer"]
-    bar = accuracy[1] + (max(accuracy[1:]) - accuracy[1]) / 2
-    return next(layer for layer in range(1, len(accuracy)) if accuracy[layer] >= bar)
-
-
-def peak_later(analysis: Doc) -> Outcome:
-    learned = _learned(analysis)
-    peaks = [_previous(analysis, k)["peak_layer"] for k in learned]
-    halves = [_half_rise_layer(_previous(analysis, k)) for k in learned]
-
-    def rises(values):
-        return len(values) > 1 and all(a <= b for a, b in zip(values, values[1:])) and values[-1] > values[0]
-
-    verdict = Verdict.HOLDS if rises(peaks) else Verdict.HOLDS_WITH_CAVEAT if rises(halves) else Verdict.NOT_REPRODUCED
-    reason = {Verdict.HOLDS: "the peak layer rises with k",
-              Verdict.HOLDS_WITH_CAVEAT: "the peak does not move, but the half-rise layer rises with k: a later rise",
-              Verdict.NOT_REPRODUCED: "neither the peak nor the half-rise layer rises with k"}[verdict]
-    return Outcome(verdict, f"learned k = {listed(learned, str)}: peak layers {listed(peaks, str)}, half-rise layers "
-                   f"{listed(halves, str)}", reason, scale(analysis))
+falls_with_distance = _previous_rule("falls_with_k")
+peak_later = _previous_rule("peaks_later")
+rise_then_fall = _previous_rule("rise_then_fall")
 
 
 def nearby_used(patching: Doc) -> Outcome:
@@ -211,6 +192,28 @@ def nearby_used(patching: Doc) -> Outcome:
                    f"the nearest token is {'used' if used[distances[0]] else 'not used'} and the fraction "
                    f"{'falls' if falls else 'does not fall'} with the distance",
                    scale(patching))
+
+
+def _graded(count: int, total: int) -> Verdict:
+    """Every one of ``total`` passes: holds; some: holds with caveat; none: not reproduced."""
+    return Verdict.HOLDS if count == total and total else Verdict.HOLDS_WITH_CAVEAT if count else Verdict.NOT_REPRODUCED
+
+
+def in_context(evaluation: Doc) -> Outcome:
+    try:
+        regime = evaluation["regime"]
+    except LedgerError:
+        return Outcome(Verdict.NOT_COMPUTED, "—", f"{evaluation.path} predates the regime diagnostic (no 'regime'); "
+                       f"{remedy_for(evaluation.path)}", scale(evaluation))
+    memorisation = regime["memorisation"]["all_positions"]
+    gap = memorisation["training_gap"]
+    low, high = (value / gap for value in memorisation["interval_95"])
+    fresh = regime["fresh_hmms"]["all_positions"]
+    number = (f"extra excess over the oracle on {regime['fresh_tasks']} HMMs never seen in training: "
+              f"{interval(memorisation['fraction_of_gap'], low, high)} of the training gap; loss on them: model "
+              f"{fixed(fresh['model']['loss'])}, oracle {fixed(fresh['oracle']['loss'])}, training-mixture Bayes "
+              f"{fixed(fresh['bayes_training']['loss'])}")
+    return _decided(evaluation, ("regime", "memorisation", "all_positions", "verdict"), "memorisation_verdict", number)
 
 
 def history_heads(analysis: Doc) -> Outcome:
@@ -240,6 +243,13 @@ FIGURE1 = Section("Section 2, Figure 1: in-context accuracy", "Fig. 1", (
           judge=with_test_length, figure="figures/cpu-small/in_context.png",
           rule=f"holds when the accuracy at the last position exceeds that at the first by more than "
                f"{RISE_IN_ERRORS:g} standard errors of the difference"),
+    Claim("F1-in-context", "The transformer learns in context: it predicts HMMs it never saw in training as well, "
+          "relative to their oracle, as its training HMMs (multi-task generalization, not memorisation).",
+          "the regime diagnostic of docs/empirical.md: the model's excess loss over each prompt's oracle on fresh "
+          "HMMs minus that on the training HMMs, as a fraction of the training unigram-to-Bayes gap",
+          sources=(EVALUATION,), judge=in_context, figure="figures/cpu-small/regime.png",
+          rule="the decision rule memorisation_verdict (empirical/regime.py): 'in context' holds; 'memorising' or "
+               "'undetermined' is not reproduced"),
 ))
 
 FIGURE2 = Section("Section 2, Figure 2: position shuffle", "Fig. 2", (
@@ -248,8 +258,9 @@ FIGURE2 = Section("Section 2, Figure 2: position shuffle", "Fig. 2", (
           "shuffle metric of docs/analysis.md (change of test-to-demonstration logits, matched by token identity, "
           "in units of their spread), head-averaged, lower vs upper half of the layers", sources=(ANALYSIS,),
           judge=shuffle, figure="figures/analysis/shuffle.png",
-          rule="holds when the upper half's mean is below the lower half's with both pair selections "
-               "(min_context = 0 and 5); not reproduced otherwise"),
+          rule="the decision rule locality_order of docs/analysis.md (claims.shuffle.rule.decision): holds when the "
+               "per-prompt lower - upper difference lies above 0 and the upper half is more position-free than the "
+               "random-init network's; 'reversed' or 'not separated' is not reproduced"),
 ))
 
 FIGURE3 = Section("Section 2, Figure 3: layer-wise probes", "Fig. 3", (
@@ -257,17 +268,18 @@ FIGURE3 = Section("Section 2, Figure 3: layer-wise probes", "Fig. 3", (
           "linear probes for task and hidden state after each layer, against the Bayes-optimal decoders of the same "
           "prefixes (ceilings), with bootstrap intervals", sources=(CEILINGS,), judge=state_before_task,
           figure="figures/probe-ceilings/probes_task_state.png",
-          rule="the decision rule of docs/analysis.md (claims.task_vs_state.decision): holds on 'state first'; "
-               "'task first' or 'not separated' is not reproduced"),
+          rule="the decision rule decoding_order of docs/analysis.md (claims.task_vs_state.decision): holds on "
+               "'state first'; 'task first' or 'not separated' is not reproduced"),
     Claim("F3a-state-used", "Lower layers learn the relation between observations and hidden states.",
           "activation patching: the centroid of hidden state s written into one position after layer l, scored "
           "by KL to the exact counterfactual (T_k O_k)[s] against four controls", sources=(PATCHING,),
           judge=state_used, figure="figures/patching/patching_state_forcing.png",
           rule="holds when the decision rule uses_state of docs/analysis.md ('Patching') holds after the first layer"),
     Claim("F3b-distance", "Previous tokens are decoded with less accuracy the further back they are (Figure 3b).",
-          "linear probes for o_{t-k}, k = 1..5, after each layer", sources=(ANALYSIS,), judge=falls_with_distance,
-          figure="figures/analysis/probes_previous_tokens.png",
-          rule="holds when each curve's peak accuracy falls strictly with k"),
+          "linear probes for o_{t-k} after each layer, trained and random-init", sources=(ANALYSIS,),
+          judge=falls_with_distance, figure="figures/analysis/probes_previous_tokens.png",
+          rule="the rule falls_with_k of previous_token_rules (docs/analysis.md, claims.previous_tokens.rules): holds "
+               "when the peaks of consecutive distances the probes tell from chance are separated downwards"),
     Claim("F3b-nearby-used", "The prediction relies on nearby tokens more than on distant ones (the causal side "
           "of Figure 3b's first pattern).",
           "history patching: the token r back replaced by a draw the HMM allows, the last position's stream swapped in "
@@ -278,14 +290,14 @@ FIGURE3 = Section("Section 2, Figure 3: layer-wise probes", "Fig. 3", (
     Claim("F3b-rise-fall", "Each previous-token curve rises then falls across layers.",
           "the same probes; the layer of each curve's peak", sources=(ANALYSIS,), judge=rise_then_fall,
           figure="figures/analysis/probes_previous_tokens.png",
-          rule="over the learned distances (last-layer interval above the random-init network's last layer): holds "
-               "when every curve falls after its peak beyond the intervals (peak's lower end above the last layer's "
-               "upper end), holds with caveat when some do, not reproduced when none does"),
+          rule="the rule rise_then_fall of previous_token_rules: holds when every distance the probes tell from chance "
+               "rises above the embedding and falls below its peak by the last layer, 'partly' (holds with caveat) "
+               "when some do"),
     Claim("F3b-peak-later", "The peak moves to upper layers as the distance grows.",
-          "the same probes; peak layer and the first layer covering half the rise from layer 1 to the peak",
+          "the same probes; each peak with the layers statistically level with it",
           sources=(ANALYSIS,), judge=peak_later, figure="figures/analysis/probes_previous_tokens.png",
-          rule="over the learned distances: holds when the peak layer rises with k (never falls, rises once); holds "
-               "with caveat when only the half-rise layer does (a later rise, not a later peak); not reproduced otherwise"),
+          rule="the rule peaks_later of previous_token_rules: holds when some consecutive pair of distances peaks "
+               "separably later and none separably earlier"),
 ))
 
 FIGURE7 = Section("Appendix B, Figure 7: attention heat-maps", "Fig. 7", (

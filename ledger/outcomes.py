@@ -7,7 +7,7 @@ from pathlib import Path
 from ledger.claims import Claim, Outcome, Section, Verdict
 from ledger.documents import Doc, LedgerError
 from ledger.provenance import Recorded, recorded_commit
-from ledger.results import BY_PATH, Result
+from ledger.results import Result, registered
 
 
 @dataclass(frozen=True)
@@ -20,10 +20,11 @@ class Row:
 
 
 def result_of(path: str) -> Result:
-    """The registered result at ``path``."""
-    if path not in BY_PATH:
+    """The registered result that names ``path``."""
+    result = registered(path)
+    if result is None:
         raise LedgerError(f"{path}: not a registered result; expected one of ledger.results.RESULTS")
-    return BY_PATH[path]
+    return result
 
 
 def judge(claim: Claim, root: Path) -> Row:

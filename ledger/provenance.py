@@ -97,10 +97,11 @@ class Status(enum.Enum):
 
 @dataclass(frozen=True)
 class Freshness:
-    """The state of one registered result: ``status``, the ``recorded`` commit (None without one)
-    and ``detail``, the reason in words."""
+    """The state of the file ``path`` of a registered result: ``status``, the ``recorded`` commit
+    (None without one) and ``detail``, the reason in words."""
 
     result: Result
+    path: str
     status: Status
     recorded: Recorded | None
     detail: str
@@ -110,14 +111,20 @@ def _pathspecs(producers: tuple[str, ...]) -> list[str]:
     return [f":(exclude){spec[1:]}" if spec.startswith("!") else spec for spec in producers]
 
 
-def freshness(result: Result, root: Path) -> Freshness:
-    """Whether ``result`` exists, records a commit, and was made by the code its producers now hold
-    (module docstring). Needs git (:func:`require_git` first)."""
-    if not (root / result.path).is_file():
-        return Freshness(result, Status.MISSING, None, "the file does not exist")
-    recorded = recorded_commit(Doc.load(root, result.path))
+def freshness(result: Result, root: Path, path: str | None = None) -> Freshness:
+    """Whether ``path`` (default: ``result``'s path; one of its files for a pattern) exists,
+    records a commit, and was made by the code ``result``'s producers now hold (module docstring).
+    Needs git (:func:`require_git` first)."""
+    path = result.path if path is None else path
+
+    def state(status: Status, recorded: Recorded | None, detail: str) -> Freshness:
+        return Freshness(result, path, status, recorded, detail)
+
+    if not (root / path).is_file():
+        return state(Status.MISSING, None, "the file does not exist")
+    recorded = recorded_commit(Doc.load(root, path))
     if recorded is None:
-        return Freshness(result, Status.NO_PROVENANCE, None, "the JSON records no git commit")
+        return state(Status.NO_PROVENANCE, None, "the JSON records no git commit")
     specs = _pathspecs(result.producers)
     changed = _git(root, "diff", "--name-only", recorded.commit, "--", *specs)
     if changed.returncode != 0:
@@ -125,7 +132,7 @@ def freshness(result: Result, root: Path) -> Freshness:
             raise GitUnavailable(f"git diff {recorded.commit[:7]} failed: {changed.stderr.strip()}")
         shallow = _git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
         hint = "; this is a shallow clone: git fetch --unshallow" if shallow else ""
-        return Freshness(result, Status.UNKNOWN_COMMIT, recorded, f"commit {recorded.commit[:7]} is not in this repository{hint}")
+        return state(Status.UNKNOWN_COMMIT, recorded, f"commit {recorded.commit[:7]} is not in this repository{hint}")
     files = changed.stdout.split()
     if files:
         commits = _git(root, "log", "--no-merges", "--format=%h", f"{recorded.commit}..HEAD", "--", *specs).stdout.split()
@@ -133,8 +140,7 @@ def freshness(result: Result, root: Path) -> Freshness:
         since = ", ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
         by = " and ".join(part for part in (f"commits {since}" if commits else "", "uncommitted changes" if uncommitted else "")
                           if part)
-        return Freshness(result, Status.STALE, recorded,
-                         f"made at {recorded.commit[:7]}; since then {by} changed {', '.join(files)}")
+        return state(Status.STALE, recorded, f"made at {recorded.commit[:7]}; since then {by} changed {', '.join(files)}")
     if recorded.dirty:
-        return Freshness(result, Status.DIRTY, recorded, f"made at {recorded.commit[:7]} from a tree with uncommitted changes")
-    return Freshness(result, Status.FRESH, recorded, f"made at {recorded.commit[:7]}")
+        return state(Status.DIRTY, recorded, f"made at {recorded.commit[:7]} from a tree with uncommitted changes")
+    return state(Status.FRESH, recorded, f"made at {recorded.commit[:7]}")

@@ -35,18 +35,21 @@ def _commands(row: Row) -> str:
     return "<br>".join(f"`{command}`" for command in commands) or "—"
 
 
-def _figure(figure: str | None, prefix: str) -> str:
-    return f"[{figure.rsplit('/', 1)[-1]}]({prefix}{figure})" if figure else "—"
+def _figure(figure: str | None, root: Path) -> str:
+    """A link to ``figure`` from docs/; "not drawn yet" when the command has not made it."""
+    if figure is None:
+        return "—"
+    return f"[{figure.rsplit('/', 1)[-1]}](../{figure})" if (root / figure).is_file() else "not drawn yet"
 
 
-def _section_table(section: Section, rows: list[Row]) -> list[str]:
+def _section_table(section: Section, rows: list[Row], root: Path) -> list[str]:
     lines = [f"## {section.title}", "",
              "| id | claim | measured | number | verdict | figure | command |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
         claim, outcome = row.claim, row.outcome
         lines.append(f'| <a id="{anchor(claim.id)}"></a>{claim.id} | {_cell(claim.statement)} | {_cell(claim.measured)} | '
-                     f"{_cell(outcome.number)} | **{outcome.verdict.value}** | {_figure(claim.figure, '../')} | "
+                     f"{_cell(outcome.number)} | **{outcome.verdict.value}** | {_figure(claim.figure, root)} | "
                      f"{_cell(_commands(row))} |")
     lines.append("")
     for row in rows:
@@ -66,13 +69,17 @@ def _provenance_table(root: Path) -> list[str]:
              "now; docs/ledger.md).", "",
              "| result | made at commit | command |", "|---|---|---|"]
     for result in RESULTS:
-        if (root / result.path).is_file():
-            commit = recorded_commit(Doc.load(root, result.path))
-            made = str(commit) if commit else "not recorded"
-        else:
-            made = "missing"
         command = f"`{result.command}`" if result.command else f"none: {result.needs}"
-        lines.append(f"| `{result.path}` | {made} | {_cell(command)} |")
+        files = result.files(root)
+        if not files:
+            lines.append(f"| `{result.path}` | none yet | {_cell(command)} |")
+        for path in files:
+            if (root / path).is_file():
+                commit = recorded_commit(Doc.load(root, path))
+                made = str(commit) if commit else "not recorded"
+            else:
+                made = "missing"
+            lines.append(f"| `{path}` | {made} | {_cell(command)} |")
     return lines
 
 
@@ -96,7 +103,7 @@ def claims_page(root: Path, sections: tuple[Section, ...] = SECTIONS) -> str:
         "",
     ]
     for section, section_rows in judged:
-        lines += _section_table(section, section_rows)
+        lines += _section_table(section, section_rows, root)
     lines += _provenance_table(root)
     return "\n".join(lines) + "\n"
 

@@ -12,19 +12,33 @@ every JSON under ``figures/`` that is not registered), then give the claims that
 """
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
 class Result:
-    """One result JSON. ``path``: from the repository root; ``command``: what makes it (None: no
-    command can, ``needs`` says why); ``producers``: pathspecs of the code that computes it;
-    ``needs``: what else the command needs."""
+    """One result JSON, or a family of them. ``path``: from the repository root; with ``*`` a
+    pattern (``fnmatch``: ``figures/ladder/*/analysis.json``) that any number of files may match,
+    else a file that must exist; ``command``: what makes it (None: no command can, ``needs`` says
+    why); ``producers``: pathspecs of the code that computes it; ``needs``: what else the command needs."""
 
     path: str
     command: str | None
     producers: tuple[str, ...]
     needs: str = ""
+
+    @property
+    def is_pattern(self) -> bool:
+        return "*" in self.path
+
+    def files(self, root: Path) -> list[str]:
+        """The files this result names under ``root``: its path, or every match of its pattern."""
+        if not self.is_pattern:
+            return [self.path]
+        return sorted(path.relative_to(root).as_posix() for path in (root / "figures").rglob("*.json")
+                      if fnmatch.fnmatchcase(path.relative_to(root).as_posix(), self.path))
 
     def remedy(self) -> str:
         """What to run to make this result again, and what that needs."""
@@ -100,6 +114,13 @@ RESULTS: tuple[Result, ...] = (
            "python benchmarks/bench_hand_built.py --preset cpu-small --prompts 1024 --L 3 --T 10 --out figures/benchmarks/hand_built.json",
            ("benchmarks/bench_hand_built.py", "empirical/hand_built.py", *CONSTRUCTION, *MIXTURE),
            needs="idle cores (a timing)"),
+    Result("figures/ladder/*/evaluation.json",
+           "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
+           ("empirical/evaluate.py", "empirical/regime.py", *ROFORMER, *MIXTURE),
+           needs="the point's checkpoint (hmmtf train --preset tasks-N-small or tasks-N-deep)"),
+    Result("figures/ladder/*/analysis.json",
+           "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
+           ANALYSIS, needs="the point's checkpoint"),
     *(Result(f"figures/cpu-small-64tasks/{name}", None, ("empirical/",),
              needs="the legacy 64-task cpu-small run (figures/cpu-small-64tasks/README.md), made with a preset that "
                    "no longer exists; the regime ladder (figures/ladder/, issue 15) replaces it, then delete this folder")
@@ -107,4 +128,13 @@ RESULTS: tuple[Result, ...] = (
 )
 """Every result JSON under figures/, in the order the provenance table of docs/claims.md lists them."""
 
-BY_PATH = {result.path: result for result in RESULTS}
+def registered(path: str, results: tuple[Result, ...] = RESULTS) -> Result | None:
+    """The result that names ``path``: by its path, or else by the first pattern it matches."""
+    return next((result for result in results if result.path == path), None) or next(
+        (result for result in results if result.is_pattern and fnmatch.fnmatchcase(path, result.path)), None)
+
+
+def remedy_for(path: str) -> str:
+    """What makes the result at ``path`` again (:meth:`Result.remedy`), or that it is not registered."""
+    result = registered(path)
+    return result.remedy() if result else f"{path} is not registered in ledger/results.py"

@@ -19,7 +19,7 @@ from ledger.outcomes import judge
 from ledger.provenance import Recorded, Status, freshness, recorded_commit
 from ledger.registry import SECTIONS, all_claims
 from ledger.render import README_BLOCK, claims_page, readme_block
-from ledger.results import BY_PATH, RESULTS, Result
+from ledger.results import RESULTS, Result, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,8 +57,9 @@ def test_a_block_without_one_start_then_one_end_marker_is_refused(text):
 
 
 def _copy_results(tmp_path: Path) -> Path:
-    """The result JSONs and the files with generated text, copied under ``tmp_path``."""
-    for path in [*(ROOT / "figures").rglob("*.json"), *(ROOT / target.path for target in generated.TARGETS)]:
+    """The result JSONs, the figures the claims link and the files with generated text, copied under ``tmp_path``."""
+    figures = [ROOT / claim.figure for claim in all_claims() if claim.figure and (ROOT / claim.figure).is_file()]
+    for path in [*(ROOT / "figures").rglob("*.json"), *figures, *(ROOT / target.path for target in generated.TARGETS)]:
         target = tmp_path / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
@@ -124,14 +125,36 @@ def test_a_missing_result_makes_its_claims_not_computed_and_names_the_command(tm
     assert outcome.verdict is Verdict.NOT_COMPUTED and "`hmmtf markov-sweep --no-progress`" in outcome.reason
 
 
-def test_every_claim_reads_registered_results_and_links_existing_figures():
+def test_every_claim_reads_registered_results_and_a_computed_one_links_its_figure():
     claims = all_claims()
     assert len({claim.id for claim in claims}) == len(claims)
     for claim in claims:
-        assert all(path in BY_PATH for path in claim.sources), claim.id
-        assert claim.figure is None or (ROOT / claim.figure).is_file(), claim.figure
+        assert all(registered(path) is not None and "*" not in path for path in claim.sources), claim.id
+        computed = judge(claim, ROOT).outcome.verdict is not Verdict.NOT_COMPUTED
+        assert claim.figure is None or not computed or (ROOT / claim.figure).is_file(), claim.figure
     assert all(result.path.startswith("figures/") and result.path.endswith(".json") for result in RESULTS)
     assert any(claim.pending is Verdict.NOT_COMPUTED for claim in claims)  # gaps stay visible
+
+
+def test_a_decision_recorded_by_the_rule_is_the_verdict_and_a_result_without_it_is_not_computed(tmp_path):
+    root = _copy_results(tmp_path)
+    claim = next(claim for claim in all_claims() if claim.id == "F2-shuffle")
+    interval = {"mean": -0.07, "ci_low": -0.08, "ci_high": -0.06}
+
+    def reversed_rule(document):
+        document["claims"]["shuffle"]["rule"] = {"variant": "min_context=5", "lower_minus_upper": interval,
+                                                 "upper_minus_random_init": interval, "prompts": 256,
+                                                 "decision": "reversed"}
+
+    document = json.loads((root / "figures/analysis/analysis.json").read_text())
+    document["claims"]["shuffle"].pop("rule", None)
+    (root / "figures/analysis/analysis.json").write_text(json.dumps(document))
+    outcome = judge(claim, root).outcome
+    assert outcome.verdict is Verdict.NOT_COMPUTED and "predates the rule" in outcome.reason
+    assert "`hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis`" in outcome.reason
+    _plant(root, "figures/analysis/analysis.json", reversed_rule)
+    outcome = judge(claim, root).outcome
+    assert outcome.verdict is Verdict.NOT_REPRODUCED and "lower - upper -0.070 [-0.080, -0.060]" in outcome.number
 
 
 def test_a_claim_needs_a_judge_with_sources_and_rule_or_a_pending_verdict():
@@ -256,10 +279,22 @@ def test_without_git_the_check_says_so_instead_of_passing(tmp_path):
     assert len(problems) == 1 and problems[0].reason.startswith("git unavailable: ")
 
 
-def test_an_unregistered_json_under_figures_is_reported(tmp_path):
-    (tmp_path / "figures/ladder").mkdir(parents=True)
+def test_an_unregistered_json_under_figures_is_reported_and_a_pattern_registers_a_family(tmp_path):
+    (tmp_path / "figures/ladder/tasks-8-small").mkdir(parents=True)
     (tmp_path / "figures/ladder/results.json").write_text("{}")
+    (tmp_path / "figures/ladder/tasks-8-small/analysis.json").write_text("{}")
     assert [problem.path for problem in unregistered(tmp_path, RESULTS)] == ["figures/ladder/results.json"]
+
+
+def test_every_file_of_a_pattern_result_is_checked(repository):
+    root, first = repository
+    family = Result("figures/*/r.json", "make r", ("code/",))
+    for point, provenance in (("a", {"git_commit": first}), ("b", {})):
+        (root / "figures" / point).mkdir(parents=True)
+        (root / "figures" / point / "r.json").write_text(json.dumps(provenance))
+    assert family.files(root) == ["figures/a/r.json", "figures/b/r.json"]
+    assert [(p.path, p.reason.split(":")[0]) for p in result_problems(root, (family,))] == [
+        ("figures/b/r.json", "no provenance")]
 
 
 def test_the_command_refuses_a_root_without_figures(tmp_path):
