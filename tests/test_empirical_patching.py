@@ -26,6 +26,7 @@ from empirical.analysis.patching import (
     recovered_fraction,
     state_forcing,
 )
+from empirical.analysis.patching_figures import plot_state_forcing
 from empirical.analysis.report import AnalysisConfig
 from empirical.model import ResidualPatch, RoFormer, RoFormerConfig, apply_patches, check_patches
 from test_empirical_transformer_lens import random_roformer
@@ -266,6 +267,24 @@ def test_state_forcing_verdict_is_no_for_a_network_that_ignores_its_stream():
     for result in forcing["by_layer"].values():
         assert not result["uses_state"]
         assert result["patched_over_before"]["ratio"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_state_forcing_without_items_records_why_runs_no_pass_and_draws_the_reason(tmp_path):
+    """No posterior of the planted HMMs reaches 1 (every token has probability 0.04 in the other
+    states), so there is no item: the section says why, and the network is never run."""
+    mixture = planted_mixture()
+    network = PlantedStateNetwork(mixture)
+    network.run_with_cache = network.forward = None  # a call would fail
+    centroid_prompts = hmm.sample_prompts(mixture, 64, PLANTED_FORMAT, seed=0)
+    patched_prompts = hmm.sample_prompts(mixture, 24, PLANTED_FORMAT, seed=1)
+    forcing = state_forcing(network, mixture, centroid_prompts, patched_prompts, 1.0, 0, 16, torch.device("cpu"))
+    assert forcing["items"] == 0 and forcing["items_by_test_position"] == [0] * PLANTED_FORMAT.test_length
+    assert {"before", "own_state_floor", "by_layer"}.isdisjoint(forcing)
+    assert forcing["not_run"] == ("no test position of the 24 patched prompts has a state posterior >= 1.0 and two "
+                                  "other states with at least 5 such centroid positions (0 of 512 centroid test "
+                                  "positions have a state posterior >= 1.0)")
+    plot_state_forcing(forcing, tmp_path / "forcing.png")
+    assert (tmp_path / "forcing.png").stat().st_size > 5_000
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,22 @@
-"""``hmmtf reproduce``: the paper preset's data and schedule, the plan's FLOP counts against
-torch's FLOP counter, the bundle's size limit, refusals of bad input, and the ``paper-mini``
-pipeline end to end on the CPU -- stopped after a stage and resumed, it gives the outputs of an
-uninterrupted run."""
+"""``hmmtf reproduce``: the paper preset's data and schedule, the plan's FLOP counts (training,
+evaluation, the Bayes filters, patching) against torch's FLOP counter, the bundle's size limit,
+refusals of bad input, and the ``paper-mini`` pipeline end to end on the CPU -- stopped after a
+stage and resumed, it gives the outputs of an uninterrupted run."""
+import collections
+import dataclasses
 import json
+import math
 import re
 import tarfile
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import hmm
 import hmmtf
-from empirical.analysis.report import probe_mixture
+from empirical.analysis.report import patching_report, probe_mixture
 from empirical.data import PromptStream
 from empirical.evaluate import EVAL_BATCH
 from empirical.model import RoFormer
@@ -25,12 +29,14 @@ from empirical.reproduce.stages import STAGE_NAMES, plan_costs
 from empirical.train import learning_rate
 
 RATES = plan.Rates(train=1e12, float32=1e12, float64=1e11, bandwidth=1e11, source="test")
-HOST = plan.HostTimings(mixture_s=1.0, batch_s=0.01, hand_built_s=0.1, decode_s=1e-4, hand_built_width=100,
-                        hand_built_layers=10)
+HOST = plan.HostTimings(mixture_s=1.0, batch_s=0.01, hand_built_s=0.1, hand_built_forward_s=0.01, decode_s=1e-4,
+                        hand_built_width=100, hand_built_layers=10, confident_fraction=0.2)
 FIGURES = ("evaluate/in_context.png", "evaluate/training_loss.png", "analyze/shuffle.png",
            "analyze/probes_task_state.png", "analyze/probes_previous_tokens.png", "analyze/attention_trained.png",
-           "analyze/attention_hand_built_vs_trained.png", "analyze/offset_profiles.png")
-RESULTS = ("mixture/mixture.json", "evaluate/evaluation.json", "analyze/analysis.json", "train/metrics.jsonl")
+           "analyze/attention_hand_built_vs_trained.png", "analyze/offset_profiles.png",
+           "patching/patching_state_forcing.png", "patching/patching_history.png")
+RESULTS = ("mixture/mixture.json", "evaluate/evaluation.json", "analyze/analysis.json", "patching/patching.json",
+           "train/metrics.jsonl")
 
 
 def without_timings(path) -> list:
@@ -87,18 +93,70 @@ def test_plan_flops_equal_the_flop_counter_of_training_evaluation_and_the_bayes_
                                                 preset.prompt_format, EVAL_BATCH)
 
 
+def test_patching_flops_equal_the_flop_counter_over_the_passes_the_section_makes():
+    config = reproduce_config("paper-mini", "cpu")
+    # Two probed tasks, so that 32 centroid prompts give usable centroids and state forcing has items.
+    analysis = dataclasses.replace(config.analysis, centroid_prompts=32, patching_prompts=8, hand_built_prompts=2,
+                                   probe_tasks=2)
+    config = dataclasses.replace(config, analysis=analysis)
+    preset = config.preset
+    model = RoFormer(preset.model_config(preset.mixture_spec.num_tokens))
+    passes = collections.Counter()  # (method, length) -> prompts
+
+    def recorded(name):
+        method = getattr(model, name)
+
+        def run(tokens, patches=()):
+            passes[name, tokens.shape[1]] += tokens.shape[0]
+            return method(tokens, patches)
+
+        return run
+
+    for name in ("forward", "run_with_cache"):
+        setattr(model, name, recorded(name))
+    report = patching_report(model, preset, preset.build_mixture(), analysis, torch.device("cpu"))
+    forcing = report["state_forcing"]
+    assert forcing["items"] > 0 and sum(forcing["items_by_test_position"]) == forcing["items"]
+    # FLOPs are linear in the batch: count one prompt of each length and path (the explicit
+    # attention of the math kernel, which the counter sees), times the prompts run so.
+    counted = 0
+    for (name, length), prompts in passes.items():
+        with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+            getattr(RoFormer, name)(model, torch.zeros(1, length, dtype=torch.long))
+        counted += prompts * counter.get_total_flops()
+    flops, attention_bytes = plan.patching_work(config, forcing["items_by_test_position"])
+    assert flops == counted
+    recorded_prompts = sum(prompts for (name, _), prompts in passes.items() if name == "run_with_cache")
+    model_config = model.config
+    assert attention_bytes == recorded_prompts * plan.ATTENTION_TOUCHES * 2 * model_config.num_layers * \
+        model_config.num_heads * preset.prompt_format.length**2 * 4
+
+
+@pytest.mark.parametrize("items", [[1.0] * 15, [1.0] * 15 + [-1.0], [1.0] * 15 + [math.nan], [1.0] * 15 + ["2"]])
+def test_patching_work_refuses_items_that_are_not_one_count_per_test_position(items):
+    config = reproduce_config("paper-mini", "cpu")
+    with pytest.raises(ValueError, match=r"items_by_test_position: \[.*\]; expected 16 finite numbers >= 0, one "
+                                         r"per test position of the format"):
+        plan.patching_work(config, items)
+
+
 def test_paper_plan_on_an_assumed_h100_fits_25_minutes_with_host_work_twice_as_slow_as_here():
     config = reproduce_config("paper", "cuda", planning_only=True)
     h100 = plan.assumed_rates(790, **plan.H100_ASSUMPTIONS)
     # Host work measured on the loaded 2-core CPU machine for the paper preset (mixture 15-42 s,
-    # a batch 10-20 ms, a hand-built prompt 7-16 s, decoding 0.4 s per 64 tasks x 4 prompts), doubled.
-    slow_host = plan.HostTimings(mixture_s=84, batch_s=0.04, hand_built_s=32, decode_s=3e-3,
-                                 hand_built_width=1675, hand_built_layers=10)
+    # a batch 10-20 ms, decoding 0.4 s per 64 tasks x 4 prompts; the hand-built network built and
+    # run once 2.9-5.0 s, each further pass 0.43-0.69 s at load averages 2-5), doubled; no test
+    # position with a state posterior >= 0.9 (none of 16384 in the paper's first 64 tasks).
+    slow_host = plan.HostTimings(mixture_s=84, batch_s=0.04, hand_built_s=10, hand_built_forward_s=1.4,
+                                 decode_s=3e-3, hand_built_width=1675, hand_built_layers=9, confident_fraction=0.0)
     costs = plan_costs(config, h100, slow_host)
     assert [cost.stage for cost in costs] == list(STAGE_NAMES)
     plan.check_budget(costs, set(), 25)
-    train = costs[1]
+    train, patching = costs[1], costs[4]
     assert train.flops == {"bfloat16": pytest.approx(4.34e16, rel=0.01)}
+    # 256 prompts x (1 + 5 (1 + 16)) passes of 263 tokens; the hand-built network on 4 prompts.
+    assert patching.flops == {"float32": pytest.approx(2.43e15, rel=0.01)}
+    assert patching.host_s == pytest.approx(4 * (10 + 5 * 12 * 1.4) + 768 / 32 * 0.04 + plan.PATCHING_FIGURE_SECONDS)
 
 
 def test_probe_prompts_come_from_the_first_tasks_with_their_ids():
@@ -129,9 +187,10 @@ def test_bundle_holds_every_json_and_figure_and_refuses_more_than_the_limit(tmp_
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--preset", "huge"], r"--preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-mini', 'tiny'\]"),
+    (["--preset", "huge"], r"--preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-mini', .*'tiny'\]"),
     (["--preset", "paper-mini", "--device", "cpu", "--budget-minutes", "0.0001"],
-     r"--budget-minutes: 0.0001; the stages to run are planned at .* min \(mixture .* s, train .* s, .*\); "
+     r"--budget-minutes: 0.0001; the stages to run are planned at .* min \(mixture .* s, train .* s, .*, "
+     r"patching .* s, bundle .* s\); "
      r"expected a budget of at least 1 min"),
     (["--preset", "paper-mini", "--device", "gpu"], r"--device: 'gpu' is not a torch device"),
     (["--preset", "paper-mini", "--assume-peak-tflops", "790"],
@@ -166,6 +225,8 @@ def test_paper_mini_runs_every_stage_and_resumes_after_a_stop_to_the_outputs_of_
     train = record["stages"]["train"]["attempts"][0]
     assert train["steps"] == 64 and train["tokens"] == 64 * 32 * 67
     assert 0 < train["utilisation"]["float32"] < 1 and train["tokens_per_s"] > 0
+    patching = record["stages"]["patching"]["attempts"][0]
+    assert patching["forcing_items"] > 0 and patching["hand_built_prompts"] == 2 and patching["flops"]["float32"] > 0
     evaluation = json.loads((whole / "evaluate" / "evaluation.json").read_text())
     assert evaluation["bayes"] == {"dtype": "torch.float64", "device": "cpu", "tasks": 128}
     with tarfile.open(whole / "bundle" / "paper-mini-results.tar.gz") as archive:
@@ -181,7 +242,7 @@ def test_paper_mini_runs_every_stage_and_resumes_after_a_stop_to_the_outputs_of_
     assert "mixture (done)" in capsys.readouterr().out
     record = json.loads((resumed / "record.json").read_text())
     assert [[attempt["invocation"] for attempt in entry["attempts"]] for entry in record["stages"].values()] == [
-        [0], [0], [1], [1], [1]]
+        [0], [0], [1], [1], [1], [1]]
     for name in RESULTS:
         assert without_timings(resumed / name) == without_timings(whole / name), name
     checkpoint = "train/checkpoint/model.safetensors"

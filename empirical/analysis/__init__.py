@@ -15,14 +15,15 @@ Public API (import from the modules named; this file imports nothing)::
                best_matching_heads
     networks:  what the analyses read from a RoFormer (roformer_streams, roformer_scores,
                roformer_patterns, roformer_offset_profiles) and from the hand-built network
-               (hand_built_trace, hand_built_streams, hand_built_scores, hand_built_weights,
-               hand_built_composed_history)
+               (hand_built_network, hand_built_trace, hand_built_streams, hand_built_scores,
+               hand_built_weights, hand_built_composed_history)
     patching:  activation patching against exact HMM counterfactuals: state_forcing (state
                centroids patched into the RoFormer, four controls), history_patching (the token
                r back changed, both networks), patched_next_token, kl_divergence,
                recovered_fraction, check_prompt_position
     report:    AnalysisConfig, analyze(model, preset, config, device) -> Analysis: the sections
-               of ``analysis.json`` and the attention maps of its figures
+               of ``analysis.json`` and the attention maps of its figures; patching_report (the
+               patching section alone, as ``hmmtf reproduce``'s patching stage runs it)
     figures:   the six figures of the shuffle, probe and attention sections
     patching_figures: the two figures of the patching section
     commands:  ``hmmtf analyze``

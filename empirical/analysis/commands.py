@@ -52,8 +52,13 @@ def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_dista
         plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
         plot_offset_summary(report["offsets"]["summary"], out / "offset_summary.png")
     if "patching" in report:
-        plot_state_forcing(report["patching"]["state_forcing"], out / "patching_state_forcing.png")
-        plot_history_patching(report["patching"]["history"], out / "patching_history.png")
+        write_patching_figures(report["patching"], out)
+
+
+def write_patching_figures(patching: dict, out: Path) -> None:
+    """The two figures of the patching section (:func:`empirical.analysis.report.patching_report`) into ``out``."""
+    plot_state_forcing(patching["state_forcing"], out / "patching_state_forcing.png")
+    plot_history_patching(patching["history"], out / "patching_history.png")
 
 
 def run_analyze(args) -> int:

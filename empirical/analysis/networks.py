@@ -70,13 +70,19 @@ def roformer_patterns(model: RoFormer, tokens: torch.Tensor, device: torch.devic
                         for layer in range(model.config.num_layers)], dim=1)
 
 
+def hand_built_network(tokens: torch.Tensor, num_tokens: int, max_distance: int) -> construction.Network:
+    """The hand-built network built for the prompt ``tokens (N,)``: history length
+    ``max_distance + 1``, :data:`HAND_BUILT_STEPS` GD steps, spec from
+    :func:`construction.parameters_for_prompt`. Its first forward pass also converts its weight
+    matrices (cached for later passes)."""
+    history_length = max_distance + 1
+    spec = construction.parameters_for_prompt(tokens.numpy(), num_tokens, history_length, HAND_BUILT_STEPS)
+    return construction.build_network(spec)
+
+
 def hand_built_trace(tokens: torch.Tensor, num_tokens: int, max_distance: int) -> construction.Trace:
     """Forward pass (float64) of the hand-built network built for the prompt ``tokens (N,)``."""
-    prompt = tokens.numpy()
-    history_length = max_distance + 1
-    spec = construction.parameters_for_prompt(prompt, num_tokens, history_length, HAND_BUILT_STEPS)
-    network = construction.build_network(spec)
-    return network.forward(prompt)
+    return hand_built_network(tokens, num_tokens, max_distance).forward(tokens.numpy())
 
 
 def hand_built_streams(tokens: torch.Tensor, positions: torch.Tensor, num_tokens: int, max_distance: int,

@@ -63,7 +63,7 @@ from tqdm import tqdm
 
 import construction
 import hmm
-from empirical.analysis.networks import HAND_BUILT_STEPS, roformer_layer_name, roformer_streams
+from empirical.analysis.networks import HAND_BUILT_STEPS, hand_built_network, roformer_layer_name, roformer_streams
 from empirical.analysis.probes import bootstrap_interval, bootstrap_ratio_interval
 from empirical.model import ResidualPatch, RoFormer
 from hmm.memory import memory_predictor
@@ -153,21 +153,31 @@ class Centroids(NamedTuple):
     """``(K, W)`` float64: mean residual of all positions of task k."""
 
 
+def state_cells(tasks: torch.Tensor, states: torch.Tensor, num_states: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The labelled positions (``states >= 0``, bool ``(n,)``) and their cells ``task S + state``."""
+    labelled = states >= 0
+    return labelled, tasks[labelled] * num_states + states[labelled]
+
+
+def state_counts(tasks: torch.Tensor, states: torch.Tensor, num_tasks: int, num_states: int) -> torch.Tensor:
+    """``(K, S)`` int64: the number of positions labelled with each (task, state)."""
+    _, cell = state_cells(tasks, states, num_states)
+    return torch.bincount(cell, minlength=num_tasks * num_states).view(num_tasks, num_states)
+
+
 def centroids(streams: torch.Tensor, tasks: torch.Tensor, states: torch.Tensor, num_tasks: int,
               num_states: int) -> Centroids:
     """:class:`Centroids` of ``streams (n, W)`` with labels ``tasks (n,)`` and ``states (n,)``
     (``-1`` = no confident state: counted in the task mean only)."""
     width = streams.shape[1]
     streams = streams.double()
-    labelled = states >= 0
-    cell = tasks[labelled] * num_states + states[labelled]
+    labelled, cell = state_cells(tasks, states, num_states)
     sums = torch.zeros(num_tasks * num_states, width, dtype=torch.float64).index_add_(0, cell, streams[labelled])
-    count = torch.bincount(cell, minlength=num_tasks * num_states)
-    state_mean = sums / count.clamp_min(1)[:, None]
+    count = state_counts(tasks, states, num_tasks, num_states)
+    state_mean = sums.view(num_tasks, num_states, width) / count.clamp_min(1)[..., None]
     task_sums = torch.zeros(num_tasks, width, dtype=torch.float64).index_add_(0, tasks, streams)
     task_count = torch.bincount(tasks, minlength=num_tasks).clamp_min(1)
-    return Centroids(state_mean.view(num_tasks, num_states, width), count.view(num_tasks, num_states),
-                     task_sums / task_count[:, None])
+    return Centroids(state_mean, count, task_sums / task_count[:, None])
 
 
 def shuffle_states_within_tasks(tasks: torch.Tensor, states: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -213,6 +223,12 @@ def forcing_items(states: torch.Tensor, task_ids: torch.Tensor, test_positions: 
         rows.append((prompt, int(test_positions[index]), task, own, target, wrong))
     columns = torch.tensor(rows, dtype=torch.long).view(-1, 6).T
     return ForcingItems(*columns), skipped
+
+
+def items_by_test_position(items: ForcingItems, test_positions: torch.Tensor) -> torch.Tensor:
+    """``(test_length,)`` int64: the number of items at each test position (the prompts forced
+    there, each patched once per layer and condition)."""
+    return (items.position[:, None] == test_positions[None]).sum(0)
 
 
 def forcing_vectors(real: Centroids, shuffled: Centroids, items: ForcingItems,
@@ -284,42 +300,54 @@ def summarise_forcing(before: torch.Tensor, kl: dict[str, torch.Tensor], floor: 
 def state_forcing(model: RoFormer, mixture: hmm.Mixture, centroid_prompts: hmm.Prompts, patched_prompts: hmm.Prompts,
                   threshold: float, seed: int, batch_size: int, device: torch.device) -> dict:
     """The state-forcing section (module docstring): centroids from ``centroid_prompts``, forcing
-    items from ``patched_prompts``, KL before and after every patch, summarised per layer."""
+    items from ``patched_prompts``, KL before and after every patch, summarised per layer.
+
+    The items depend on the HMMs only (labels, centroid counts), so they are found before any
+    forward pass. Where there is none -- no patched test position has a confident state and two
+    other usable centroids, as at the paper's 128 states, whose filtered posteriors stay diffuse --
+    the section records the counts and ``not_run`` (why), without ``before``, ``own_state_floor``
+    and ``by_layer``, and the network is not run."""
     prompt_format = centroid_prompts.format
     test_positions = torch.nonzero(prompt_format.test_positions).squeeze(1)
     generator = torch.Generator().manual_seed(seed)
-    streams = roformer_streams(model, centroid_prompts.tokens, prompt_format.test_positions, device, batch_size,
-                               "centroid streams")
     labels = confident_states(centroid_prompts, mixture, threshold).reshape(-1)
     tasks = centroid_prompts.task_ids.repeat_interleave(len(test_positions))
     shuffled_labels = shuffle_states_within_tasks(tasks, labels, generator)
     K, S = mixture.num_tasks, mixture.hmm.num_states
+    counts = state_counts(tasks, labels, K, S)
+    patched_states = confident_states(patched_prompts, mixture, threshold)
+    items, skipped = forcing_items(patched_states, patched_prompts.task_ids, test_positions,
+                                   counts >= MIN_CENTROID_POSITIONS, generator)
+    section = {
+        "threshold": threshold,
+        "centroid_prompts": len(centroid_prompts.tokens),
+        "patched_prompts": len(patched_prompts.tokens),
+        "confident_centroid_positions": int((labels >= 0).sum()),
+        "confident_patched_positions": int((patched_states >= 0).sum()),
+        "centroid_counts": counts.tolist(),
+        "items": len(items.prompt),
+        "items_by_test_position": items_by_test_position(items, test_positions).tolist(),
+        "prompts_with_items": len(torch.unique(items.prompt)),
+        "skipped_positions": skipped,
+    }
+    if len(items.prompt) == 0:
+        return {**section, "not_run": (
+            f"no test position of the {len(patched_prompts.tokens)} patched prompts has a state posterior >= "
+            f"{threshold} and two other states with at least {MIN_CENTROID_POSITIONS} such centroid positions "
+            f"({section['confident_centroid_positions']} of {len(labels)} centroid test positions have a state "
+            f"posterior >= {threshold})")}
+    streams = roformer_streams(model, centroid_prompts.tokens, prompt_format.test_positions, device, batch_size,
+                               "centroid streams")
     layers = range(model.config.num_layers)
     real = {layer: centroids(streams[roformer_layer_name(layer)], tasks, labels, K, S) for layer in layers}
     shuffled = {layer: centroids(streams[roformer_layer_name(layer)], tasks, shuffled_labels, K, S) for layer in layers}
-    usable = real[0].count >= MIN_CENTROID_POSITIONS
-    items, skipped = forcing_items(confident_states(patched_prompts, mixture, threshold), patched_prompts.task_ids,
-                                   test_positions, usable, generator)
-    if len(items.prompt) == 0:
-        raise ValueError(f"threshold: {threshold}; no test position of the patched prompts has a confident state "
-                         f"and two other usable centroids; expected a lower threshold or more centroid prompts")
     vectors = {layer: forcing_vectors(real[layer], shuffled[layer], items, generator) for layer in layers}
     counterfactual = counterfactual_next_token(mixture, items.task, items.target_state)
     unpatched, kl = forced_kl(model, patched_prompts.tokens, prompt_format, items, counterfactual, vectors,
                               mixture.num_tokens, batch_size, device)
     before = kl_divergence(counterfactual, unpatched)
     floor = kl_divergence(counterfactual_next_token(mixture, items.task, items.own_state), unpatched)
-    return {
-        "threshold": threshold,
-        "centroid_prompts": len(centroid_prompts.tokens),
-        "patched_prompts": len(patched_prompts.tokens),
-        "confident_centroid_positions": int((labels >= 0).sum()),
-        "centroid_counts": real[0].count.tolist(),
-        "items": len(items.prompt),
-        "prompts_with_items": len(torch.unique(items.prompt)),
-        "skipped_positions": skipped,
-        **summarise_forcing(before, kl, floor, items.prompt, model.config.num_layers),
-    }
+    return {**section, **summarise_forcing(before, kl, floor, items.prompt, model.config.num_layers)}
 
 
 def history_corruptions(prompts: hmm.Prompts, mixture: hmm.Mixture, max_distance: int,
@@ -430,8 +458,8 @@ def hand_built_history_changes(tokens: torch.Tensor, replacements: torch.Tensor,
     holds no regression sample, so the spec built for the prompt is theirs too."""
     distances = len(replacements)
     prompt = tokens.numpy()
-    spec = construction.parameters_for_prompt(prompt, num_tokens, distances + 1, HAND_BUILT_STEPS)
-    network = construction.build_network(spec)
+    network = hand_built_network(tokens, num_tokens, distances)
+    spec = network.spec
     clean = network.forward(prompt, record_attention=False)
     layers = (construction.Stage.EMBEDDING.value,) + clean.layer_names
     last_history = clean.layers_of(construction.Stage.HISTORY)[-1]

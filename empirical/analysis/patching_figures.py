@@ -4,6 +4,7 @@ patching (recovered fraction per layer and distance, hand-built beside trained).
 bands are 95% prompt-level bootstrap intervals."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -25,9 +26,22 @@ CONDITION_STYLES = {
 def plot_state_forcing(forcing: dict, path: Path) -> None:
     """KL from the exact counterfactual ``(T_k O_k)[s]`` to the network's next-token distribution
     per layer, after patching the state-s centroid and each control (points slightly offset so
-    that the intervals do not overlap), with the unpatched KL and the own-state floor as bands."""
-    layers = list(forcing["by_layer"])
+    that the intervals do not overlap), with the unpatched KL and the own-state floor as bands; a
+    section that was not run (no item) is drawn as its reason."""
     figure, axis = plt.subplots(figsize=(10.5, 4.8), constrained_layout=True)
+    if "not_run" in forcing:
+        axis.axis("off")
+        axis.text(0.5, 0.5, "State forcing not run:\n" + textwrap.fill(forcing["not_run"], 90), ha="center",
+                  va="center", fontsize=10, transform=axis.transAxes)
+    else:
+        _forcing_curves(axis, forcing)
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
+def _forcing_curves(axis, forcing: dict) -> None:
+    """The KL of every condition per layer, the two bands, the verdicts and the title."""
+    layers = list(forcing["by_layer"])
     for name, color, style in (("before", "gray", "-"), ("own_state_floor", "tab:green", "--")):
         summary = forcing[name]
         label = ("unpatched" if name == "before" else "unpatched, against its own\nstate's (T_k O_k)[s0] (floor)")
@@ -51,8 +65,6 @@ def plot_state_forcing(forcing: dict, path: Path) -> None:
     axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axis.set_title(f"State forcing: {forcing['items']} test positions of {forcing['prompts_with_items']} prompts, "
                    f"state posterior >= {forcing['threshold']}", fontsize=10)
-    figure.savefig(path, dpi=130)
-    plt.close(figure)
 
 
 def _fraction_curves(axis, by_distance: dict, reference: str) -> None:

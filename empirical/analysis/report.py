@@ -240,14 +240,21 @@ def offset_report(networks: dict[str, RoFormer], tokens: torch.Tensor, hand_buil
     }
 
 
-def patching_report(model: RoFormer, mixture: hmm.Mixture, centroid_prompts: hmm.Prompts,
-                    patched_prompts: hmm.Prompts, config: AnalysisConfig, device: torch.device) -> dict:
+def patching_report(model: RoFormer, preset: ExperimentPreset, mixture: hmm.Mixture, config: AnalysisConfig,
+                    device: torch.device) -> dict:
     """State forcing of the trained network and history patching of both networks
-    (:mod:`empirical.analysis.patching`); the hand-built network patches as many prompts as it tests."""
+    (:mod:`empirical.analysis.patching`) on ``config.patching_prompts`` prompts (stream
+    :data:`PATCHING_STREAM`), the centroids from ``config.centroid_prompts`` (stream
+    :data:`CENTROID_STREAM`), both drawn from the probed tasks (:func:`probe_mixture`: centroids
+    are per task, so each task needs several prompts); the hand-built network patches as many
+    prompts as it tests."""
+    probed = probe_mixture(mixture, config.probe_tasks)
+    centroid_prompts = section_prompts(preset, probed, CENTROID_STREAM, config.centroid_prompts)
+    patched_prompts = section_prompts(preset, probed, PATCHING_STREAM, config.patching_prompts)
     return {
-        "state_forcing": state_forcing(model, mixture, centroid_prompts, patched_prompts, config.state_threshold,
+        "state_forcing": state_forcing(model, probed, centroid_prompts, patched_prompts, config.state_threshold,
                                        config.seed, config.batch_size, device),
-        "history": history_patching(model, mixture, patched_prompts, config.hand_built_counts[1], config.max_distance,
+        "history": history_patching(model, probed, patched_prompts, config.hand_built_counts[1], config.max_distance,
                                     config.seed, config.batch_size, device),
     }
 
@@ -290,6 +297,12 @@ def probe_mixture(mixture: hmm.Mixture, probe_tasks: int) -> hmm.Mixture:
     return hmm.Mixture(mixture.hmm[:probe_tasks], weights / weights.sum())
 
 
+def section_prompts(preset: ExperimentPreset, source: hmm.Mixture, stream: int, count: int) -> hmm.Prompts:
+    """``count`` prompts of ``preset``'s format from ``source``, seeded by
+    ``stream_seed(preset.data_seed, stream, 0)`` (each prompt set its own stream)."""
+    return hmm.sample_prompts(source, count, preset.prompt_format, seed=stream_seed(preset.data_seed, stream, 0))
+
+
 def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, device: torch.device,
             mixture: hmm.Mixture | None = None) -> Analysis:
     """The sections ``config.sections`` of the report for ``model`` (trained on ``preset``'s
@@ -299,13 +312,9 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
     prompt_format = preset.prompt_format
     mixture = mixture if mixture is not None else preset.build_mixture()
     probed = probe_mixture(mixture, config.probe_tasks)
-
-    def prompts(source: hmm.Mixture, stream: int, count: int) -> hmm.Prompts:
-        return hmm.sample_prompts(source, count, prompt_format, seed=stream_seed(preset.data_seed, stream, 0))
-
-    train_prompts = prompts(probed, PROBE_TRAIN_STREAM, config.probe_train_prompts)
-    test_prompts = prompts(probed, PROBE_TEST_STREAM, config.probe_test_prompts)
-    shuffle_tokens = prompts(mixture, SHUFFLE_STREAM, config.shuffle_prompts).tokens
+    train_prompts = section_prompts(preset, probed, PROBE_TRAIN_STREAM, config.probe_train_prompts)
+    test_prompts = section_prompts(preset, probed, PROBE_TEST_STREAM, config.probe_test_prompts)
+    shuffle_tokens = section_prompts(preset, mixture, SHUFFLE_STREAM, config.shuffle_prompts).tokens
     networks = {"trained": model, "random-init": random_init_like(model, config.seed).to(device)}
     hand_train, hand_test = config.hand_built_counts
     example = test_prompts.tokens[0]
@@ -324,9 +333,7 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
     if "offsets" in config.sections:
         report["offsets"] = offset_report(networks, test_prompts.tokens, example_trace, prompt_format, config, device)
     if "patching" in config.sections:
-        # Centroids are per task, so patching draws from the probed tasks too (several prompts each).
-        report["patching"] = patching_report(model, probed, prompts(probed, CENTROID_STREAM, config.centroid_prompts),
-                                             prompts(probed, PATCHING_STREAM, config.patching_prompts), config, device)
+        report["patching"] = patching_report(model, preset, mixture, config, device)
     if "probes" in config.sections:
         report["claims"] = claims_summary(report, model.config.num_layers, config.max_distance)
     return Analysis(report, example, roformer_patterns(model, example[None], device)[0],

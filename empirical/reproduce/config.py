@@ -10,12 +10,16 @@ the others):
   about 500 tasks once each and the test prompts would come from tasks the probe never saw (and
   the probe ceilings, Bayes-optimal decoders on the host, would take 128 times longer).
   Recorded passes 16 prompts at a time (a pass stores ``2 L H N^2`` = 35 M floats per prompt). 8
-  hand-built prompts (4 to test, 4 to shuffle): a paper-scale hand-built network (p = 16, width
-  1675) takes 8-15 s per prompt on one core of the 2-core CPU machine, most of it converting its
-  dense weight matrices.
+  hand-built prompts (4 to test, 4 to shuffle, 4 to patch): a paper-scale hand-built network
+  (p = 16, width 1675) takes 3-5 s to build and run once on one core of the loaded 2-core CPU
+  machine and 0.4-0.7 s per further pass, so about half a minute per patched prompt (61 passes).
+  Patching: 256 patched and 512 centroid prompts (the defaults), from the same 64 tasks: the
+  trained network's history patching then takes about 2 minutes of planned H100 time
+  (``docs/reproduce.md``, "Patching sizes").
 * ``paper-mini``: the same code paths at a size 2 CPU cores run in seconds: a 16-way task probe
   (the first 16 of 128 tasks), 64 / 32 probe prompts, 32 shuffled prompts, 4 hand-built prompts,
-  previous-token probes up to 3 back (70 probe fits instead of 112 for 5).
+  previous-token probes up to 3 back (70 probe fits instead of 112 for 5), 64 patched and 256
+  centroid prompts.
 """
 from __future__ import annotations
 
@@ -28,16 +32,19 @@ import torch
 from empirical.analysis.report import AnalysisConfig
 from empirical.presets import ExperimentPreset, get_preset
 
-PLANNED_SECTIONS = ("shuffle", "probes", "offsets")
-"""The analyses the ``analyze`` stage runs and :mod:`empirical.reproduce.plan` costs. Activation
-patching is not among them yet: its hand-built history patching costs a forward pass per prompt
-and distance (about 8 s each at paper scale on the host), which the plan does not count."""
+ANALYZE_SECTIONS = ("shuffle", "probes", "offsets")
+"""The sections of ``empirical.analysis`` the ``analyze`` stage runs. The fourth, ``patching``, is
+a stage of its own (``patching``, after ``analyze``): at paper scale it takes minutes (the
+hand-built network's history patching, about half a minute per prompt on the host), and a run
+cut off in it resumes there without redoing the analysis."""
 
 ANALYSIS_CONFIGS: dict[str, AnalysisConfig] = {
     "paper": AnalysisConfig(batch_size=16, probe_train_prompts=1024, probe_test_prompts=256, shuffle_prompts=256,
-                            hand_built_prompts=8, probe_tasks=64, sections=PLANNED_SECTIONS),
+                            hand_built_prompts=8, probe_tasks=64, centroid_prompts=512, patching_prompts=256,
+                            sections=ANALYZE_SECTIONS),
     "paper-mini": AnalysisConfig(batch_size=32, probe_train_prompts=64, probe_test_prompts=32, shuffle_prompts=32,
-                                 hand_built_prompts=4, probe_tasks=16, max_distance=3, sections=PLANNED_SECTIONS),
+                                 hand_built_prompts=4, probe_tasks=16, max_distance=3, centroid_prompts=256,
+                                 patching_prompts=64, sections=ANALYZE_SECTIONS),
 }
 
 
@@ -108,4 +115,4 @@ def reproduce_config(preset_name: str, device_name: str | None, *, compile_model
     if cpu_bf16:
         train = dataclasses.replace(train, precision="bf16-cpu")
     preset = dataclasses.replace(preset, train=train)
-    return ReproduceConfig(preset, ANALYSIS_CONFIGS.get(preset.name, AnalysisConfig(sections=PLANNED_SECTIONS)), device)
+    return ReproduceConfig(preset, ANALYSIS_CONFIGS.get(preset.name, AnalysisConfig(sections=ANALYZE_SECTIONS)), device)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
 import hmm
-from empirical.analysis.networks import hand_built_trace
+from empirical.analysis.networks import hand_built_network
+from empirical.analysis.patching import CONTROLS, confident_states
 from empirical.analysis.probes import PROBE_MAX_ITERATIONS, probe_positions
 from empirical.evaluate import EVAL_BATCH
 from empirical.model import RoFormer, forward_flops_per_token, training_flops_per_token
@@ -67,6 +69,9 @@ FIGURE_SECONDS_PER_HEAD = 0.06
 the 2-core CPU machine)."""
 FIGURE_SECONDS = 10.0
 """Host time of the other figures of the evaluation and the analysis."""
+PATCHING_FIGURE_SECONDS = 4.0
+"""Host time of the two patching figures (2.6-4.0 s for ``paper-mini``'s on the loaded 2-core CPU
+machine; they do not grow with the prompt counts)."""
 BUNDLE_SECONDS = 5.0
 """Host time to archive the outputs (a few MB of PNG and JSON, gzip)."""
 H100_ASSUMPTIONS = {"float32_tflops": 50.0, "float64_tflops": 50.0, "bandwidth_tbs": 3.0}
@@ -97,12 +102,20 @@ class HostTimings(NamedTuple):
     batch_s: float
     """Sampling one training batch of prompts."""
     hand_built_s: float
-    """One forward pass of the hand-built network (built for one prompt)."""
+    """Building the hand-built network for one prompt and its first forward pass (which also
+    converts its weight matrices)."""
+    hand_built_forward_s: float
+    """One more forward pass of that network (weights converted, attention not recorded): each
+    patched run of its history patching."""
     decode_s: float
     """The Bayes-optimal decoders (:func:`hmm.bayes_predictive` with ``decode=True``, float64 on
     the host: the analysis's probe ceilings) per task and prompt."""
     hand_built_width: int
     hand_built_layers: int
+    confident_fraction: float
+    """Share of the test positions of the sampled batch whose filtered state posterior reaches the
+    analysis's ``state_threshold`` (:func:`empirical.analysis.patching.confident_states`): the
+    expected share of test positions that state forcing patches."""
 
 
 class StageCost(NamedTuple):
@@ -149,20 +162,27 @@ def mixture_fingerprint(mixture: hmm.Mixture) -> str:
 
 def measure_host(config: ReproduceConfig) -> HostTimings:
     """Time, on this machine's CPU, a scaled-down mixture (generated and fingerprinted), one
-    training batch and one hand-built forward pass of the preset's sizes."""
-    preset = config.preset
+    training batch, the hand-built network of the preset's sizes (built, a first and a second
+    forward pass) and the Bayes-optimal decoders; count the batch's confidently labelled test
+    positions."""
+    preset, analysis = config.preset, config.analysis
     spec = preset.mixture_spec
     small_spec = dataclasses.replace(spec, num_tasks=min(spec.num_tasks, HOST_SAMPLE_TASKS))
     small, build_s = timed(lambda: small_spec.build(preset.mixture_seed))
     _, hash_s = timed(lambda: mixture_fingerprint(small))
     prompts, batch_s = timed(lambda: hmm.sample_prompts(small, preset.train.batch_size, preset.prompt_format, seed=0))
-    trace, hand_built_s = timed(lambda: hand_built_trace(prompts.tokens[0], spec.num_tokens,
-                                                         config.analysis.max_distance))
+    network, network_s = timed(lambda: hand_built_network(prompts.tokens[0], spec.num_tokens, analysis.max_distance))
+    prompt = prompts.tokens[0].numpy()
+    trace, first_s = timed(lambda: network.forward(prompt))
+    _, forward_s = timed(lambda: network.forward(prompt, record_attention=False))
     decoded = prompts.tokens[:HOST_DECODE_PROMPTS]
     _, decode_s = timed(lambda: hmm.bayes_predictive(small, decoded, decode=True))
-    return HostTimings((build_s + hash_s) * spec.num_tasks / small_spec.num_tasks, batch_s, hand_built_s,
-                       decode_s / (small_spec.num_tasks * len(decoded)), trace.residuals[0].shape[0],
-                       len(trace.layer_names))
+    confident = confident_states(prompts, small, analysis.state_threshold) >= 0
+    return HostTimings(
+        mixture_s=(build_s + hash_s) * spec.num_tasks / small_spec.num_tasks, batch_s=batch_s,
+        hand_built_s=network_s + first_s, hand_built_forward_s=forward_s,
+        decode_s=decode_s / (small_spec.num_tasks * len(decoded)), hand_built_width=trace.residuals[0].shape[0],
+        hand_built_layers=len(trace.layer_names), confident_fraction=float(confident.double().mean()))
 
 
 def _seconds(flops: float, rate: float) -> float:
@@ -295,6 +315,71 @@ def analysis_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> S
         f"device {device_s:.1f} s ({forward:.3g} forward + {probes:.3g} probe FLOPs float32, {attention_bytes:.3g} "
         f"attention bytes) + host {host_s:.0f} s ({hand_built_runs} hand-built prompts x {host.hand_built_s:.1f} s, "
         f"probe ceilings {decode_s:.1f} s, figures)")
+
+
+def patching_work(config: ReproduceConfig, items_by_test_position: Sequence[float]) -> tuple[float, float]:
+    """Float32 FLOPs of the trained RoFormer's passes in the patching stage
+    (:func:`empirical.analysis.report.patching_report`) and the device bytes of the attention its
+    recorded passes store, given ``n_t`` = ``items_by_test_position[i]`` state-forcing items at the
+    i-th test position t (the section's ``items_by_test_position``, or the plan's expectation).
+    With ``F(n) = forward_flops_per_token(n) n`` the FLOPs of a prompt cut after n tokens, L
+    layers, P patched and C centroid prompts, R = ``max_distance``, N the prompt length::
+
+        history patching  P (1 + R (1 + L)) F(N)      the clean pass; per r the modified prompt's
+                                                       recorded pass and L patched passes
+        centroid streams  C F(N)                       recorded passes, run only when some item exists
+        state forcing     sum_t n_t (1 + 5 L) F(t + 1) per item its unpatched pass and one per layer
+                                                       and condition (centroid, 4 controls), cut after t
+
+    Attention bytes: ``C [some item] + P R`` recorded passes, each storing scores and pattern
+    (``2 L H N^2`` float32) that cross memory :data:`ATTENTION_TOUCHES` times. ``ValueError``
+    unless ``items_by_test_position`` holds one finite number >= 0 per test position."""
+    preset, analysis = config.preset, config.analysis
+    fmt = preset.prompt_format
+    model_config = preset.model_config(preset.mixture_spec.num_tokens)
+    items = list(items_by_test_position)
+    numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                  and value >= 0 for value in items)
+    if len(items) != fmt.test_length or not numbers:
+        raise ValueError(f"items_by_test_position: {items!r}; expected {fmt.test_length} finite numbers >= 0, one "
+                         f"per test position of the format {fmt}")
+    layers, heads, length = model_config.num_layers, model_config.num_heads, fmt.length
+
+    def prompt_flops(tokens: int) -> float:
+        return float(forward_flops_per_token(model_config, tokens) * tokens)
+
+    centroid_passes = analysis.centroid_prompts if sum(items) > 0 else 0
+    history = analysis.patching_prompts * (1 + analysis.max_distance * (1 + layers)) * prompt_flops(length)
+    positions = torch.nonzero(fmt.test_positions).squeeze(1).tolist()
+    forcing = sum(count * (1 + (1 + len(CONTROLS)) * layers) * prompt_flops(position + 1)
+                  for count, position in zip(items, positions))
+    recorded = centroid_passes + analysis.patching_prompts * analysis.max_distance
+    attention_bytes = float(recorded * ATTENTION_TOUCHES * 2 * layers * heads * length**2 * 4)
+    return history + centroid_passes * prompt_flops(length) + forcing, attention_bytes
+
+
+def patching_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
+    """:func:`patching_work` with ``confident_fraction x P`` expected items at every test position
+    (an upper bound: a confident position whose task lacks two other usable centroids is skipped);
+    host: the hand-built network's history patching, per prompt ``hand_built_s + R (layers + 3)
+    hand_built_forward_s`` (built and run clean; per r the modified prompt, the column swap after
+    the embedding and after each layer, and the slot patch), sampling the prompt sets, the figures."""
+    preset, analysis = config.preset, config.analysis
+    expected = host.confident_fraction * analysis.patching_prompts
+    flops, attention_bytes = patching_work(config, [expected] * preset.prompt_format.test_length)
+    device_s = _seconds(flops, rates.float32) + attention_bytes / rates.bandwidth
+    passes = analysis.max_distance * (host.hand_built_layers + 3)
+    per_prompt = host.hand_built_s + passes * host.hand_built_forward_s
+    hand_built_prompts = analysis.hand_built_counts[1]
+    sampling_s = (analysis.centroid_prompts + analysis.patching_prompts) / preset.train.batch_size * host.batch_s
+    host_s = hand_built_prompts * per_prompt + sampling_s + PATCHING_FIGURE_SECONDS
+    return StageCost(
+        "patching", {"float32": flops}, attention_bytes, host_s, device_s + host_s,
+        f"device {device_s:.1f} s ({flops:.3g} FLOPs float32: history patching of {analysis.patching_prompts} "
+        f"prompts, state forcing of {expected * preset.prompt_format.test_length:.0f} expected items; "
+        f"{attention_bytes:.3g} attention bytes) + host {host_s:.0f} s ({hand_built_prompts} hand-built prompts x "
+        f"{per_prompt:.1f} s: build and first pass {host.hand_built_s:.1f} s + {passes} passes x "
+        f"{host.hand_built_forward_s:.2f} s; figures)")
 
 
 def bundle_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:

@@ -14,11 +14,12 @@ which resumes from its last checkpoint (``empirical.train``: every ``checkpoint_
               K HMMs (float64, on the device) and the unigram (``empirical.evaluate``)
     analyze   ``empirical.analysis``: shuffle test, probes with the random-init baseline, offset
               profiles, attention maps, hand-built vs trained
+    patching  ``empirical.analysis.patching``: state forcing of the trained RoFormer (four
+              controls) and history patching of it and of the hand-built network
     bundle    every JSON and figure in one archive (``empirical.reproduce.bundle``)
 
-:data:`STAGES` is the one list of stages: a later study (activation patching) joins the
-pipeline as one more entry after ``analyze``, with a function writing into its folder and a cost
-function for the plan (``empirical.reproduce.plan``).
+:data:`STAGES` is the one list of stages: a stage is a function writing into its folder and a
+cost function for the plan (``empirical.reproduce.plan``).
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ from typing import Callable
 import torch
 
 import hmm
-from empirical.analysis.commands import REPORT_FILE, write_figures
-from empirical.analysis.report import analyze
+from empirical.analysis.commands import REPORT_FILE, write_figures, write_patching_figures
+from empirical.analysis.report import analyze, patching_report
 from empirical.checkpoint import CONFIG_FILE, load_checkpoint
 from empirical.commands import EVALUATION_FILE
 from empirical.data import PromptStream, held_out_prompts
@@ -61,6 +62,7 @@ from empirical.roofline import synchronize, timed
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, train
 
 MIXTURE_FILE = "mixture.json"
+PATCHING_FILE = "patching.json"
 
 
 class Reproduction:
@@ -202,6 +204,22 @@ def analyze_stage(run: Reproduction) -> dict:
     return {"hand_built_prompts": hand_train + 3 * hand_test + 1}
 
 
+def patching_stage(run: Reproduction) -> dict:
+    """``patching.json`` and the two patching figures of the checkpoint
+    (:func:`empirical.analysis.report.patching_report`); the FLOPs of its RoFormer passes
+    (:func:`plan.patching_work` of the items state forcing found)."""
+    config = run.config
+    folder = run.folder("patching")
+    saved = load_checkpoint(run.checkpoint, config.device)
+    patching = patching_report(saved.model, config.preset, run.mixture, config.analysis, config.device)
+    write_patching_figures(patching, folder)
+    write_json(folder / PATCHING_FILE, {"analysis_config": dataclasses.asdict(config.analysis), "patching": patching})
+    forcing = patching["state_forcing"]
+    flops, attention_bytes = plan.patching_work(config, forcing["items_by_test_position"])
+    return {"flops": {"float32": flops}, "attention_bytes": attention_bytes, "forcing_items": forcing["items"],
+            "hand_built_prompts": patching["history"]["hand-built"]["prompts"]}
+
+
 def bundle_stage(run: Reproduction) -> dict:
     """The archive of every JSON and figure written so far (``record.json`` as of this stage)."""
     return write_bundle(run.out, run.folder("bundle") / f"{run.config.preset.name}-results.tar.gz")
@@ -221,6 +239,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", train_stage, plan.train_cost),
     Stage("evaluate", evaluate_stage, plan.evaluate_cost),
     Stage("analyze", analyze_stage, plan.analysis_cost),
+    Stage("patching", patching_stage, plan.patching_cost),
     Stage("bundle", bundle_stage, plan.bundle_cost),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
