@@ -137,6 +137,8 @@ def state_before_task(ceilings: Doc) -> Outcome:
 
 def state_used(patching: Doc) -> Outcome:
     forcing = patching["patching", "state_forcing"]
+    if "not_run" in forcing:  # no confident state to force: the HMMs' posteriors stay diffuse at this scale
+        return Outcome(Verdict.UNTESTED, "—", f"state forcing not run: {forcing['not_run']}", scale(patching))
     layers = forcing["by_layer"]
     first, last = next(iter(layers)), list(layers)[-1]
     used = [name for name, layer in layers.items() if layer["uses_state"]]
@@ -274,7 +276,8 @@ FIGURE3 = Section("Section 2, Figure 3: layer-wise probes", "Fig. 3", (
           "activation patching: the centroid of hidden state s written into one position after layer l, scored "
           "by KL to the exact counterfactual (T_k O_k)[s] against four controls", sources=(PATCHING,),
           judge=state_used, figure="figures/patching/patching_state_forcing.png",
-          rule="holds when the decision rule uses_state of docs/analysis.md ('Patching') holds after the first layer"),
+          rule="holds when the decision rule uses_state of docs/analysis.md ('Patching') holds after the first layer; "
+               "untested at this scale when no position has a confident state to force (the section's not_run)"),
     Claim("F3b-distance", "Previous tokens are decoded with less accuracy the further back they are (Figure 3b).",
           "linear probes for o_{t-k} after each layer, trained and random-init", sources=(ANALYSIS,),
           judge=falls_with_distance, figure="figures/analysis/probes_previous_tokens.png",

@@ -117,6 +117,21 @@ def test_writing_the_pages_of_changed_results_makes_them_current(tmp_path):
     assert generated.stale(root) == [] and "0.500 ± 0.005 (k = 0)" in (root / "README.md").read_text()
 
 
+def test_state_forcing_that_found_nothing_to_force_is_untested_at_this_scale(tmp_path):
+    root = _copy_results(tmp_path)
+
+    def nothing_to_force(document):
+        forcing = document["patching"]["state_forcing"]
+        for key in ("before", "own_state_floor", "by_layer"):
+            forcing.pop(key)
+        forcing["not_run"] = "no test position of the 256 patched prompts has a state posterior >= 0.8"
+
+    _plant(root, "figures/patching/analysis.json", nothing_to_force)
+    claim = next(claim for claim in all_claims() if claim.id == "F3a-state-used")
+    outcome = judge(claim, root).outcome
+    assert outcome.verdict is Verdict.UNTESTED and "state posterior >= 0.8" in outcome.reason
+
+
 def test_a_missing_result_makes_its_claims_not_computed_and_names_the_command(tmp_path):
     root = _copy_results(tmp_path)
     (root / "figures/markov/results.json").unlink()
