@@ -55,9 +55,15 @@ CONSTRUCTION = ("construction/", "!construction/export.py", "!construction/comma
 """The hand-built network (its export and CLI do not compute anything a result reads)."""
 ROFORMER = ("empirical/model.py",)
 """The trained network's forward pass."""
-MARKOV = ("empirical/markov/", "!empirical/markov/figures.py", "empirical/model.py", "empirical/train.py",
+MARKOV = ("empirical/markov/chains.py", "empirical/markov/runs.py", "empirical/markov/criterion.py",
+          "empirical/markov/inits.py", "empirical/markov/config.py", "empirical/markov/attention.py",
           "empirical/configs.py", "hmm/model.py", "hmm/prompts.py")
-"""The Markov-chain study: chains, runs, criterion, aggregation, and the RoFormer and training loop it trains."""
+"""The Markov-chain study's own computation: chains, one run, the trap criterion, the
+initialisations, the sweep's config, the attention scores. Not listed, each guarded by a test
+instead: the aggregation into the stored cells and sides (tests/test_markov_sweep.py recomputes
+them from the stored runs with the current code), the RoFormer and the training loop, which every
+study shares (the same file replays a committed trapped run and requires the same outcome), and
+the command and figure modules, which write and draw what those computed."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
             *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from."""

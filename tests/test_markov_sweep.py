@@ -439,3 +439,53 @@ def test_config_is_a_json_config_with_the_results_keys():
     assert MarkovSweepConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ValueError, match=r"unknown keys \['depth'\]"):
         MarkovSweepConfig.from_dict(config.to_dict() | {"depth": 3})
+
+
+MARKOV_FIGURES = Path(__file__).resolve().parents[1] / "figures" / "markov"
+COMMITTED_SWEEPS = sorted(MARKOV_FIGURES.glob("**/results.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED_SWEEPS, ids=lambda path: path.parent.name)
+def test_committed_cells_and_sides_are_what_the_current_aggregation_computes(path):
+    """The claims ledger reads a sweep's stored cells and sides; this test stands in for listing
+    ``aggregate.py`` among their producers (ledger/results.py): the current code, applied to the
+    stored runs, gives the stored summaries."""
+    document = json.loads(path.read_text())
+    assert_same_summaries(aggregate_cells(document["runs"]), document["cells"])
+    if "sides" in document:
+        assert_same_summaries(aggregate_sides(document["runs"]), document["sides"])
+
+
+def assert_same_summaries(computed, stored) -> None:
+    """Equal structure, counts and labels; floats equal to a few float64 rounding errors (the
+    reference entropies are recomputed from p and q, a handful of operations)."""
+    if isinstance(stored, dict):
+        assert sorted(computed) == sorted(stored)
+        for key in stored:
+            assert_same_summaries(computed[key], stored[key])
+    elif isinstance(stored, (list, tuple)):
+        assert len(computed) == len(stored)
+        for mine, theirs in zip(computed, stored):
+            assert_same_summaries(mine, theirs)
+    elif isinstance(stored, float):
+        assert computed == pytest.approx(stored, rel=1e-13, abs=1e-15)
+    else:
+        assert computed == stored
+
+
+def test_a_committed_trapped_run_replays_with_the_same_outcome():
+    """One trapped run of the committed default sweep, trained again by the current code (the
+    RoFormer, the training loop and the run, which ledger/results.py leaves out of the sweeps'
+    producers because they are shared with every other study): the same escape (none) and
+    decision, and a final loss within 1% of the run's decision tolerance (float32 reductions
+    may be summed in another order than in the sweep's worker processes; a verdict moves only when
+    the excess crosses the tolerance, and no committed run is within 1% of it)."""
+    document = json.loads((MARKOV_FIGURES / "results.json").read_text())
+    config = MarkovSweepConfig(**document["config"])
+    stored = next(run for run in document["runs"] if run["trapped"] and run["architecture"] == "1-layer-tied")
+    replayed = train_and_evaluate(config, stored["init"], stored["architecture"], stored["p"], stored["q"],
+                                  stored["seed"])
+    assert (replayed["trapped"], replayed["escape_step"]) == (stored["trapped"], stored["escape_step"])
+    assert abs(replayed["final_loss"] - stored["final_loss"]) < 0.01 * stored["tolerance"]
+    for run in document["runs"]:
+        assert abs(run["excess"] - run["tolerance"]) > 0.01 * run["tolerance"]
