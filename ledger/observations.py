@@ -16,7 +16,6 @@ from ledger.results import remedy_for
 
 EVALUATION = "figures/cpu-small/evaluation.json"
 ANALYSIS = "figures/analysis/analysis.json"
-CEILINGS = "figures/probe-ceilings/analysis.json"
 PATCHING = "figures/patching/analysis.json"
 
 EXCESS_TARGET = 0.10
@@ -268,8 +267,8 @@ FIGURE2 = Section("Section 2, Figure 2: position shuffle", "Fig. 2", (
 FIGURE3 = Section("Section 2, Figure 3: layer-wise probes", "Fig. 3", (
     Claim("F3a-state-first", "The hidden state is identified in earlier layers than the task identity (Figure 3a).",
           "linear probes for task and hidden state after each layer, against the Bayes-optimal decoders of the same "
-          "prefixes (ceilings), with bootstrap intervals", sources=(CEILINGS,), judge=state_before_task,
-          figure="figures/probe-ceilings/probes_task_state.png",
+          "prefixes (ceilings), with bootstrap intervals", sources=(ANALYSIS,), judge=state_before_task,
+          figure="figures/analysis/probes_task_state.png",
           rule="the decision rule decoding_order of docs/analysis.md (claims.task_vs_state.decision): holds on "
                "'state first'; 'task first' or 'not separated' is not reproduced"),
     Claim("F3a-state-used", "Lower layers learn the relation between observations and hidden states.",

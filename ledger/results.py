@@ -82,10 +82,6 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/cpu-small/hand_built.json", "hmmtf evaluate runs/cpu-small/checkpoint --out figures/cpu-small",
            ("empirical/hand_built.py", "empirical/evaluate.py", *ROFORMER, *MIXTURE,
             *CONSTRUCTION, "hmm/memory.py"), needs=CPU_SMALL_CHECKPOINT),
-    Result("figures/cpu-small/train_wall_time.json",
-           "torchrun --standalone --nproc_per_node=2 hmmtf.py train --preset cpu-small --threads 1 --run-dir runs/cpu-small",
-           ("empirical/train.py", *ROFORMER, *MIXTURE),
-           needs="about 7 minutes on 2 cores; no code writes this JSON: its timings are copied from the run"),
     Result("figures/cpu-small/benchmark_threads1.json",
            "python benchmarks/bench_training.py --preset cpu-small --threads 1 --steps 30 --out figures/cpu-small/benchmark_threads1.json",
            ("benchmarks/bench_training.py", "empirical/train.py", "empirical/roofline.py", *ROFORMER),
@@ -96,9 +92,6 @@ RESULTS: tuple[Result, ...] = (
            needs="idle cores (a timing)"),
     Result("figures/analysis/analysis.json", "hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis",
            ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes"),
-    Result("figures/probe-ceilings/analysis.json",
-           "hmmtf analyze runs/cpu-small/checkpoint --out figures/probe-ceilings --sections probes",
-           ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 2 minutes"),
     Result("figures/patching/analysis.json",
            "hmmtf analyze runs/cpu-small/checkpoint --out figures/patching --sections patching",
            ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 2-4 minutes"),
@@ -127,10 +120,6 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
            ANALYSIS, needs="the point's checkpoint"),
-    *(Result(f"figures/cpu-small-64tasks/{name}", None, ("empirical/",),
-             needs="the legacy 64-task cpu-small run (figures/cpu-small-64tasks/README.md), made with a preset that "
-                   "no longer exists; the regime ladder (figures/ladder/, issue 15) replaces it, then delete this folder")
-      for name in ("evaluation.json", "train_wall_time.json", "benchmark_threads1.json", "benchmark_threads2.json")),
 )
 """Every result JSON under figures/, in the order the provenance table of docs/claims.md lists them."""
 
