@@ -71,6 +71,9 @@ ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical
 CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
 
+REGIME_CHECKPOINT = ("runs/tasks-8192-deep/checkpoint, from `hmmtf train --preset tasks-8192-deep --threads 1` "
+                     "(about 20-45 minutes on a core)")
+
 RESULTS: tuple[Result, ...] = (
     Result("figures/verification/report.json", "hmmtf main",
            ("bounds/", "!bounds/figures.py", *CONSTRUCTION, *HMM_ENGINE, "hmm/memory.py", "hmm/observability.py"),
@@ -120,6 +123,18 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
            ANALYSIS, needs="the point's checkpoint"),
+    Result("figures/ladder/ladder.json", "hmmtf ladder figures/ladder", ("empirical/ladder.py",),
+           needs="the points' JSONs (tests/test_empirical_ladder.py checks that it is what they give)"),
+    Result("figures/regime/analysis.json",
+           "hmmtf analyze runs/tasks-8192-deep/checkpoint --out figures/regime --sections offsets patching "
+           "--probe-tasks 64", ANALYSIS, needs=REGIME_CHECKPOINT),
+    Result("figures/regime/evaluation.json",
+           "hmmtf evaluate runs/tasks-8192-deep/checkpoint --out figures/regime --num-prompts 512 --fresh-tasks 0 "
+           "--hand-built-prompts 256", ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=REGIME_CHECKPOINT),
+    Result("figures/regime/hand_built.json",
+           "hmmtf evaluate runs/tasks-8192-deep/checkpoint --out figures/regime --num-prompts 512 --fresh-tasks 0 "
+           "--hand-built-prompts 256", ("empirical/hand_built.py", "empirical/evaluate.py", *ROFORMER, *MIXTURE,
+                                        *CONSTRUCTION, "hmm/memory.py"), needs=REGIME_CHECKPOINT),
 )
 """Every result JSON under figures/, in the order the provenance table of docs/claims.md lists them."""
 

@@ -3,6 +3,7 @@ points are ordered by model and task count, mismatched JSONs and empty roots are
 figures are written."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,11 @@ def test_ladder_command_orders_points_and_draws_every_figure(tiny_point, tmp_pat
 def test_ladder_refuses_a_root_without_points(tmp_path):
     with pytest.raises(ValueError, match="has no folder with both evaluation.json and analysis.json"):
         collect_points(tmp_path)
+
+
+def test_committed_ladder_is_what_its_committed_points_give():
+    """figures/ladder/ladder.json holds what ``hmmtf ladder`` computes from the committed points
+    (the claims ledger reads it; this stands in for listing the points among its producers)."""
+    root = Path(__file__).resolve().parents[1] / "figures" / "ladder"
+    committed = json.loads((root / "ladder.json").read_text())
+    assert json.loads(json.dumps(collect_points(root))) == committed["points"]
