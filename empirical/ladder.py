@@ -130,20 +130,50 @@ def collect_points(root: Path) -> list[dict]:
     return sorted(points, key=lambda point: (point["model"]["num_layers"], point["model"]["width"], point["tasks"]))
 
 
+def ladder_table(points: list[dict]) -> str:
+    """The points as a markdown table: regime, and each claim's statistic with its interval and
+    decision (``ladder.md``, quoted by docs/analysis.md and docs/empirical.md)."""
+    def span(value: float, low: float, high: float, digits: int = 2) -> str:
+        return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+    def crossing(result: dict) -> str:
+        return "never" if result["estimate"] is None else f"{result['estimate']}"
+
+    rows = ["| tasks | model | prompts per task | training (s) | excess / gap | memorisation / gap | claim 1: "
+            "lower - upper shuffle | claim 2: task, state at 95% of ceiling (layer) | claim 3: falls, later, "
+            "rise-fall |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for point in points:
+        model = point["model"]
+        low, high = point["memorisation_interval_fraction_of_gap"]
+        locality = point["claim1"]["lower_minus_upper"]
+        claim2, claim3 = point["claim2"], point["claim3"]
+        wall = point["train_wall_time_s"]
+        rows.append(
+            f"| {point['tasks']} | {model['num_layers']}x{model['num_heads']}x{model['width']} | "
+            f"{point['prompts_per_task']:.0f} | {'-' if wall is None else f'{wall:.0f}'} | "
+            f"{point['excess_over_gap']:.2f} | {span(point['memorisation_fraction_of_gap'], low, high)} "
+            f"**{point['memorisation_verdict']}** | {span(locality['mean'], locality['ci_low'], locality['ci_high'])} "
+            f"**{point['claim1']['decision']}** | {crossing(claim2['task_crossing'])}, "
+            f"{crossing(claim2['state_crossing'])} of {model['num_layers']} **{claim2['decision']}** | "
+            f"{claim3['falls_with_k']}, {claim3['peaks_later']}, {claim3['rise_then_fall']} "
+            f"**{claim3['decision']}** |")
+    return "\n".join(rows) + "\n"
+
+
 def run_ladder(args) -> int:
     root, out = Path(args.root), Path(args.out or args.root)
     points = collect_points(root)
     out.mkdir(parents=True, exist_ok=True)
     report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
     (out / LADDER_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    (out / "ladder.md").write_text(ladder_table(points))
     plot_regime_ladder(points, out / "ladder_regime.png")
     plot_claim1_ladder(points, out / "ladder_claim1.png")
     plot_claim2_ladder(points, out / "ladder_claim2.png")
     plot_claim3_ladder(points, out / "ladder_claim3.png")
     plot_learning_curves(points, root, out / "ladder_learning_curves.png")
-    print(json.dumps([{key: point[key] for key in ("folder", "tasks", "memorisation_verdict")}
-                      | {claim: point[claim]["decision"] for claim in ("claim1", "claim2", "claim3")}
-                      for point in points], indent=1))
+    print(ladder_table(points))
     return 0
 
 

@@ -59,6 +59,8 @@ def test_ladder_command_orders_points_and_draws_every_figure(tiny_point, tmp_pat
     report = read(root, "ladder.json")
     assert [point["folder"] for point in report["points"]] == ["b-fewer-tasks", "a-more-tasks"]
     assert [point["tasks"] for point in report["points"]] == [8, 64]
+    table = (root / "ladder.md").read_text().splitlines()
+    assert len(table) == 4 and table[2].startswith("| 8 | 2x2x32 | 40 |") and table[3].startswith("| 64 | 2x2x32 | 5 |")
     for name in ("regime", "claim1", "claim2", "claim3", "learning_curves"):
         assert (root / f"ladder_{name}.png").stat().st_size > 10_000
 
