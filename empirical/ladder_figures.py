@@ -163,6 +163,8 @@ def plot_claim3_ladder(points: list[dict], path: Path) -> None:
             axes[1].plot([int(k) for k in distances], [peaks[k] / point["model"]["num_layers"] for k in distances],
                          color=color, marker="o", alpha=0.35 + 0.65 * (offset + 1) / len(group),
                          label=f"{label}, {point['tasks']} tasks")
+    distances = sorted({int(k) for point in points for k in point["claim3"]["peak_layers"]})
+    axes[1].set_xticks(distances)
     axes[1].set_xlabel("distance k of the o_{t-k} probe")
     axes[1].set_ylabel("peak layer / number of layers")
     axes[1].set_title("peak layer by k (paper: later for larger k); darker = more tasks", fontsize=10)
