@@ -110,28 +110,36 @@ def crossing_value(crossing: dict, key: str, num_layers: int) -> float:
 
 
 def plot_claim2_ladder(points: list[dict], path: Path) -> None:
-    """Claim 2: the layer (fraction of the depth) where the task and the state probes first reach
-    95% of their Bayes-optimal ceilings, with the interval of that layer; the paper's result is
-    the state first."""
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.3), sharey=True, constrained_layout=True)
-    for axis, target in zip(axes, ("state", "task")):
-        for color, (label, group) in zip(MODEL_COLORS, by_model(points).items()):
-            x = [point["tasks"] for point in group]
+    """Claim 2: each probe's best accuracy as a fraction of its Bayes-optimal ceiling (the rule's
+    bar at 0.95), and the layer (fraction of the depth) where it first reaches the bar, with that
+    layer's interval; the paper's result is the state first."""
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.3), constrained_layout=True)
+    for color, (label, group) in zip(MODEL_COLORS, by_model(points).items()):
+        x = [point["tasks"] for point in group]
+        for target, style in (("task", "-"), ("state", "--")):
+            axes[0].plot(x, [point["claim2"][f"{target}_best_fraction_of_ceiling"] for point in group], color=color,
+                         linestyle=style, marker="o", label=f"{target}, {label}")
             depth = [point["model"]["num_layers"] for point in group]
             crossings = [point["claim2"][f"{target}_crossing"] for point in group]
             y = [crossing_value(c, "estimate", d) for c, d in zip(crossings, depth)]
             low = [max(0.0, y_i - crossing_value(c, "earliest", d)) for y_i, c, d in zip(y, crossings, depth)]
             high = [max(0.0, crossing_value(c, "latest", d) - y_i) for y_i, c, d in zip(y, crossings, depth)]
-            axis.errorbar(x, y, yerr=[low, high], color=color, marker="o", capsize=3, label=label)
-        axis.axhline(1.15, color="gray", linestyle=":", linewidth=1)
-        axis.text(min(p["tasks"] for p in points), 1.17, "never reaches 95% of its ceiling", fontsize=7)
-        axis.set_title(f"{target} probe: first layer at 95% of the Bayes-optimal ceiling", fontsize=10)
+            axes[1].errorbar(x, y, yerr=[low, high], color=color, linestyle=style, marker="o", capsize=3,
+                             label=f"{target}, {label}")
+    axes[0].axhline(0.95, color="black", linestyle=":", linewidth=1, label="the rule's bar (95% of the ceiling)")
+    axes[0].set_ylabel("best probe accuracy / Bayes-optimal ceiling")
+    axes[0].set_ylim(0, 1.05)
+    axes[0].set_title("how close each probe gets to its ceiling", fontsize=10)
+    axes[1].axhline(1.15, color="gray", linestyle=":", linewidth=1)
+    axes[1].text(min(p["tasks"] for p in points), 1.17, "never reaches 95% of its ceiling", fontsize=7)
+    axes[1].set_ylabel("first layer at 95% of the ceiling / number of layers")
+    axes[1].set_ylim(-0.05, 1.25)
+    axes[1].set_title("where (paper: the state before the task)", fontsize=10)
+    for axis in axes:
         task_axis(axis, points)
         axis.legend(fontsize=7)
-    axes[0].set_ylabel("layer / number of layers (0 = embedding)")
-    axes[0].set_ylim(-0.05, 1.25)
     decisions = ", ".join(f"{p['tasks']}/{p['model']['num_layers']}L: {p['claim2']['decision']}" for p in points)
-    figure.suptitle(f"Claim 2 (Figure 3a), paper: state before task. Rule: {decisions}", fontsize=9)
+    figure.suptitle(f"Claim 2 (Figure 3a). Rule: {decisions}", fontsize=9)
     figure.savefig(path, dpi=130)
     plt.close(figure)
 
@@ -155,6 +163,8 @@ def plot_claim3_ladder(points: list[dict], path: Path) -> None:
             axes[1].plot([int(k) for k in distances], [peaks[k] / point["model"]["num_layers"] for k in distances],
                          color=color, marker="o", alpha=0.35 + 0.65 * (offset + 1) / len(group),
                          label=f"{label}, {point['tasks']} tasks")
+    distances = sorted({int(k) for point in points for k in point["claim3"]["peak_layers"]})
+    axes[1].set_xticks(distances)
     axes[1].set_xlabel("distance k of the o_{t-k} probe")
     axes[1].set_ylabel("peak layer / number of layers")
     axes[1].set_title("peak layer by k (paper: later for larger k); darker = more tasks", fontsize=10)

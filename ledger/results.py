@@ -106,9 +106,11 @@ RESULTS: tuple[Result, ...] = (
            MARKOV, needs="about 28 minutes on 2 cores"),
     *(Result(f"figures/markov/init-std-{std}/results.json",
              f"hmmtf markov-sweep --out figures/markov/init-std-{std} --init-std {std} --p-values 0.5 0.9 --q-values 0.9 "
-             f"--architectures 1-layer-tied --seeds 8 --no-progress",
-             MARKOV, needs="about 1 minute on 2 cores")
-      for std in ("0.002", "0.2", "1.0")),
+             f"--architectures 1-layer-tied{inits} --seeds 8 --no-progress",
+             MARKOV, needs=needs)
+      for std, inits, needs in (("0.002", "", "about 27 minutes on 2 loaded cores (the three initialisations)"),
+                                ("0.2", " --inits gaussian", "about 9 minutes on 2 loaded cores"),
+                                ("1.0", " --inits gaussian", "about 9 minutes on 2 loaded cores"))),
     Result("figures/benchmarks/hmm.json", "python benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json",
            ("benchmarks/bench_hmm.py", "empirical/roofline.py", *MIXTURE),
            needs="`make bench` (the bench extra: hmmlearn, jax, dynamax) and idle cores (a timing)"),
