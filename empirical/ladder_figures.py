@@ -198,7 +198,7 @@ def plot_learning_curves(points: list[dict], root: Path, path: Path) -> None:
         axis.set_title(f"{count} tasks ({point['prompts_per_task']:.0f} prompts per task)", fontsize=10)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)
+        axis.legend(fontsize=6)
     axes[0][0].set_ylabel("training loss (nats/token)")
-    axes[0][0].legend(fontsize=7)
     figure.savefig(path, dpi=130)
     plt.close(figure)
