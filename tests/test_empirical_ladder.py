@@ -76,3 +76,12 @@ def test_committed_ladder_is_what_its_committed_points_give():
     root = Path(__file__).resolve().parents[1] / "figures" / "ladder"
     committed = json.loads((root / "ladder.json").read_text())
     assert json.loads(json.dumps(collect_points(root))) == committed["points"]
+
+
+def test_docs_quote_the_committed_ladder_table():
+    """docs/analysis.md and docs/empirical.md quote figures/ladder/ladder.md verbatim (numbers are
+    generated, not typed)."""
+    root = Path(__file__).resolve().parents[1]
+    table = (root / "figures" / "ladder" / "ladder.md").read_text().strip()
+    for page in ("analysis.md", "empirical.md"):
+        assert table in (root / "docs" / page).read_text()
