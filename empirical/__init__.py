@@ -15,12 +15,17 @@ Public API of the core (import from the modules named; this file imports nothing
     data:        PromptStream (batch function of a mixture), held_out_prompts,
                  unigram_distribution, stream_seed
     evaluate:    model_predictor, bayes_predictor, unigram_predictor, in_context_predictors,
-                 evaluate_predictors
+                 evaluate_predictors (pairs=: paired per-prompt loss differences)
+    regime:      the regime diagnostic: unseen_mixture, shared_hmms, oracle_predictor,
+                 memorisation_verdict, regime_section (``hmmtf evaluate``'s ``regime``)
     presets:     get_preset(name) -> ExperimentPreset (.model_config, .build_mixture, .task),
-                 preset_from_task, PRESETS (the one registry)
+                 preset_from_task, PRESETS (the one registry, with the regime ladder's
+                 tasks-N-small/deep: LADDER_TASK_COUNTS, LADDER_MODELS, ladder_preset_name)
     calibrate:   calibrate(preset, concentrations, num_prompts, seed)
     configs:     JSONConfig, check_integers, option, add_config_options, config_from_options
-    plots:       plot_in_context, plot_training_loss, plot_calibration
+    plots:       plot_in_context, plot_regime, plot_training_loss, plot_calibration
+    ladder:      point_statistics, collect_points, ladder_table (``hmmtf ladder``); its figures
+                 in ladder_figures
     roofline:    matmul_peak, read_bandwidth, timed, synchronize (the machine's rates)
     commands:    ``hmmtf train``, ``hmmtf evaluate``, ``hmmtf calibrate``
 
