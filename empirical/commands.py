@@ -89,7 +89,7 @@ def run_evaluate(args) -> int:
     evaluation = evaluate_predictors({**predictors, "oracle": oracle_predictor(mixture, prompts)}, prompts,
                                      mixture.num_tokens, pairs=(("model", "oracle"),))
     if args.fresh_tasks:
-        evaluation["regime"] = regime_section(predictors["model"], mixture, preset, evaluation, num_prompts,
+        evaluation["regime"] = regime_section(predictors, mixture, preset, evaluation, num_prompts,
                                               args.fresh_tasks, args.reference_tasks, device)
     run_dir = checkpoint_dir.parent
     out = Path(args.out) if args.out else run_dir / "evaluation"

@@ -110,7 +110,7 @@ def _check_tokens(tokens: torch.Tensor, prompt_format: hmm.PromptFormat) -> None
 
 
 def task_memory_predictor(mixture: hmm.Mixture, task_ids: torch.Tensor, prompt_format: hmm.PromptFormat,
-                          history_length: int, prior="stationary") -> Predictor:
+                          history_length: int | None, prior="stationary") -> Predictor:
     """``P_L`` of each prompt's own HMM (``task_ids[b]`` generated prompt b), every row served.
 
     Row t in a segment is :func:`hmm.memory.memory_predictor` of the segment's tokens up to t:
@@ -118,6 +118,9 @@ def task_memory_predictor(mixture: hmm.Mixture, task_ids: torch.Tensor, prompt_f
     start is filtered from that law (``P_L`` is exact there) and a longer one restarts from
     ``prior``. A delimiter row predicts the first token of the next segment, ``mu^T O``. Needs
     ``L <= `` every segment's length (refused by :func:`hmm.memory.memory_predictor` otherwise).
+    ``history_length=None`` takes each segment's whole length as L: every window reaches the
+    segment's start, so the rows are the exact predictive of the prompt's own HMM (the oracle of
+    :mod:`empirical.regime`), all prompts filtered in one batch.
     """
 
     def predict(tokens: torch.Tensor) -> torch.Tensor:
@@ -129,7 +132,8 @@ def task_memory_predictor(mixture: hmm.Mixture, task_ids: torch.Tensor, prompt_f
         probabilities = torch.empty(*tokens.shape, mixture.num_tokens, dtype=torch.float64)
         for start, stop in segments(prompt_format):
             window = tokens[:, start:stop].to(mixture.hmm.device)
-            probabilities[:, start:stop] = memory_predictor(model, window, history_length, prior).double().cpu()
+            length = stop - start if history_length is None else history_length
+            probabilities[:, start:stop] = memory_predictor(model, window, length, prior).double().cpu()
             if start > 0:
                 probabilities[:, start - 1] = first
         return probabilities

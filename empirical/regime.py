@@ -34,8 +34,9 @@ import math
 import torch
 
 import hmm
-from empirical.data import stream_seed, unigram_distribution
-from empirical.evaluate import Predictor, bayes_predictor, evaluate_predictors, unigram_predictor
+from empirical.data import stream_seed
+from empirical.evaluate import Predictor, bayes_predictor, evaluate_predictors
+from empirical.hand_built import task_memory_predictor
 from empirical.presets import ExperimentPreset
 
 FRESH_MIXTURE_STREAM = 8
@@ -73,19 +74,15 @@ def shared_hmms(mixture: hmm.Mixture, other: hmm.Mixture) -> int:
 
 def oracle_predictor(mixture: hmm.Mixture, prompts: hmm.Prompts) -> Predictor:
     """Each prompt's own HMM (``mixture`` task ``prompts.task_ids[b]``) as its predictor: the exact
-    next-token distribution given the task. Only for ``prompts.tokens``; the prompts of one task
-    are filtered together."""
+    next-token distribution given the task (:func:`empirical.hand_built.task_memory_predictor` with
+    whole segments as the history). Only for ``prompts.tokens``."""
+    own_filters = task_memory_predictor(mixture, prompts.task_ids, prompts.format, history_length=None)
 
     def predict(tokens: torch.Tensor) -> torch.Tensor:
         if tokens.shape != prompts.tokens.shape or not torch.equal(tokens, prompts.tokens):
             raise ValueError(f"tokens: shape {tuple(tokens.shape)}; expected the {len(prompts.tokens)} prompts the "
                              f"oracle was built for (it needs each prompt's task)")
-        result = torch.empty(*tokens.shape, mixture.num_tokens, dtype=torch.float64)
-        for task in prompts.task_ids.unique().tolist():
-            rows = prompts.task_ids == task
-            single = hmm.Mixture.single(mixture.hmm[task])
-            result[rows] = hmm.bayes_predictive(single, tokens[rows]).next_token.double().cpu()
-        return result
+        return own_filters(tokens)
 
     return predict
 
@@ -104,11 +101,12 @@ def memorisation_verdict(memorisation: float, stderr: float, gap: float) -> str:
     return "undetermined"
 
 
-def regime_section(model: Predictor, mixture: hmm.Mixture, preset: ExperimentPreset, training: dict,
+def regime_section(predictors: dict[str, Predictor], mixture: hmm.Mixture, preset: ExperimentPreset, training: dict,
                    num_prompts: int, fresh_tasks: int, reference_tasks: int, device: torch.device) -> dict:
-    """The ``regime`` section of ``evaluation.json``. ``training``: the evaluation on the training
-    HMMs' held-out prompts, with an ``oracle`` predictor and the paired ``model - oracle`` loss
-    (``hmmtf evaluate``'s main evaluation). Adds ``num_prompts`` prompts of fresh HMMs, evaluated
+    """The ``regime`` section of ``evaluation.json``. ``predictors``: the ``model`` and the training
+    mixture's ``unigram`` (:func:`empirical.evaluate.in_context_predictors`); ``training``: the
+    evaluation on the training HMMs' held-out prompts, with an ``oracle`` predictor and the paired
+    ``model - oracle`` loss (``hmmtf evaluate``'s main evaluation). Adds ``num_prompts`` prompts of fresh HMMs, evaluated
     against their oracle (:func:`evaluate_predictors`, reference = the oracle) beside the training
     mixture's and the reference mixture's Bayes predictors (``bayes_training``, ``bayes_reference``),
     and the memorisation statistic with its verdict."""
@@ -116,15 +114,14 @@ def regime_section(model: Predictor, mixture: hmm.Mixture, preset: ExperimentPre
     reference = unseen_mixture(preset, reference_tasks, REFERENCE_MIXTURE_STREAM)
     fresh_prompts = hmm.sample_prompts(fresh, num_prompts, preset.prompt_format,
                                        seed=stream_seed(preset.data_seed, FRESH_PROMPT_STREAM, 0))
-    unigram = unigram_distribution(mixture, preset.prompt_format, num_prompts, preset.data_seed)
 
     def on_device(source: hmm.Mixture) -> hmm.Mixture:
         return hmm.Mixture(source.hmm.to(device), source.weights.to(device))
 
     unseen = evaluate_predictors(
-        {"model": model, "oracle": oracle_predictor(fresh, fresh_prompts),
+        {"model": predictors["model"], "oracle": oracle_predictor(fresh, fresh_prompts),
          "bayes_training": bayes_predictor(on_device(mixture)), "bayes_reference": bayes_predictor(on_device(reference)),
-         "unigram": unigram_predictor(unigram)},
+         "unigram": predictors["unigram"]},
         fresh_prompts, mixture.num_tokens, reference="oracle", pairs=(("model", "oracle"),))
     memorisation = {}
     for scope in ("test_sequence", "all_positions"):

@@ -17,9 +17,17 @@ The writers record the commit in three forms (one reader for all, :func:`recorde
 the right answer across merges (a merge that brought the change in) and reverts (a change undone);
 the reason names the changed files and the commits ``git log --no-merges COMMIT..HEAD -- PRODUCERS``. A result made
 from a dirty tree is reported too: which code made it cannot be told.
+
+**What counts as a change.** A Python file counts as changed only when what it computes can differ:
+its syntax tree without docstrings and other bare string statements (:func:`code_fingerprint`).
+Comments, docstrings, line breaks and spacing leave the tree as it is, so mending a docstring does
+not send hours of results back to be made again. What a module's ``__doc__`` holds is thereby
+read as no change; the producers use it for command-line help only, never in a number. Any other
+file (and a Python file that does not parse, or that exists on one side only) changes with its bytes.
 """
 from __future__ import annotations
 
+import ast
 import enum
 import re
 import subprocess
@@ -86,6 +94,37 @@ def require_git(root: Path) -> None:
         raise GitUnavailable(f"{root} is inside the git checkout {top.stdout.strip()}, not its top")
 
 
+def code_fingerprint(source: str) -> str | None:
+    """The syntax tree of the Python ``source`` with every statement that is a bare string (a
+    docstring, an attribute's docstring) removed, as ``ast.dump`` text without line numbers: equal
+    for two sources that differ only in comments, docstrings and layout. None when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if isinstance(statements, list):
+                statements[:] = [statement for statement in statements
+                                 if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                                         and isinstance(statement.value.value, str))]
+    return ast.dump(tree, include_attributes=False)
+
+
+def _computes_the_same(root: Path, commit: str, path: str) -> bool:
+    """Whether the file ``path`` computes at ``commit`` what it computes in the working tree: both
+    exist, are Python, and have the same :func:`code_fingerprint`."""
+    working = root / path
+    if not path.endswith(".py") or not working.is_file():
+        return False
+    then = _git(root, "show", f"{commit}:{path}")
+    if then.returncode != 0:
+        return False
+    fingerprint = code_fingerprint(then.stdout)
+    return fingerprint is not None and fingerprint == code_fingerprint(working.read_text())
+
+
 class Status(enum.Enum):
     FRESH = "fresh"
     STALE = "stale"
@@ -133,10 +172,10 @@ def freshness(result: Result, root: Path, path: str | None = None) -> Freshness:
         shallow = _git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
         hint = "; this is a shallow clone: git fetch --unshallow" if shallow else ""
         return state(Status.UNKNOWN_COMMIT, recorded, f"commit {recorded.commit[:7]} is not in this repository{hint}")
-    files = changed.stdout.split()
+    files = [name for name in changed.stdout.split() if not _computes_the_same(root, recorded.commit, name)]
     if files:
-        commits = _git(root, "log", "--no-merges", "--format=%h", f"{recorded.commit}..HEAD", "--", *specs).stdout.split()
-        uncommitted = _git(root, "diff", "--quiet", "HEAD", "--", *specs).returncode == 1
+        commits = _git(root, "log", "--no-merges", "--format=%h", f"{recorded.commit}..HEAD", "--", *files).stdout.split()
+        uncommitted = _git(root, "diff", "--quiet", "HEAD", "--", *files).returncode == 1
         since = ", ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
         by = " and ".join(part for part in (f"commits {since}" if commits else "", "uncommitted changes" if uncommitted else "")
                           if part)

@@ -53,6 +53,11 @@ def test_oracle_is_each_prompts_own_filter_on_its_current_segment():
     own = MIXTURE.hmm[prompts.task_ids]
     test = prompts.tokens[:, fmt.test_positions]
     torch.testing.assert_close(result[:, fmt.test_positions], hmm.next_token_probs(own, test), rtol=1e-12, atol=1e-14)
+    # Every row, delimiters included, against a second implementation: the Bayes predictive of a
+    # mixture of one task (its posterior over tasks is 1), prompt by prompt.
+    for row, task in enumerate(prompts.task_ids.tolist()):
+        single = hmm.bayes_predictive(hmm.Mixture.single(MIXTURE.hmm[task]), prompts.tokens[row : row + 1])
+        torch.testing.assert_close(result[row], single.next_token[0].double(), rtol=1e-12, atol=1e-14)
     with pytest.raises(ValueError, match="expected the 16 prompts the oracle was built for"):
         oracle_predictor(MIXTURE, prompts)(prompts.tokens[:4])
 
@@ -99,12 +104,11 @@ def test_memorisation_rule_rejects_a_useless_standard_error():
 
 def regime_of(predictor, num_prompts: int = 256) -> dict:
     prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, num_prompts, seed=PRESET.data_seed)
-    uniform = torch.full((P,), 1.0 / P, dtype=torch.float64)
+    predictors = {"model": predictor, "unigram": unigram_predictor(torch.full((P,), 1.0 / P, dtype=torch.float64))}
     training = evaluate_predictors(
-        {"model": predictor, "bayes": bayes_predictor(MIXTURE), "unigram": unigram_predictor(uniform),
-         "oracle": oracle_predictor(MIXTURE, prompts)},
+        {**predictors, "bayes": bayes_predictor(MIXTURE), "oracle": oracle_predictor(MIXTURE, prompts)},
         prompts, P, pairs=(("model", "oracle"),))
-    return regime_section(predictor, MIXTURE, PRESET, training, num_prompts, fresh_tasks=256, reference_tasks=64,
+    return regime_section(predictors, MIXTURE, PRESET, training, num_prompts, fresh_tasks=256, reference_tasks=64,
                           device=torch.device("cpu"))
 
 

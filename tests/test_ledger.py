@@ -16,7 +16,7 @@ from ledger.check import generated_problems, result_problems, unregistered
 from ledger.claims import Claim, Verdict
 from ledger.documents import Doc, LedgerError
 from ledger.outcomes import judge
-from ledger.provenance import Recorded, Status, freshness, recorded_commit
+from ledger.provenance import Recorded, Status, code_fingerprint, freshness, recorded_commit
 from ledger.registry import SECTIONS, all_claims
 from ledger.render import README_BLOCK, claims_page, readme_block
 from ledger.results import RESULTS, Result, registered
@@ -272,6 +272,36 @@ def test_a_change_undone_or_merged_in_is_judged_by_the_tree(repository):
     _commit(root, {"code/make.py": "x = 2\n"}, "change")
     _commit(root, {"code/make.py": "x = 1\n"}, "revert")
     assert freshness(RESULT, root).status is Status.FRESH
+
+
+def test_comments_docstrings_and_layout_leave_a_result_fresh_and_code_does_not(repository):
+    root, _ = repository
+    made = _commit(root, {"code/model.py": '"""Model."""\ndef f(x):\n    return x + 1\n'}, "model")
+    _result(root, git_commit=made)
+    reworded = ('"""The model, documented."""\n# a comment\ndef f(x):\n    """One more than x."""\n'
+                '    return (x\n            + 1)\n\n\nRATE = 2\n"""The rate (an attribute docstring)."""\n')
+    _commit(root, {"code/model.py": reworded.replace("RATE = 2\n", "")}, "docs only")
+    assert freshness(RESULT, root).status is Status.FRESH
+    (root / "code/model.py").write_text(reworded)
+    state = freshness(RESULT, root)
+    assert state.status is Status.STALE and state.detail.endswith("uncommitted changes changed code/model.py")
+    (root / "code/model.py").write_text(reworded.replace("+ 1", "+ 2").replace("RATE = 2\n", ""))
+    assert freshness(RESULT, root).status is Status.STALE
+    (root / "code/model.py").write_text("def f(x):\n    return x + 1\n")
+    (root / "code/make.py").write_text("x = 1  # unchanged\n")
+    assert freshness(RESULT, root).status is Status.FRESH
+
+
+@pytest.mark.parametrize("before, after, same", [
+    ("x = 1\n", "x = 1  # one\n", True),
+    ('def f():\n    """Doc."""\n    return 1\n', "def f():\n    return 1\n", True),
+    ('class A:\n    """Doc."""\n', 'class A:\n    """Other doc."""\n', True),
+    ("x = 'a'\n", "x = 'b'\n", False),
+    ("f(1, 2)\n", "f(2, 1)\n", False),
+    ("x = 1\n", "x = (\n", False),
+])
+def test_the_fingerprint_ignores_what_cannot_compute(before, after, same):
+    assert (code_fingerprint(before) == code_fingerprint(after) and code_fingerprint(after) is not None) is same
 
 
 def test_no_provenance_a_dirty_tree_an_unknown_commit_and_a_missing_file_are_reported(repository):

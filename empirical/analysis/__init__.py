@@ -21,6 +21,9 @@ Public API (import from the modules named; this file imports nothing)::
                centroids patched into the RoFormer, four controls), history_patching (the token
                r back changed, both networks), patched_next_token, kl_divergence,
                recovered_fraction, check_prompt_position
+    claims:    the decision rules of the three claims on the computed sections: locality_order
+               (claim 1), decoding_order and first_layer_at_ceiling (claim 2), peak_interval and
+               previous_token_rules (claim 3), claims_summary (all three, as ``hmmtf ladder`` reads them)
     report:    AnalysisConfig, analyze(model, preset, config, device) -> Analysis: the sections
                of ``analysis.json`` and the attention maps of its figures; patching_report (the
                patching section alone, as ``hmmtf reproduce``'s patching stage runs it)
