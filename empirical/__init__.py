@@ -14,7 +14,7 @@ Public API of the core (import from the modules named; this file imports nothing
     checkpoint:  save_checkpoint, load_checkpoint -> Checkpoint(model, config, optimizer_state)
     data:        PromptStream (batch function of a mixture), held_out_prompts,
                  unigram_distribution, stream_seed
-    evaluate:    model_predictor, bayes_predictor, unigram_predictor, in_context_predictors,
+    evaluate:    hmm_token_probs, model_predictor, bayes_predictor, unigram_predictor, in_context_predictors,
                  evaluate_predictors (pairs=: paired per-prompt loss differences)
     regime:      the regime diagnostic: unseen_mixture, shared_hmms, oracle_predictor,
                  memorisation_verdict, regime_section (``hmmtf evaluate``'s ``regime``)

@@ -51,16 +51,20 @@ def _chunks(tokens: torch.Tensor, name: str):
     return tqdm(tokens.split(EVAL_BATCH), desc=f"evaluate {name}", unit="batch", leave=False)
 
 
+def hmm_token_probs(logits: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """``softmax(logits[..., :p])`` in float64: the network's distribution over the p HMM tokens
+    (the delimiter's logit dropped: a delimiter is never the token to predict)."""
+    return logits[..., :num_tokens].double().softmax(-1)
+
+
 def model_predictor(model: RoFormer, num_tokens: int, device: torch.device | str = "cpu") -> Predictor:
-    """The model as a :data:`Predictor`: ``softmax(logits[..., :p])`` in float64."""
+    """The model as a :data:`Predictor`: :func:`hmm_token_probs` of its logits."""
 
     @torch.no_grad()
     def predict(tokens: torch.Tensor) -> torch.Tensor:
         model.eval()
-        return torch.cat([
-            model(chunk.to(device))[..., :num_tokens].double().softmax(-1).cpu()
-            for chunk in _chunks(tokens, "model")
-        ])
+        return torch.cat([hmm_token_probs(model(chunk.to(device)), num_tokens).cpu()
+                          for chunk in _chunks(tokens, "model")])
 
     return predict
 

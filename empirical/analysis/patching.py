@@ -5,8 +5,8 @@ known exactly.
 
 Conventions (:mod:`hmm`): ``T[s, s'] = P(s_{t+1} = s' | s_t = s)``, ``O[s, o] = P(o_t = o | s_t = s)``;
 segments of a prompt are independent runs of its task's HMM. A network's next-token distribution
-``q`` at a position is its softmax over the p HMM tokens (the delimiter logit dropped, as in
-:func:`empirical.evaluate.model_predictor`). ``KL(p || q) = sum_o p_o log(p_o / q_o)``.
+``q`` at a position is its softmax over the p HMM tokens (the delimiter logit dropped:
+:func:`empirical.evaluate.hmm_token_probs`, as in every evaluation). ``KL(p || q) = sum_o p_o log(p_o / q_o)``.
 
 **State forcing** (RoFormer). At test position t of a prompt of task k the filtered posterior is
 ``b_t = P(s_t | o_1..o_t, task k)`` (the test sequence only: it is an independent run). Position t
@@ -65,6 +65,7 @@ import construction
 import hmm
 from empirical.analysis.networks import HAND_BUILT_STEPS, hand_built_network, roformer_layer_name, roformer_streams
 from empirical.analysis.probes import bootstrap_interval, bootstrap_ratio_interval
+from empirical.evaluate import hmm_token_probs
 from empirical.model import ResidualPatch, RoFormer
 from hmm.memory import memory_predictor
 
@@ -93,11 +94,6 @@ def check_prompt_position(position: int, prompt_format: hmm.PromptFormat) -> Non
     if bool(prompt_format.is_delimiter[position]):
         raise ValueError(f"position: {position} is a delimiter of the prompt format {prompt_format}; expected "
                          f"a token position (a delimiter is fixed by the format, patching it is meaningless)")
-
-
-def hmm_token_probs(logits: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """``softmax(logits[..., :p])`` in float64: the distribution over the p HMM tokens."""
-    return logits[..., :num_tokens].double().softmax(-1)
 
 
 def kl_divergence(target: torch.Tensor, model: torch.Tensor) -> torch.Tensor:
