@@ -16,7 +16,7 @@ CONSTRAINTS := constraints.txt
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(CONSTRAINTS))
 LATEST_VENV := .venv-latest
 LOCK_VENV := .venv-lock
-PYTEST_ARGS := -n 2
+PYTEST_ARGS := -n 2 --dist loadgroup
 # The suite's extras: test tools, and TransformerLens for the export's parity tests.
 EXTRAS := test,interp
 # pip freeze of a venv in the lock's form (torch without its local "+cpu" label).

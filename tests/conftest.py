@@ -5,6 +5,9 @@ failure on CI is reproducible on any machine. ``HYPOTHESIS_PROFILE=explore`` sea
 
 Every test runs with one torch thread: ``make test`` runs two pytest workers on two cores, and
 torch's intra-op threads contending for the same cores make small-matrix code 10-100x slower.
+
+The tiny preset's pipeline (``tiny_run``, ``tiny_evaluation``, ``tiny_analysis``) is made once per
+process and shared by the command-line tests (:mod:`tiny_pipeline`).
 """
 import os
 
@@ -24,10 +27,46 @@ settings.register_profile("explore", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+torch.set_num_threads(1)  # from the start: the session fixtures below run before any test's fixture
+
 
 @pytest.fixture(autouse=True)
 def single_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
+    """One thread again after a test that set more (a command run with ``--threads``)."""
     yield
-    torch.set_num_threads(previous)
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """The run folder of ``hmmtf train`` on the tiny preset (:mod:`tiny_pipeline`)."""
+    import hmmtf
+    from tiny_pipeline import train_argv
+
+    run_dir = tmp_path_factory.mktemp("tiny-run")
+    assert hmmtf.main(train_argv(run_dir)) == 0
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_evaluation(tiny_run, tmp_path_factory):
+    """``(out, argv)``: the folder ``hmmtf evaluate`` wrote for the tiny run, and its arguments."""
+    import hmmtf
+    from tiny_pipeline import evaluate_argv
+
+    out = tmp_path_factory.mktemp("tiny-evaluation")
+    argv = evaluate_argv(tiny_run / "checkpoint", out)
+    assert hmmtf.main(argv) == 0
+    return out, argv
+
+
+@pytest.fixture(scope="session")
+def tiny_analysis(tiny_run, tmp_path_factory):
+    """``(out, argv)``: the folder ``hmmtf analyze`` wrote for the tiny run, and its arguments."""
+    import hmmtf
+    from tiny_pipeline import analyze_argv
+
+    out = tmp_path_factory.mktemp("tiny-analysis")
+    argv = analyze_argv(tiny_run / "checkpoint", out)
+    assert hmmtf.main(argv) == 0
+    return out, argv

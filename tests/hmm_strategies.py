@@ -31,13 +31,16 @@ def token_sequences(num_tokens: int, min_length: int = 1, max_length: int = 6):
 def enumerate_joint(model: hmm.HMM, tokens: list[int]) -> torch.Tensor:
     """``(S,)``: ``P(o_1..o_T, s_T = s)`` by summing over all S^T hidden paths (single HMM)."""
     S = model.num_states
-    joint = torch.zeros(S, dtype=torch.float64)
+    # Python floats (the same float64 values): scalar arithmetic on tensors would cost ~100x more.
+    initial, transition, emission = (parameter.double().tolist()
+                                     for parameter in (model.initial, model.transition, model.emission))
+    joint = [0.0] * S
     for path in itertools.product(range(S), repeat=len(tokens)):
-        probability = model.initial[path[0]] * model.emission[path[0], tokens[0]]
+        probability = initial[path[0]] * emission[path[0]][tokens[0]]
         for previous, current, token in zip(path, path[1:], tokens[1:]):
-            probability = probability * model.transition[previous, current] * model.emission[current, token]
+            probability = probability * transition[previous][current] * emission[current][token]
         joint[path[-1]] += probability
-    return joint
+    return torch.tensor(joint, dtype=torch.float64)
 
 
 def enumerate_sequence_probability(model: hmm.HMM, tokens: list[int]) -> float:

@@ -27,6 +27,7 @@ from empirical.analysis.probes import (
 )
 from empirical.analysis.claims import decoding_order, first_layer_at_ceiling
 from empirical.analysis.shuffle import random_derangements, shuffle_change, shuffle_demonstrations, shuffle_pairs
+import tiny_pipeline
 
 FORMAT = hmm.PROMPT_FORMATS["tiny"]
 MIXTURE = hmm.mixture_preset("tiny")
@@ -253,25 +254,15 @@ def test_the_decoding_order_rule_on_planted_probe_curves():
         == "state first"
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("tiny-run")
-    assert hmmtf.main(["train", "--preset", "tiny", "--steps", "40", "--run-dir", str(run_dir), "--no-progress"]) == 0
-    return run_dir / "checkpoint"
-
-
-def test_analyze_command_end_to_end(tiny_checkpoint, tmp_path):
-    argv = ["analyze", str(tiny_checkpoint), "--out", str(tmp_path), "--probe-train-prompts", "48",
-            "--probe-test-prompts", "24", "--shuffle-prompts", "16", "--hand-built-prompts", "8",
-            "--max-distance", "3", "--max-offset", "4", "--batch-size", "16",
-            "--sections", "shuffle", "probes", "offsets"]  # patching: tests/test_empirical_patching.py
-    assert hmmtf.main(argv) == 0
-    report = json.loads((tmp_path / "analysis.json").read_text())
+@pytest.mark.xdist_group(tiny_pipeline.GROUP)
+def test_analyze_command_end_to_end(tiny_analysis):
+    out, argv = tiny_analysis
+    report = json.loads((out / "analysis.json").read_text())
     assert report["command"] == "hmmtf " + " ".join(argv)
     assert report["git_commit"] == hmmtf.source_commit()
     for name in ("shuffle", "probes_task_state", "probes_previous_tokens", "attention_trained",
                  "attention_hand_built_vs_trained", "offset_profiles", "offset_summary"):
-        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+        assert (out / f"{name}.png").stat().st_size > 10_000
     # Hand-built: o_{t-k} is exact from history layer k on and not before it.
     hand = report["probes"]["hand-built"]
     for k in (1, 2, 3):

@@ -13,6 +13,7 @@ from empirical.data import PromptStream, held_out_prompts, unigram_distribution
 from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
 from empirical.presets import get_preset, preset_from_task
 from empirical.train import train
+import tiny_pipeline
 
 PRESET = get_preset("tiny")
 MIXTURE = hmm.mixture_preset(PRESET.mixture, seed=PRESET.mixture_seed)
@@ -85,29 +86,28 @@ def test_paper_preset_has_the_paper_scale():
     assert paper.train.steps * paper.train.batch_size == 131_072
 
 
-def test_train_and_evaluate_commands(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    assert hmmtf.main(["train", "--preset", "tiny", "--steps", "3", "--run-dir", str(run_dir), "--no-progress"]) == 0
-    out = tmp_path / "evaluation"
-    side_by_side = ["--hand-built-prompts", "4", "--hand-built-L", "2", "1", "--hand-built-T", "2", "3"]
-    regime = ["--fresh-tasks", "32", "--reference-tasks", "64"]
-    argv = ["evaluate", str(run_dir / "checkpoint"), "--num-prompts", "16", "--out", str(out), *side_by_side, *regime]
-    assert hmmtf.main(argv) == 0
+@pytest.mark.xdist_group(tiny_pipeline.GROUP)
+def test_train_and_evaluate_commands(tiny_run, tiny_evaluation):
+    out, argv = tiny_evaluation
     report = json.loads((out / "evaluation.json").read_text())
-    assert report["step"] == 3 and report["num_prompts"] == 16
+    assert report["step"] == tiny_pipeline.STEPS and report["num_prompts"] == tiny_pipeline.EVALUATE_PROMPTS
     assert report["command"] == "hmmtf " + " ".join(argv) and report["git_commit"] == hmmtf.source_commit()
-    assert report["train_summary"]["command"] == f"hmmtf train --preset tiny --steps 3 --run-dir {run_dir} --no-progress"
-    assert report["train_summary"]["steps"] == 3
+    assert report["train_summary"]["command"] == "hmmtf " + " ".join(tiny_pipeline.train_argv(tiny_run))
+    assert report["train_summary"]["steps"] == tiny_pipeline.STEPS
     assert len(report["by_demonstrations"]["model"]["accuracy"]) == PRESET.prompt_format.num_demos + 1
     assert (out / "in_context.png").stat().st_size > 0 and (out / "training_loss.png").stat().st_size > 0
     assert report["paired"]["model - oracle"]["all_positions"]["loss_difference"] > 0
     regime = report["regime"]
-    assert (regime["training_tasks"], regime["fresh_tasks"], regime["reference_tasks"]) == (8, 32, 64)
-    assert regime["fresh_hmms"]["num_prompts"] == 16 and regime["fresh_shared_with_training"] == 0
+    assert (regime["training_tasks"], regime["fresh_tasks"], regime["reference_tasks"]) == (
+        8, tiny_pipeline.FRESH_TASKS, tiny_pipeline.REFERENCE_TASKS)
+    assert regime["fresh_hmms"]["num_prompts"] == tiny_pipeline.EVALUATE_PROMPTS
+    assert regime["fresh_shared_with_training"] == 0
     assert regime["memorisation"]["all_positions"]["verdict"] in ("in context", "memorising", "undetermined")
     assert (out / "regime.png").stat().st_size > 0
     both = json.loads((out / "hand_built.json").read_text())
-    assert both["num_prompts"] == 4 and both["history_lengths"] == [1, 2] and both["gd_steps"] == [2, 3]
+    assert both["num_prompts"] == tiny_pipeline.HAND_BUILT_PROMPTS
+    assert both["history_lengths"] == sorted(tiny_pipeline.HAND_BUILT_L)
+    assert both["gd_steps"] == sorted(tiny_pipeline.HAND_BUILT_T)
     assert both["git_commit"] == report["git_commit"]
     names = {"model", "bayes", "unigram", "P_L L=1", "least squares L=2", "hand-built L=1 T=2", "hand-built L=2 T=3"}
     assert names <= set(both["test_sequence"])

@@ -9,20 +9,19 @@ import pytest
 
 import hmmtf
 from empirical.ladder import collect_points, point_statistics
+import tiny_pipeline
 
 
 @pytest.fixture(scope="module")
-def tiny_point(tmp_path_factory):
-    """One ladder point of the tiny preset: trained 20 steps, evaluated with the regime section,
-    analysed with the shuffle and probe sections."""
-    run_dir, point = tmp_path_factory.mktemp("run"), tmp_path_factory.mktemp("ladder") / "tiny"
-    assert hmmtf.main(["train", "--preset", "tiny", "--steps", "20", "--run-dir", str(run_dir), "--no-progress"]) == 0
-    checkpoint = str(run_dir / "checkpoint")
-    assert hmmtf.main(["evaluate", checkpoint, "--out", str(point), "--num-prompts", "32", "--hand-built-prompts", "0",
-                       "--fresh-tasks", "32", "--reference-tasks", "64"]) == 0
-    assert hmmtf.main(["analyze", checkpoint, "--out", str(point), "--probe-train-prompts", "48",
-                       "--probe-test-prompts", "24", "--shuffle-prompts", "16", "--hand-built-prompts", "4",
-                       "--max-distance", "3", "--batch-size", "16", "--sections", "shuffle", "probes"]) == 0
+def tiny_point(tiny_evaluation, tiny_analysis, tmp_path_factory):
+    """One ladder point of the tiny preset in one folder, as ``hmmtf ladder`` reads it: its
+    evaluation (with the regime section) and the training log ``hmmtf evaluate`` copies beside it,
+    and its analysis (with the shuffle and probe sections)."""
+    point = tmp_path_factory.mktemp("ladder") / "tiny"
+    point.mkdir()
+    for (folder, _), name in ((tiny_evaluation, "evaluation.json"), (tiny_evaluation, "metrics.jsonl"),
+                              (tiny_analysis, "analysis.json")):
+        shutil.copy(folder / name, point / name)
     return point
 
 
@@ -30,12 +29,13 @@ def read(point, name: str) -> dict:
     return json.loads((point / name).read_text())
 
 
+@pytest.mark.xdist_group(tiny_pipeline.GROUP)
 def test_point_statistics_are_the_numbers_of_its_json(tiny_point):
     evaluation, analysis = read(tiny_point, "evaluation.json"), read(tiny_point, "analysis.json")
     stats = point_statistics(evaluation, analysis)
     memorisation = evaluation["regime"]["memorisation"]["all_positions"]
     assert stats["tasks"] == 8 and stats["model"] == {"num_layers": 2, "num_heads": 2, "width": 32}
-    assert stats["prompts_per_task"] == 20 * 16 / 8
+    assert stats["prompts_per_task"] == tiny_pipeline.STEPS * 16 / 8  # steps x batch / tasks
     assert stats["memorisation_fraction_of_gap"] == memorisation["fraction_of_gap"]
     assert stats["memorisation_verdict"] == memorisation["verdict"]
     assert stats["claim1"]["decision"] == analysis["claims"]["shuffle"]["rule"]["decision"]
@@ -43,10 +43,11 @@ def test_point_statistics_are_the_numbers_of_its_json(tiny_point):
     assert stats["claim3"]["decision"] == analysis["claims"]["previous_tokens"]["rules"]["decision"]
     assert stats["fresh_loss"]["oracle"] <= stats["fresh_loss"]["bayes_reference"]
     analysis["step"] += 1
-    with pytest.raises(ValueError, match="expected the evaluated .* at step 20"):
+    with pytest.raises(ValueError, match=f"expected the evaluated .* at step {tiny_pipeline.STEPS}"):
         point_statistics(evaluation, analysis)
 
 
+@pytest.mark.xdist_group(tiny_pipeline.GROUP)
 def test_ladder_command_orders_points_and_draws_every_figure(tiny_point, tmp_path):
     root = tmp_path / "ladder"
     shutil.copytree(tiny_point, root / "b-fewer-tasks")
@@ -60,7 +61,7 @@ def test_ladder_command_orders_points_and_draws_every_figure(tiny_point, tmp_pat
     assert [point["folder"] for point in report["points"]] == ["b-fewer-tasks", "a-more-tasks"]
     assert [point["tasks"] for point in report["points"]] == [8, 64]
     table = (root / "ladder.md").read_text().splitlines()
-    assert len(table) == 4 and table[2].startswith("| 8 | 2x2x32 | 40 |") and table[3].startswith("| 64 | 2x2x32 | 5 |")
+    assert len(table) == 4 and table[2].startswith("| 8 | 2x2x32 | 80 |") and table[3].startswith("| 64 | 2x2x32 | 10 |")
     for name in ("regime", "claim1", "claim2", "claim3", "learning_curves"):
         assert (root / f"ladder_{name}.png").stat().st_size > 10_000
 

@@ -30,6 +30,7 @@ from empirical.analysis.patching_figures import plot_state_forcing
 from empirical.analysis.report import AnalysisConfig
 from empirical.model import ResidualPatch, RoFormer, RoFormerConfig, apply_patches, check_patches
 from test_empirical_transformer_lens import random_roformer
+import tiny_pipeline
 
 CONFIG = RoFormerConfig(vocab_size=5, num_layers=3, num_heads=2, width=16)
 FORMAT = hmm.PROMPT_FORMATS["tiny"]
@@ -287,15 +288,9 @@ def test_state_forcing_without_items_records_why_runs_no_pass_and_draws_the_reas
     assert (tmp_path / "forcing.png").stat().st_size > 5_000
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("tiny-run")
-    assert hmmtf.main(["train", "--preset", "tiny", "--steps", "40", "--run-dir", str(run_dir), "--no-progress"]) == 0
-    return run_dir / "checkpoint"
-
-
-def test_analyze_patching_section_end_to_end(tiny_checkpoint, tmp_path):
-    argv = ["analyze", str(tiny_checkpoint), "--out", str(tmp_path), "--sections", "patching",
+@pytest.mark.xdist_group(tiny_pipeline.GROUP)
+def test_analyze_patching_section_end_to_end(tiny_run, tmp_path):
+    argv = ["analyze", str(tiny_run / "checkpoint"), "--out", str(tmp_path), "--sections", "patching",
             "--centroid-prompts", "96", "--patching-prompts", "32", "--hand-built-prompts", "8",
             "--max-distance", "3", "--batch-size", "16", "--state-threshold", "0.8"]
     assert hmmtf.main(argv) == 0

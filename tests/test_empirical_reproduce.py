@@ -8,7 +8,9 @@ import json
 import math
 import re
 import tarfile
+from pathlib import Path
 
+import matplotlib.figure
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -212,10 +214,21 @@ def test_cuda_is_refused_where_torch_sees_no_gpu(tmp_path, capsys):
     assert "expected 'cpu' on this machine" in error
 
 
-def test_paper_mini_runs_every_stage_and_resumes_after_a_stop_to_the_outputs_of_an_uninterrupted_run(
-        tmp_path, capsys):
-    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+PAPER_MINI_GROUP = "paper-mini"
+"""xdist group of the tests that read the uninterrupted paper-mini run (made once per worker)."""
+
+
+@pytest.fixture(scope="module")
+def paper_mini_run(tmp_path_factory):
+    """The folder of an uninterrupted ``hmmtf reproduce --preset paper-mini`` run on the CPU."""
+    whole = tmp_path_factory.mktemp("paper-mini") / "whole"
     assert reproduce(whole, "--threads", "1") == 0
+    return whole
+
+
+@pytest.mark.xdist_group(PAPER_MINI_GROUP)
+def test_paper_mini_runs_every_stage_and_bundles_its_results(paper_mini_run):
+    whole = paper_mini_run
     record = json.loads((whole / "record.json").read_text())
     assert list(record["stages"]) == list(STAGE_NAMES)
     assert all(entry["status"] == "done" and len(entry["attempts"]) == 1 for entry in record["stages"].values())
@@ -232,8 +245,20 @@ def test_paper_mini_runs_every_stage_and_resumes_after_a_stop_to_the_outputs_of_
     with tarfile.open(whole / "bundle" / "paper-mini-results.tar.gz") as archive:
         members = set(archive.getnames())
     assert {*FIGURES, *RESULTS, "record.json", "progress.json", "train/checkpoint/config.json"} <= members
+    for figure in FIGURES:
+        assert (whole / figure).stat().st_size > 10_000, figure
     assert read_status(whole)["state"] == "finished"
 
+
+@pytest.mark.xdist_group(PAPER_MINI_GROUP)
+def test_paper_mini_stopped_after_training_and_resumed_gives_the_outputs_of_an_uninterrupted_run(
+        paper_mini_run, tmp_path, capsys, monkeypatch):
+    """The resumed run's numbers, record and checkpoint against the uninterrupted run's. Its
+    figures are not drawn (an empty file stands for each: drawing reads only the stage's results,
+    compared here, and the uninterrupted run's figures are checked above); drawing them would
+    double the test's time."""
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda figure, path, **options: Path(path).touch())
+    resumed = tmp_path / "resumed"
     assert reproduce(resumed, "--threads", "1", "--stop-after", "train") == 0
     assert read_status(resumed)["state"] == "stopped"
     assert not (resumed / "evaluate").exists()
@@ -244,9 +269,10 @@ def test_paper_mini_runs_every_stage_and_resumes_after_a_stop_to_the_outputs_of_
     assert [[attempt["invocation"] for attempt in entry["attempts"]] for entry in record["stages"].values()] == [
         [0], [0], [1], [1], [1], [1]]
     for name in RESULTS:
-        assert without_timings(resumed / name) == without_timings(whole / name), name
+        assert without_timings(resumed / name) == without_timings(paper_mini_run / name), name
     checkpoint = "train/checkpoint/model.safetensors"
-    assert (resumed / checkpoint).read_bytes() == (whole / checkpoint).read_bytes()
+    assert (resumed / checkpoint).read_bytes() == (paper_mini_run / checkpoint).read_bytes()
+    assert read_status(resumed)["state"] == "finished"
 
 
 def test_a_detached_run_is_followed_with_wait_until_it_fails_as_a_foreground_run_would(tmp_path, capsys,

@@ -120,6 +120,9 @@ def run_ranks(worker, args: tuple, world_size: int = 2) -> None:
 
 
 def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
+    """Every DDP run the tests compare, in one process group (one spawn of the group for the
+    module): each rank's DDP gradient of batch 0 and three AdamW steps (``ddp.pt``), then a run
+    stopped at step 3 and resumed on every rank (``out_dir/resumed``)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     torch.manual_seed(0)
@@ -141,7 +144,25 @@ def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> Non
             },
             os.path.join(out_dir, "ddp.pt"),
         )
+    run_dir = os.path.join(out_dir, "resumed")
+    train(MODEL, RESUME_CONFIG, random_batch, run_dir, stop_at=3, progress=False)
+    dist.barrier()  # rank 0 has written the checkpoint that every rank resumes
+    train(MODEL, RESUME_CONFIG, random_batch, run_dir, progress=False)
     shutdown_distributed()
+
+
+RESUME_CONFIG = TrainConfig(steps=6, batch_size=8, learning_rate=3e-3, log_every=4)
+"""The run stopped at step 3 (mid-window) and resumed, under DDP and in one process."""
+DDP_GROUP = "ddp"
+"""xdist group of the tests that read the DDP group's outputs (spawned once per worker)."""
+
+
+@pytest.fixture(scope="module")
+def ddp_outputs(tmp_path_factory):
+    """The folder :func:`_ddp_worker` wrote in two spawned gloo processes."""
+    out = tmp_path_factory.mktemp("ddp")
+    run_ranks(_ddp_worker, (str(out / "init"), str(out)))
+    return out
 
 
 def rank_shares(dtype: torch.dtype, world_size: int = 2) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
@@ -156,11 +177,11 @@ def rank_shares(dtype: torch.dtype, world_size: int = 2) -> list[tuple[torch.Ten
     return shares
 
 
-def test_ddp_with_two_processes_averages_the_ranks_shares_bit_for_bit(tmp_path):
+@pytest.mark.xdist_group(DDP_GROUP)
+def test_ddp_with_two_processes_averages_the_ranks_shares_bit_for_bit(ddp_outputs):
     """Two gloo processes compute, bit for bit, the average of the two ranks' shares computed in
     one process: gloo adds the two buffers and DDP halves them, and halving is exact in binary."""
-    run_ranks(_ddp_worker, (str(tmp_path / "init"), str(tmp_path)))
-    ddp = torch.load(tmp_path / "ddp.pt")
+    ddp = torch.load(ddp_outputs / "ddp.pt")
     (sum_0, grads_0), (sum_1, grads_1) = rank_shares(torch.float32)
     assert torch.equal(ddp["loss_sum"], sum_0 + sum_1)
     for name, gradient in ddp["grads"].items():
@@ -287,22 +308,11 @@ def test_checkpoint_every_must_be_a_multiple_of_log_every():
     TrainConfig(steps=10, batch_size=4, log_every=4, checkpoint_every=8)
 
 
-def _ddp_resume_worker(rank: int, world_size: int, init_file: str, run_dir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
-    config = TrainConfig(steps=6, batch_size=8, learning_rate=3e-3, log_every=4)
-    train(MODEL, config, random_batch, run_dir, stop_at=3, progress=False)
-    dist.barrier()  # rank 0 has written the checkpoint that every rank resumes
-    train(MODEL, config, random_batch, run_dir, progress=False)
-    shutdown_distributed()
-
-
-def test_ddp_resume_in_mid_window_writes_the_log_of_an_uninterrupted_run(tmp_path):
-    run_ranks(_ddp_resume_worker, (str(tmp_path / "init"), str(tmp_path / "ddp")))
-    config = TrainConfig(steps=6, batch_size=8, learning_rate=3e-3, log_every=4)
-    train(MODEL, config, random_batch, tmp_path / "single", progress=False)
-    logs = [[json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
-            for run in ("single", "ddp")]
+@pytest.mark.xdist_group(DDP_GROUP)
+def test_ddp_resume_in_mid_window_writes_the_log_of_an_uninterrupted_run(ddp_outputs, tmp_path):
+    train(MODEL, RESUME_CONFIG, random_batch, tmp_path / "single", progress=False)
+    logs = [[json.loads(line) for line in (run / METRICS_FILE).read_text().splitlines()]
+            for run in (tmp_path / "single", ddp_outputs / "resumed")]
     assert [r["step"] for r in logs[0]] == [r["step"] for r in logs[1]] == [4, 6]
     # float32 sums in a different order (see test_ddp_with_two_processes_averages_the_ranks_shares_bit_for_bit).
     assert [r["loss"] for r in logs[1]] == pytest.approx([r["loss"] for r in logs[0]], rel=1e-5)

@@ -98,23 +98,26 @@ def enumerated_task_state_joint(mixture: hmm.Mixture, prompt: torch.Tensor, t: i
             current = []
         else:
             current.append(token)
-    joint = torch.zeros(mixture.num_tasks, model.num_states, dtype=torch.float64)
+    # Python floats (the same float64 values): scalar arithmetic on tensors would cost ~100x more.
+    parameters = model.initial.double().tolist(), model.transition.double().tolist(), model.emission.double().tolist()
+    weights = mixture.weights.double().tolist()
+    joint = [[0.0] * model.num_states for _ in range(mixture.num_tasks)]
     for k in range(mixture.num_tasks):
-        initial, transition, emission = model.initial[k], model.transition[k], model.emission[k]
+        initial, transition, emission = (parameter[k] for parameter in parameters)
 
         def path_probability(path, tokens):
-            probability = initial[path[0]] * emission[path[0], tokens[0]]
+            probability = initial[path[0]] * emission[path[0]][tokens[0]]
             for previous, state, token in zip(path, path[1:], tokens[1:]):
-                probability = probability * transition[previous, state] * emission[state, token]
+                probability = probability * transition[previous][state] * emission[state][token]
             return probability
 
-        earlier = mixture.weights[k]
+        earlier = weights[k]
         for segment in segments:
             earlier = earlier * sum(path_probability(path, segment)
                                     for path in itertools.product(range(model.num_states), repeat=len(segment)))
         for path in itertools.product(range(model.num_states), repeat=len(current)):
-            joint[k, path[-1]] += earlier * path_probability(path, current)
-    return joint
+            joint[k][path[-1]] += earlier * path_probability(path, current)
+    return torch.tensor(joint, dtype=torch.float64)
 
 
 @given(mixtures_and_prompts())
