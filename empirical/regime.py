@@ -106,10 +106,10 @@ def regime_section(predictors: dict[str, Predictor], mixture: hmm.Mixture, prese
     """The ``regime`` section of ``evaluation.json``. ``predictors``: the ``model`` and the training
     mixture's ``unigram`` (:func:`empirical.evaluate.in_context_predictors`); ``training``: the
     evaluation on the training HMMs' held-out prompts, with an ``oracle`` predictor and the paired
-    ``model - oracle`` loss (``hmmtf evaluate``'s main evaluation). Adds ``num_prompts`` prompts of fresh HMMs, evaluated
-    against their oracle (:func:`evaluate_predictors`, reference = the oracle) beside the training
-    mixture's and the reference mixture's Bayes predictors (``bayes_training``, ``bayes_reference``),
-    and the memorisation statistic with its verdict."""
+    ``model - oracle`` loss (``hmmtf evaluate``'s main evaluation). Adds ``num_prompts`` prompts of
+    fresh HMMs, evaluated against their oracle (:func:`evaluate_predictors`, reference = the
+    oracle) beside the training mixture's and the reference mixture's Bayes predictors
+    (``bayes_training``, ``bayes_reference``), and the memorisation statistic with its verdict."""
     fresh = unseen_mixture(preset, fresh_tasks, FRESH_MIXTURE_STREAM)
     reference = unseen_mixture(preset, reference_tasks, REFERENCE_MIXTURE_STREAM)
     fresh_prompts = hmm.sample_prompts(fresh, num_prompts, preset.prompt_format,

@@ -63,7 +63,8 @@ def test_the_tests_of_a_group_run_on_one_worker(tmp_path):
     3.8 drops the groups without a word (pyproject.toml's pytest bound says why)."""
     (tmp_path / "test_planted_groups.py").write_text(GROUPED_TESTS)
     command = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
-               "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v", str(tmp_path / "test_planted_groups.py")]
+               "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v",
+               str(tmp_path / "test_planted_groups.py")]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert finished.returncode == 0, finished.stdout + finished.stderr
     runs = re.findall(r"^\[(gw\d+)\] .*::test_grouped\[", finished.stdout, flags=re.MULTILINE)
