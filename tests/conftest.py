@@ -51,22 +51,14 @@ def tiny_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_evaluation(tiny_run, tmp_path_factory):
     """``(out, argv)``: the folder ``hmmtf evaluate`` wrote for the tiny run, and its arguments."""
-    import hmmtf
-    from tiny_pipeline import evaluate_argv
+    from tiny_pipeline import evaluate_argv, run_on_checkpoint
 
-    out = tmp_path_factory.mktemp("tiny-evaluation")
-    argv = evaluate_argv(tiny_run / "checkpoint", out)
-    assert hmmtf.main(argv) == 0
-    return out, argv
+    return run_on_checkpoint(evaluate_argv, tiny_run, tmp_path_factory.mktemp("tiny-evaluation"))
 
 
 @pytest.fixture(scope="session")
 def tiny_analysis(tiny_run, tmp_path_factory):
     """``(out, argv)``: the folder ``hmmtf analyze`` wrote for the tiny run, and its arguments."""
-    import hmmtf
-    from tiny_pipeline import analyze_argv
+    from tiny_pipeline import analyze_argv, run_on_checkpoint
 
-    out = tmp_path_factory.mktemp("tiny-analysis")
-    argv = analyze_argv(tiny_run / "checkpoint", out)
-    assert hmmtf.main(argv) == 0
-    return out, argv
+    return run_on_checkpoint(analyze_argv, tiny_run, tmp_path_factory.mktemp("tiny-analysis"))

@@ -37,3 +37,13 @@ def analyze_argv(checkpoint: Path, out: Path) -> list[str]:
             "--probe-test-prompts", "24", "--shuffle-prompts", "16", "--hand-built-prompts", "8",
             "--max-distance", "3", "--max-offset", "4", "--batch-size", "16",
             "--sections", "shuffle", "probes", "offsets"]
+
+
+def run_on_checkpoint(command_argv, run_dir: Path, out: Path) -> tuple[Path, list[str]]:
+    """``(out, argv)``: ``hmmtf`` run with ``argv = command_argv(checkpoint of run_dir, out)``
+    (:func:`evaluate_argv`, :func:`analyze_argv`), which must succeed."""
+    import hmmtf
+
+    argv = command_argv(run_dir / "checkpoint", out)
+    assert hmmtf.main(argv) == 0
+    return out, argv
