@@ -2,7 +2,11 @@
 # Both create .venv on first use and install what is missing; later calls only check a stamp.
 #
 # Every dependency is installed at the exact version of constraints.txt (the lock), so a fresh
-# machine runs the code CI ran. The package metadata (pyproject.toml) keeps ranges; the lock pins
+# machine runs the code CI ran. The installer is uv, not pip: from nothing, pip took 138-160 s on
+# 2 cores (81 s of it byte-compiling, one file at a time), uv 51 s with bytecode compiled on both
+# cores, the same packages at the same versions. uv does not read pip's configuration, so the
+# machine's pip find-links and extra indexes (here: the local torch wheel) are handed to it, and
+# indexes are searched as pip searches them (best match over all). The package metadata (pyproject.toml) keeps ranges; the lock pins
 # torch to the machine's local CPU wheel: an unpinned torch would fetch a CUDA build of several GB.
 # `make test-latest` runs the suite against the newest releases (torch held at the lock's CPU wheel),
 # in its own venv, to see drift early;
@@ -17,6 +21,12 @@ TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(CONSTRAINTS))
 LATEST_VENV := .venv-latest
 LOCK_VENV := .venv-lock
 PYTEST_ARGS := -n 2 --dist loadgroup
+UV_VERSION := 0.13.9
+pip_setting = $(shell $(PYTHON) -m pip config get $(1) 2>/dev/null)
+UV_SOURCES = $(addprefix --find-links ,$(call pip_setting,global.find-links)) \
+	$(addprefix --extra-index-url ,$(call pip_setting,global.extra-index-url)) --index-strategy unsafe-best-match
+# uv pip install into the venv $(1), with this machine's package sources.
+uv_install = $(1)/bin/uv pip install --python $(1)/bin/python $(UV_SOURCES)
 # The suite's extras: test tools, and TransformerLens for the export's parity tests.
 EXTRAS := test,interp
 # pip freeze of a venv in the lock's form (torch without its local "+cpu" label).
@@ -26,7 +36,8 @@ freeze = $(1)/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/to
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	$(call uv_install,$(VENV)) --compile-bytecode -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -43,7 +54,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) -m pip install -c $(CONSTRAINTS) -e ".[bench]"
+	$(call uv_install,$(VENV)) -c $(CONSTRAINTS) -e ".[bench]"
 	$(PY) benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json
 	$(VENV)/bin/hmmtf ledger
 
