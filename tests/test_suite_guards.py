@@ -21,7 +21,10 @@ import threading
 def test_waits_for_an_event_nobody_sets():
     threading.Event().wait()
 '''
-DUMP_AFTER_S, KILL_AFTER_S = 1, 2
+DUMP_AFTER_S, KILL_AFTER_S = 0.5, 1
+WITHOUT_HYPOTHESIS = ["-p", "no:hypothesispytest"]
+"""The planted tests use no hypothesis; its plugin's import is 1.4 s of each pytest process's 1.9 s
+start (xdist runs three: the controller and its workers)."""
 
 
 @pytest.mark.parametrize("mode", [["-n", "1", "--max-worker-restart", "0"], ["-p", "no:xdist"]],
@@ -29,7 +32,7 @@ DUMP_AFTER_S, KILL_AFTER_S = 1, 2
 def test_a_hanging_test_fails_with_its_stack_within_the_limit(tmp_path, mode):
     (tmp_path / "test_planted_hang.py").write_text(HANGING_TEST)
     command = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
-               "-p", "no:cacheprovider", "-o", f"faulthandler_timeout={DUMP_AFTER_S}",
+               "-p", "no:cacheprovider", *WITHOUT_HYPOTHESIS, "-o", f"faulthandler_timeout={DUMP_AFTER_S}",
                "-o", f"timeout={KILL_AFTER_S}", *mode, str(tmp_path / "test_planted_hang.py")]
     started = time.monotonic()
     finished = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
@@ -63,7 +66,7 @@ def test_the_tests_of_a_group_run_on_one_worker(tmp_path):
     3.8 drops the groups without a word (pyproject.toml's pytest bound says why)."""
     (tmp_path / "test_planted_groups.py").write_text(GROUPED_TESTS)
     command = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
-               "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v",
+               "-p", "no:cacheprovider", *WITHOUT_HYPOTHESIS, "-n", "2", "--dist", "loadgroup", "-v",
                str(tmp_path / "test_planted_groups.py")]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert finished.returncode == 0, finished.stdout + finished.stderr
