@@ -44,6 +44,7 @@ def test_population_regression_is_exact_for_L_1():
     assert theorem1.regression_terms(member.model, tokens, 2, theorem1.population_regression(member.model, 2)[0]).linearization > 1e-6
 
 
+@pytest.mark.long_running
 def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, capsys):
     code = hmmtf.main([*TINY, "--out", str(tmp_path)])
     printed = capsys.readouterr().out

@@ -254,15 +254,16 @@ def test_the_decoding_order_rule_on_planted_probe_curves():
         == "state first"
 
 
+@pytest.mark.long_running
 @pytest.mark.xdist_group(tiny_pipeline.GROUP)
 def test_analyze_command_end_to_end(tiny_analysis):
-    out, argv = tiny_analysis
+    out, argv, figures = tiny_analysis
     report = json.loads((out / "analysis.json").read_text())
     assert report["command"] == "hmmtf " + " ".join(argv)
     assert report["git_commit"] == hmmtf.source_commit()
-    for name in ("shuffle", "probes_task_state", "probes_previous_tokens", "attention_trained",
-                 "attention_hand_built_vs_trained", "offset_profiles", "offset_summary"):
-        assert (out / f"{name}.png").stat().st_size > 10_000
+    assert figures == [out / f"{name}.png" for name in ("shuffle", "probes_task_state", "probes_previous_tokens",
+                                                        "attention_trained", "attention_hand_built_vs_trained",
+                                                        "offset_profiles", "offset_summary")]
     # Hand-built: o_{t-k} is exact from history layer k on and not before it.
     hand = report["probes"]["hand-built"]
     for k in (1, 2, 3):

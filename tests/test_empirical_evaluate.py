@@ -86,6 +86,7 @@ def test_paper_preset_has_the_paper_scale():
     assert paper.train.steps * paper.train.batch_size == 131_072
 
 
+@pytest.mark.long_running
 @pytest.mark.xdist_group(tiny_pipeline.GROUP)
 def test_train_and_evaluate_commands(tiny_run, tiny_evaluation):
     out, argv = tiny_evaluation

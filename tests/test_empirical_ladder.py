@@ -19,8 +19,8 @@ def tiny_point(tiny_evaluation, tiny_analysis, tmp_path_factory):
     and its analysis (with the shuffle and probe sections)."""
     point = tmp_path_factory.mktemp("ladder") / "tiny"
     point.mkdir()
-    for (folder, _), name in ((tiny_evaluation, "evaluation.json"), (tiny_evaluation, "metrics.jsonl"),
-                              (tiny_analysis, "analysis.json")):
+    for folder, name in ((tiny_evaluation[0], "evaluation.json"), (tiny_evaluation[0], "metrics.jsonl"),
+                         (tiny_analysis[0], "analysis.json")):
         shutil.copy(folder / name, point / name)
     return point
 
@@ -29,6 +29,7 @@ def read(point, name: str) -> dict:
     return json.loads((point / name).read_text())
 
 
+@pytest.mark.long_running
 @pytest.mark.xdist_group(tiny_pipeline.GROUP)
 def test_point_statistics_are_the_numbers_of_its_json(tiny_point):
     evaluation, analysis = read(tiny_point, "evaluation.json"), read(tiny_point, "analysis.json")
@@ -47,6 +48,7 @@ def test_point_statistics_are_the_numbers_of_its_json(tiny_point):
         point_statistics(evaluation, analysis)
 
 
+@pytest.mark.long_running
 @pytest.mark.xdist_group(tiny_pipeline.GROUP)
 def test_ladder_command_orders_points_and_draws_every_figure(tiny_point, tmp_path):
     root = tmp_path / "ladder"

@@ -122,6 +122,7 @@ def test_a_memoriser_of_the_training_mixture_is_found_memorising():
     assert fresh["model"]["loss"] == pytest.approx(fresh["bayes_training"]["loss"], rel=1e-12)
 
 
+@pytest.mark.long_running
 def test_an_in_context_predictor_is_found_in_context():
     """The Bayes predictor of 1024 other HMMs from the same prior approximates the prior
     predictive: it knows no training HMM, so it does as well on fresh HMMs as on training ones."""

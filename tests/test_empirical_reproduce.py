@@ -10,7 +10,6 @@ import re
 import tarfile
 from pathlib import Path
 
-import matplotlib.figure
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -29,13 +28,14 @@ from empirical.reproduce.config import reproduce_config
 from empirical.reproduce.record import read_status
 from empirical.reproduce.stages import STAGE_NAMES, plan_costs
 from empirical.train import learning_rate
+from recorded_figures import figures_recorded_not_drawn
 
 RATES = plan.Rates(train=1e12, float32=1e12, float64=1e11, bandwidth=1e11, source="test")
 HOST = plan.HostTimings(mixture_s=1.0, batch_s=0.01, hand_built_s=0.1, hand_built_forward_s=0.01, decode_s=1e-4,
                         hand_built_width=100, hand_built_layers=10, confident_fraction=0.2)
 FIGURES = ("evaluate/in_context.png", "evaluate/training_loss.png", "analyze/shuffle.png",
            "analyze/probes_task_state.png", "analyze/probes_previous_tokens.png", "analyze/attention_trained.png",
-           "analyze/attention_hand_built_vs_trained.png", "analyze/offset_profiles.png",
+           "analyze/attention_hand_built_vs_trained.png", "analyze/offset_profiles.png", "analyze/offset_summary.png",
            "patching/patching_state_forcing.png", "patching/patching_history.png")
 RESULTS = ("mixture/mixture.json", "evaluate/evaluation.json", "analyze/analysis.json", "patching/patching.json",
            "train/metrics.jsonl")
@@ -198,7 +198,9 @@ def test_bundle_holds_every_json_and_figure_and_refuses_more_than_the_limit(tmp_
     (["--preset", "paper-mini", "--assume-peak-tflops", "790"],
      r"--assume-peak-tflops: 790 without --plan; expected it only with --plan"),
 ])
-def test_bad_input_is_refused_naming_the_argument_value_and_expectation(tmp_path, capsys, options, message):
+def test_bad_input_is_refused_naming_the_argument_value_and_expectation(tmp_path, capsys, monkeypatch, options,
+                                                                         message):
+    monkeypatch.setattr(plan, "measure_rates", lambda device, train_dtype: RATES)  # the budget's plan: 1.8 s here
     assert hmmtf.main(["reproduce", *options, "--out", str(tmp_path / "run")]) == 2
     error = capsys.readouterr().err
     assert error.startswith("hmmtf reproduce: error: ")
@@ -226,6 +228,7 @@ def paper_mini_run(tmp_path_factory):
     return whole
 
 
+@pytest.mark.long_running
 @pytest.mark.xdist_group(PAPER_MINI_GROUP)
 def test_paper_mini_runs_every_stage_and_bundles_its_results(paper_mini_run):
     whole = paper_mini_run
@@ -250,20 +253,24 @@ def test_paper_mini_runs_every_stage_and_bundles_its_results(paper_mini_run):
     assert read_status(whole)["state"] == "finished"
 
 
+@pytest.mark.long_running
 @pytest.mark.xdist_group(PAPER_MINI_GROUP)
 def test_paper_mini_stopped_after_training_and_resumed_gives_the_outputs_of_an_uninterrupted_run(
         paper_mini_run, tmp_path, capsys, monkeypatch):
     """The resumed run's numbers, record and checkpoint against the uninterrupted run's. Its
-    figures are not drawn (an empty file stands for each: drawing reads only the stage's results,
-    compared here, and the uninterrupted run's figures are checked above); drawing them would
-    double the test's time."""
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda figure, path, **options: Path(path).touch())
+    figures are not drawn (:mod:`recorded_figures`: drawing reads only the stage's results,
+    compared here, and the uninterrupted run's figures are checked above), and the device's rates
+    are not measured (:data:`RATES`: they enter only the plan and the record's utilisations, 1.8 s
+    an invocation here); either would double the test's time."""
+    monkeypatch.setattr(plan, "measure_rates", lambda device, train_dtype: RATES)
     resumed = tmp_path / "resumed"
-    assert reproduce(resumed, "--threads", "1", "--stop-after", "train") == 0
-    assert read_status(resumed)["state"] == "stopped"
-    assert not (resumed / "evaluate").exists()
-    capsys.readouterr()
-    assert reproduce(resumed, "--threads", "1") == 0
+    with figures_recorded_not_drawn() as figures:
+        assert reproduce(resumed, "--threads", "1", "--stop-after", "train") == 0
+        assert read_status(resumed)["state"] == "stopped"
+        assert not (resumed / "evaluate").exists()
+        capsys.readouterr()
+        assert reproduce(resumed, "--threads", "1") == 0
+    assert sorted(path.relative_to(resumed).as_posix() for path in figures) == sorted(FIGURES)
     assert "mixture (done)" in capsys.readouterr().out
     record = json.loads((resumed / "record.json").read_text())
     assert [[attempt["invocation"] for attempt in entry["attempts"]] for entry in record["stages"].values()] == [
@@ -275,6 +282,7 @@ def test_paper_mini_stopped_after_training_and_resumed_gives_the_outputs_of_an_u
     assert read_status(resumed)["state"] == "finished"
 
 
+@pytest.mark.long_running
 def test_a_detached_run_is_followed_with_wait_until_it_fails_as_a_foreground_run_would(tmp_path, capsys,
                                                                                        monkeypatch):
     monkeypatch.setattr(commands, "POLL_SECONDS", 0.2)

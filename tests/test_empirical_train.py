@@ -177,6 +177,7 @@ def rank_shares(dtype: torch.dtype, world_size: int = 2) -> list[tuple[torch.Ten
     return shares
 
 
+@pytest.mark.long_running
 @pytest.mark.xdist_group(DDP_GROUP)
 def test_ddp_with_two_processes_averages_the_ranks_shares_bit_for_bit(ddp_outputs):
     """Two gloo processes compute, bit for bit, the average of the two ranks' shares computed in
@@ -308,6 +309,7 @@ def test_checkpoint_every_must_be_a_multiple_of_log_every():
     TrainConfig(steps=10, batch_size=4, log_every=4, checkpoint_every=8)
 
 
+@pytest.mark.long_running
 @pytest.mark.xdist_group(DDP_GROUP)
 def test_ddp_resume_in_mid_window_writes_the_log_of_an_uninterrupted_run(ddp_outputs, tmp_path):
     train(MODEL, RESUME_CONFIG, random_batch, tmp_path / "single", progress=False)

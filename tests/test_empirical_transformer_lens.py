@@ -28,6 +28,10 @@ from empirical.transformer_lens_interop import (
 )
 from test_construction_helpers import hmm_prompt
 
+pytestmark = pytest.mark.xdist_group("transformer-lens")
+"""One xdist worker runs this module: the first import of TransformerLens in a process (about
+3 s on 2 cores) is paid once, not once per worker."""
+
 TINY = RoFormerConfig(vocab_size=7, num_layers=1, num_heads=2, width=8)
 # Non-default base, MLP width and tying, so a base, d_mlp or unembedding mistake shows.
 SEVERAL = RoFormerConfig(vocab_size=7, num_layers=3, num_heads=4, width=32, mlp_ratio=2, rotary_base=500.0,
@@ -196,6 +200,7 @@ def test_export_refuses_what_transformer_lens_cannot_express(tmp_path):
         load_hooked_transformer(tmp_path)
 
 
+@pytest.mark.long_running
 def test_project_imports_without_transformer_lens():
     code = "import sys, hmmtf, empirical.transformer_lens_interop; assert 'transformer_lens' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

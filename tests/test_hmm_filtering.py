@@ -91,6 +91,7 @@ def test_log_likelihood_and_prefix_predictive_match_hmmlearn(implementation):
     assert posteriors.shape == (60, 10)
 
 
+@pytest.mark.long_running
 def test_stable_at_ten_thousand_steps_against_hmmlearn():
     model = hmm.random_hmm(8, 5, seed=11)
     tokens, _ = hmm.sample_sequences(model, [0], 10_000, seed=12)

@@ -369,6 +369,7 @@ def test_one_short_run_is_wired_through_the_training_loop(tmp_path, capsys):
     assert "| lowrank, 2-layer-tied | " in capsys.readouterr().out
 
 
+@pytest.mark.long_running
 def test_command_line_runs_a_tiny_sweep(tmp_path):
     """``hmmtf markov-sweep`` end to end (one worker process, one cell, 20 steps)."""
     argv = ["markov-sweep", "--out", str(tmp_path), "--p-values", "0.9", "--q-values", "0.8", "--seeds", "1",
@@ -473,6 +474,7 @@ def assert_same_summaries(computed, stored) -> None:
         assert computed == stored
 
 
+@pytest.mark.long_running
 def test_a_committed_trapped_run_replays_with_the_same_outcome():
     """One trapped run of the committed default sweep, trained again by the current code (the
     RoFormer, the training loop and the run, which ledger/results.py leaves out of the sweeps'
