@@ -8,7 +8,6 @@ import json
 import math
 import re
 import tarfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -259,9 +258,9 @@ def test_paper_mini_stopped_after_training_and_resumed_gives_the_outputs_of_an_u
         paper_mini_run, tmp_path, capsys, monkeypatch):
     """The resumed run's numbers, record and checkpoint against the uninterrupted run's. Its
     figures are not drawn (:mod:`recorded_figures`: drawing reads only the stage's results,
-    compared here, and the uninterrupted run's figures are checked above), and the device's rates
-    are not measured (:data:`RATES`: they enter only the plan and the record's utilisations, 1.8 s
-    an invocation here); either would double the test's time."""
+    compared here, and the uninterrupted run's figures are checked above; drawing them would
+    double the test's time), and the device's rates are not measured (:data:`RATES`: they enter
+    only the plan and the record's utilisations; measuring them takes 1.8 s an invocation here)."""
     monkeypatch.setattr(plan, "measure_rates", lambda device, train_dtype: RATES)
     resumed = tmp_path / "resumed"
     with figures_recorded_not_drawn() as figures:
