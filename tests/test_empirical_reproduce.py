@@ -48,6 +48,13 @@ def without_timings(path) -> list:
     return [{key: value for key, value in record.items() if key not in timings} for record in records]
 
 
+@pytest.fixture
+def rates_not_measured(monkeypatch):
+    """The plan's device rates are :data:`RATES`, not measured: measuring takes 1.8 s an
+    invocation here, and the rates enter only the plan and the record's utilisations."""
+    monkeypatch.setattr(plan, "measure_rates", lambda device, train_dtype: RATES)
+
+
 def reproduce(out, *options: str) -> int:
     return hmmtf.main(["reproduce", "--preset", "paper-mini", "--device", "cpu", "--out", str(out), *options])
 
@@ -197,9 +204,8 @@ def test_bundle_holds_every_json_and_figure_and_refuses_more_than_the_limit(tmp_
     (["--preset", "paper-mini", "--assume-peak-tflops", "790"],
      r"--assume-peak-tflops: 790 without --plan; expected it only with --plan"),
 ])
-def test_bad_input_is_refused_naming_the_argument_value_and_expectation(tmp_path, capsys, monkeypatch, options,
-                                                                         message):
-    monkeypatch.setattr(plan, "measure_rates", lambda device, train_dtype: RATES)  # the budget's plan: 1.8 s here
+def test_bad_input_is_refused_naming_the_argument_value_and_expectation(tmp_path, capsys, rates_not_measured,
+                                                                         options, message):
     assert hmmtf.main(["reproduce", *options, "--out", str(tmp_path / "run")]) == 2
     error = capsys.readouterr().err
     assert error.startswith("hmmtf reproduce: error: ")
@@ -255,13 +261,11 @@ def test_paper_mini_runs_every_stage_and_bundles_its_results(paper_mini_run):
 @pytest.mark.long_running
 @pytest.mark.xdist_group(PAPER_MINI_GROUP)
 def test_paper_mini_stopped_after_training_and_resumed_gives_the_outputs_of_an_uninterrupted_run(
-        paper_mini_run, tmp_path, capsys, monkeypatch):
+        paper_mini_run, tmp_path, capsys, rates_not_measured):
     """The resumed run's numbers, record and checkpoint against the uninterrupted run's. Its
     figures are not drawn (:mod:`recorded_figures`: drawing reads only the stage's results,
     compared here, and the uninterrupted run's figures are checked above; drawing them would
-    double the test's time), and the device's rates are not measured (:data:`RATES`: they enter
-    only the plan and the record's utilisations; measuring them takes 1.8 s an invocation here)."""
-    monkeypatch.setattr(plan, "measure_rates", lambda device, train_dtype: RATES)
+    double the test's time), and the device's rates are not measured (:func:`rates_not_measured`)."""
     resumed = tmp_path / "resumed"
     with figures_recorded_not_drawn() as figures:
         assert reproduce(resumed, "--threads", "1", "--stop-after", "train") == 0
