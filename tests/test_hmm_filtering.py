@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 from hmm_strategies import enumerate_joint, enumerate_sequence_probability, small_hmms, token_sequences
+from hmmlearn_oracle import hmmlearn_model, on_the_hmmlearn_worker
 from hypothesis import given
-from hmmlearn.hmm import CategoricalHMM
 from hypothesis import strategies as st
 
 import hmm
@@ -67,19 +67,12 @@ def test_shared_initial_broadcasts_against_batched_transition():
     torch.testing.assert_close(hmm.log_likelihood(shared, tokens), expected)
 
 
-def _hmmlearn_model(model):
-    reference = CategoricalHMM(n_components=model.num_states, n_features=model.num_tokens, init_params="", params="")
-    reference.startprob_ = model.initial.numpy()
-    reference.transmat_ = model.transition.numpy()
-    reference.emissionprob_ = model.emission.numpy()
-    return reference
-
-
+@on_the_hmmlearn_worker
 @pytest.mark.parametrize("implementation", ["scaling", "log"])
 def test_log_likelihood_and_prefix_predictive_match_hmmlearn(implementation):
     model = hmm.random_hmm(10, 6, transition_concentration=0.5, emission_concentration=0.5, seed=3)
     tokens, _ = hmm.sample_sequences(model, [0], 60, seed=4)
-    reference = _hmmlearn_model(model)
+    reference = hmmlearn_model(model)
     reference.implementation = implementation
     column = tokens[0].numpy()[:, None]
     assert hmm.log_likelihood(model, tokens[0]).item() == pytest.approx(reference.score(column), rel=1e-10)
@@ -92,13 +85,14 @@ def test_log_likelihood_and_prefix_predictive_match_hmmlearn(implementation):
 
 
 @pytest.mark.long_running
+@on_the_hmmlearn_worker
 def test_stable_at_ten_thousand_steps_against_hmmlearn():
     model = hmm.random_hmm(8, 5, seed=11)
     tokens, _ = hmm.sample_sequences(model, [0], 10_000, seed=12)
     ours = hmm.filter_beliefs(model, tokens[0])
     assert torch.isfinite(ours.log_normalizers).all() and torch.isfinite(ours.filtered).all()
     torch.testing.assert_close(ours.filtered.sum(-1), torch.ones(10_000, dtype=torch.float64), rtol=0, atol=1e-12)
-    reference = _hmmlearn_model(model)
+    reference = hmmlearn_model(model)
     reference.implementation = "log"
     expected = reference.score(tokens[0].numpy()[:, None])
     assert expected < -5_000  # a raw product of probabilities would underflow to 0

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import torch
-from hmmlearn.hmm import CategoricalHMM
+from hmmlearn_oracle import hmmlearn_model, on_the_hmmlearn_worker
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,12 +12,12 @@ from hmm.memory import g_optimal_design, g_optimal_prior, joint_one_hot_history,
 
 def window_predictive_with_hmmlearn(model: hmm.HMM, prior: np.ndarray, window: np.ndarray) -> np.ndarray:
     """Oracle for P_L: hmmlearn scores the window and window + o with start probabilities b0."""
-    reference = CategoricalHMM(n_components=model.num_states, n_features=model.num_tokens, init_params="", params="")
-    reference.startprob_, reference.transmat_, reference.emissionprob_ = prior, model.transition.numpy(), model.emission.numpy()
+    reference = hmmlearn_model(model, initial=prior)
     base = reference.score(window[:, None])
     return np.array([np.exp(reference.score(np.append(window, o)[:, None]) - base) for o in range(model.num_tokens)])
 
 
+@on_the_hmmlearn_worker
 @pytest.mark.parametrize("prior", ["stationary", "uniform"])
 def test_memory_predictor_matches_hmmlearn_windows(prior):
     model = hmm.random_hmm(5, 4, initial="dirichlet", seed=0)
