@@ -2,6 +2,7 @@
 against one process, and config errors."""
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import time
@@ -102,15 +103,25 @@ WORKER_TIMEOUT_S = 120
 """Wall-clock limit of a group of DDP worker processes (they need about 10 s on 2 cores)."""
 
 
-def run_ranks(worker, args: tuple, world_size: int = 2) -> None:
-    """Run ``worker(rank, world_size, *args)`` in ``world_size`` *spawned* processes and wait.
+RANK_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "empirical.train", __name__]
+"""What the forkserver imports once, before it forks the ranks: torch, the optimizer's first step's
+import of ``torch._dynamo`` (3 s on 2 cores), the training loop and this module (the ranks' target).
+A spawned rank imported all of it again: 5-6 s of CPU each."""
 
-    Spawned, not forked: a child forked after torch has started its thread pools inherits locks
-    held by threads that do not exist in it, and gloo's teardown can then block forever. A group
-    still running after :data:`WORKER_TIMEOUT_S` is killed and the test fails, naming the limit.
+
+def run_ranks(worker, args: tuple, world_size: int = 2) -> None:
+    """Run ``worker(rank, world_size, *args)`` in ``world_size`` processes forked by a *forkserver*
+    and wait.
+
+    Not forked from this process: a child forked after torch has started its thread pools inherits
+    locks held by threads that do not exist in it, and gloo's teardown can then block forever. The
+    forkserver is a fresh process that only imports :data:`RANK_PRELOAD` (which runs no torch
+    operation, so starts no thread pool) and forks each rank from its one thread. A group still
+    running after :data:`WORKER_TIMEOUT_S` is killed and the test fails, naming the limit.
     """
+    multiprocessing.set_forkserver_preload(RANK_PRELOAD)
     context = mp.start_processes(worker, args=(world_size, *args), nprocs=world_size, join=False,
-                                 start_method="spawn")
+                                 start_method="forkserver")
     deadline = time.monotonic() + WORKER_TIMEOUT_S
     while not context.join(timeout=max(deadline - time.monotonic(), 0.0)):
         if time.monotonic() >= deadline:
@@ -120,7 +131,7 @@ def run_ranks(worker, args: tuple, world_size: int = 2) -> None:
 
 
 def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
-    """Every DDP run the tests compare, in one process group (one spawn of the group for the
+    """Every DDP run the tests compare, in one process group (one start of the group for the
     module): each rank's DDP gradient of batch 0 and three AdamW steps (``ddp.pt``), then a run
     stopped at step 3 and resumed on every rank (``out_dir/resumed``)."""
     torch.set_num_threads(1)
@@ -154,12 +165,12 @@ def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> Non
 RESUME_CONFIG = TrainConfig(steps=6, batch_size=8, learning_rate=3e-3, log_every=4)
 """The run stopped at step 3 (mid-window) and resumed, under DDP and in one process."""
 DDP_GROUP = "ddp"
-"""xdist group of the tests that read the DDP group's outputs (spawned once per worker)."""
+"""xdist group of the tests that read the DDP group's outputs (started once per worker)."""
 
 
 @pytest.fixture(scope="module")
 def ddp_outputs(tmp_path_factory):
-    """The folder :func:`_ddp_worker` wrote in two spawned gloo processes."""
+    """The folder :func:`_ddp_worker` wrote in two forkserver-forked gloo processes."""
     out = tmp_path_factory.mktemp("ddp")
     run_ranks(_ddp_worker, (str(out / "init"), str(out)))
     return out
