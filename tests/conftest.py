@@ -11,6 +11,7 @@ them out: importing it there (2.4 s) would hold back the workers' start.
 The tiny preset's pipeline (``tiny_run``, ``tiny_evaluation``, ``tiny_analysis``) is made once per
 process and shared by the command-line tests (:mod:`tiny_pipeline`).
 """
+import gc
 import os
 
 import pytest
@@ -35,6 +36,13 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config):
+    """Leave the objects of the session to the interpreter's exit, without a last collection pass
+    over them: ``gc.freeze()``. A worker that imported torch, matplotlib and sympy took 1.4 s to
+    exit, 0.4 s with the freeze, and the run ends when its last worker has exited."""
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items):
