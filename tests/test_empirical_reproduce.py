@@ -286,12 +286,24 @@ def test_paper_mini_stopped_after_training_and_resumed_gives_the_outputs_of_an_u
 
 
 @pytest.mark.long_running
-def test_a_detached_run_is_followed_with_wait_until_it_fails_as_a_foreground_run_would(tmp_path, capsys,
-                                                                                       monkeypatch):
+def test_a_detached_resume_is_followed_while_it_plans_until_it_fails_as_a_foreground_run_would(
+        tmp_path, capsys, monkeypatch, rates_not_measured):
+    """A run stopped after its mixture, resumed by a detached process with other settings: until
+    that process begins its stages, ``--wait`` and ``--status`` follow it (its log: the refusal a
+    foreground run prints), not the ``progress.json`` the stopped run left."""
     monkeypatch.setattr(commands, "POLL_SECONDS", 0.2)
-    assert reproduce(tmp_path, "--budget-minutes", "0.0001", "--detach") == 0
+    assert reproduce(tmp_path, "--stop-after", "mixture") == 0
+    assert read_status(tmp_path)["state"] == "stopped"
+    capsys.readouterr()
+    assert reproduce(tmp_path, "--cpu-bf16", "--detach") == 0
     assert f"follow it with: hmmtf reproduce --preset paper-mini --out {tmp_path} --wait 540" in capsys.readouterr().out
     assert reproduce(tmp_path, "--wait", "120") == 1
-    assert "planning: hmmtf reproduce: error: --budget-minutes: 0.0001" in capsys.readouterr().out
-    assert reproduce(tmp_path, "--status") == 2
+    refusal = (f"hmmtf reproduce: error: --out: {str(tmp_path)!r} holds a run with other settings (train differ); "
+               f"expected the same preset, options and device type to resume it, or another --out")
+    assert capsys.readouterr().out.splitlines()[-1] == f"planning: {refusal}"
+    assert reproduce(tmp_path, "--status") == 1
+    status = json.loads(capsys.readouterr().out)
+    assert (status["state"], status["log"]) == ("failed", refusal)
+    assert read_status(tmp_path)["state"] == "stopped"
+    assert reproduce(tmp_path / "empty", "--status") == 2
     assert "has no progress.json; expected the folder of a started run" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -23,16 +24,26 @@ import torch
 from empirical.presets import PRESETS
 from empirical.reproduce import plan
 from empirical.reproduce.config import reproduce_config
-from empirical.reproduce.record import LOG_FILE, PROGRESS_FILE, RECORD_FILE, read_json, read_status, status_line
+from empirical.reproduce.record import (
+    DETACHED_FILE,
+    ERROR_PREFIX,
+    LOG_FILE,
+    RECORD_FILE,
+    planning_status,
+    read_json,
+    read_status,
+    status_line,
+    write_json,
+)
 from empirical.reproduce.stages import STAGE_NAMES, check_settings, done_stages, plan_costs, run_stages
 
 DEFAULT_BUDGET_MINUTES = 25.0
 """The GPU budget of a session: 30 minutes of device time, less the machine's start."""
 POLL_SECONDS = 30.0
 """Interval of ``--wait``'s status lines."""
-ERROR_PREFIX = "hmmtf reproduce: error: "
 FAILED_STATES = ("failed", "gone")
-"""States of ``read_status`` that end ``--status`` and ``--wait`` with exit code 1."""
+"""States of ``read_status`` and ``planning_status`` that end ``--status`` and ``--wait`` with exit
+code 1."""
 
 
 def default_out(preset: str) -> Path:
@@ -41,36 +52,27 @@ def default_out(preset: str) -> Path:
 
 
 def show_status(out: Path) -> int:
-    """``--status``: print the run's status as JSON; exit code 1 if it failed or its process is
-    gone, else 0."""
-    status = read_status(out)
+    """``--status``: print the run's status as JSON (a detached process's while it plans:
+    :func:`planning_status`); exit code 1 if it failed or its process is gone, else 0."""
+    status = planning_status(out) or read_status(out)
     print(json.dumps(status, indent=2))
     return 1 if status["state"] in FAILED_STATES else 0
 
 
-def last_line(path: Path) -> str:
-    """The last non-empty line of a log (tqdm's carriage returns split lines too), "" if none."""
-    lines = [line for line in path.read_text(errors="replace").replace("\r", "\n").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def wait_for(out: Path, seconds: float) -> int:
     """``--wait SECONDS``: a status line every :data:`POLL_SECONDS` until the run ends or the
-    seconds pass. Before its first ``progress.json`` a detached run is planning (measuring the
-    device): the line is then the last of its log. Exit code 1 once it failed or its process is
-    gone, else 0."""
+    seconds pass. While a detached process plans (measures the device; before it writes its own
+    ``progress.json``) the line is the last of its log. Exit code 1 once it failed or its process
+    is gone, else 0."""
     deadline = time.time() + seconds
     while True:
-        if (out / PROGRESS_FILE).is_file() or not (out / LOG_FILE).is_file():
-            status = read_status(out)
-            print(status_line(status), flush=True)
-            if status["state"] != "running":
-                return 1 if status["state"] in FAILED_STATES else 0
-        else:
-            line = last_line(out / LOG_FILE)
-            print(f"planning: {line}", flush=True)
-            if line.startswith(ERROR_PREFIX):
-                return 1
+        planning = planning_status(out)
+        status = planning or read_status(out)
+        print(f"planning: {planning['log']}" if planning else status_line(status), flush=True)
+        if status["state"] in FAILED_STATES:
+            return 1
+        if status["state"] not in ("running", "planning"):
+            return 0
         if time.time() >= deadline:
             return 0
         time.sleep(min(POLL_SECONDS, max(deadline - time.time(), 0.0)))
@@ -81,9 +83,11 @@ def detach(command_line: str, preset: str, out: Path) -> int:
     shell), its output in ``OUT/reproduce.log``; print how to follow it."""
     arguments = [word for word in shlex.split(command_line)[1:] if word != "--detach"]
     out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
     with open(out / LOG_FILE, "ab") as log:
         child = subprocess.Popen([sys.executable, "-m", "hmmtf", *arguments], stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
+    write_json(out / DETACHED_FILE, {"pid": child.pid, "host": socket.gethostname(), "started": started})
     print(f"started process {child.pid}, log {out / LOG_FILE}; follow it with: hmmtf reproduce --preset {preset} "
           f"--out {out} --wait 540")
     return 0

@@ -9,6 +9,11 @@ invocation, peak memory).
 stage running, each stage's status, an error if one stopped the run. ``hmmtf reproduce
 --status`` reads it (and, while training runs, the last line of ``train/metrics.jsonl``), so a
 detached run can be followed by short calls.
+
+``detached.json``: the process id, host and start time of the last process ``--detach`` started.
+Until that process writes its own ``progress.json`` it is planning (measuring the device), and the
+``progress.json`` in the folder, if any, is an earlier invocation's: a resumed run's
+(:func:`planning_status`).
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ import torch
 RECORD_FILE = "record.json"
 PROGRESS_FILE = "progress.json"
 LOG_FILE = "reproduce.log"
+DETACHED_FILE = "detached.json"
+ERROR_PREFIX = "hmmtf reproduce: error: "
+"""How ``hmmtf reproduce`` begins the line of an error that ends it (exit code 2)."""
 GIT_COMMIT_VARIABLE = "HMMTF_GIT_COMMIT"
 """Environment variable naming the commit where the working tree has no ``.git`` (the device
 machine receives a copy of the tree)."""
@@ -124,6 +132,31 @@ def read_status(out: Path) -> dict:
     if progress["stage"] == "train" and state == "running":
         status["train"] = (metrics_records(out / "train" / "metrics.jsonl") or [None])[-1]
     return status
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log (tqdm's carriage returns split lines too), "" if none."""
+    lines = [line for line in path.read_text(errors="replace").replace("\r", "\n").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def planning_status(out: Path) -> dict | None:
+    """The process ``--detach`` last started in ``out`` while no run has begun its stages since
+    (the ``progress.json`` there, if any, started before it), else None: ``state`` ``planning``,
+    ``failed`` (its log ends with an error) or ``gone`` (its process no longer exists on this host),
+    with its ``pid``, ``host`` and the last line of its log, ``log``."""
+    detached = read_json(out / DETACHED_FILE)
+    progress = read_json(out / PROGRESS_FILE)
+    if detached is None or (progress is not None and progress["started"] >= detached["started"]):
+        return None
+    log = last_line(out / LOG_FILE) if (out / LOG_FILE).is_file() else ""
+    if log.startswith(ERROR_PREFIX):
+        state = "failed"
+    elif detached["host"] == socket.gethostname() and not process_alive(detached["pid"]):
+        state = "gone"
+    else:
+        state = "planning"
+    return {"state": state, **detached, "log": log}
 
 
 def status_line(status: dict) -> str:
