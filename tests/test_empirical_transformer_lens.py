@@ -4,14 +4,15 @@ the export directory round-trips offline, configs it cannot express are refused,
 not import transformer_lens; and the hand-built network's softmax attention in TransformerLens's
 ``hook_pattern`` layout."""
 import dataclasses
+import importlib
 import json
 import math
 import socket
-import subprocess
 import sys
 
 import pytest
 import torch
+from fresh_imports import project_imported_afresh
 
 import construction
 import hmmtf
@@ -200,10 +201,15 @@ def test_export_refuses_what_transformer_lens_cannot_express(tmp_path):
         load_hooked_transformer(tmp_path)
 
 
-@pytest.mark.long_running
 def test_project_imports_without_transformer_lens():
-    code = "import sys, hmmtf, empirical.transformer_lens_interop; assert 'transformer_lens' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    """``hmmtf`` with every subcommand's module, imported afresh with TransformerLens hidden: not
+    one module tries to import it (:mod:`fresh_imports`)."""
+    with project_imported_afresh(hidden=("transformer_lens",)) as imports:
+        importlib.import_module("hmmtf").build_parser()
+        importlib.import_module("empirical.transformer_lens_interop")
+        imported = set(sys.modules)
+    assert imports.attempts == []
+    assert {"empirical.transformer_lens_interop", "empirical.model", "bounds.commands"} <= imported
 
 
 def hand_built_traces() -> list[construction.Trace]:
