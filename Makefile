@@ -58,8 +58,8 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The suite without its long-running tests (the pipelines end to end, the DDP process group,
-# the committed Markov run's replay, ...), for the edit-test loop: about 40 s on 2 cores, where
-# the whole suite takes about 90 s. Not what CI runs.
+# the committed Markov run's replay, ...), for the edit-test loop: about 38 s on 2 cores, where
+# the whole suite takes about 80 s. Not what CI runs.
 test-quick: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not long_running"
 
