@@ -100,7 +100,7 @@ def test_resume_refuses_a_different_config(tmp_path):
 
 
 WORKER_TIMEOUT_S = 120
-"""Wall-clock limit of a group of DDP worker processes (they need about 10 s on 2 cores)."""
+"""Wall-clock limit of a group of DDP worker processes (they need about 5 s on 2 cores)."""
 
 
 RANK_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "empirical.train", __name__]
