@@ -3,8 +3,9 @@
 Drawing is most of a small command's time (matplotlib's layout and rasterisation: 6 of the tiny
 ``hmmtf analyze``'s 9.6 s on one core), and every figure function is drawn for real somewhere in
 the suite: the analysis, patching and in-context figures by the paper-mini pipeline
-(``tests/test_empirical_reproduce.py``), the others by their own command's test. A command test
-that only needs to know which figures its command writes records them instead.
+(``tests/test_empirical_reproduce.py``), the Markov sweep's by its short run
+(``tests/test_markov_sweep.py``), the others by their own command's test. A command test that
+only needs to know which figures its command writes records them instead.
 """
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ from empirical.markov.criterion import (
 from empirical.markov.runs import MarkovStream, evaluate_run, held_out_sequences, train_and_evaluate
 from empirical.model import RoFormer, RoFormerConfig
 from markov_oracles import bigram_log_probs
+from recorded_figures import figures_recorded_not_drawn
 import hmmtf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,11 +372,15 @@ def test_one_short_run_is_wired_through_the_training_loop(tmp_path, capsys):
 
 @pytest.mark.long_running
 def test_command_line_runs_a_tiny_sweep(tmp_path):
-    """``hmmtf markov-sweep`` end to end (one worker process, one cell, 20 steps)."""
+    """``hmmtf markov-sweep`` end to end (one worker process, one cell, 20 steps). Its figures are
+    recorded, not drawn (:mod:`recorded_figures`): the short run above draws every one of them."""
     argv = ["markov-sweep", "--out", str(tmp_path), "--p-values", "0.9", "--q-values", "0.8", "--seeds", "1",
             "--steps", "20", "--warmup-steps", "2", "--architectures", "1-layer-untied", "--inits", "lowrank-anti",
             "--init-rank", "2", "--workers", "1", "--no-progress"]
-    assert hmmtf.main(argv) == 0
+    with figures_recorded_not_drawn() as figures:
+        assert hmmtf.main(argv) == 0
+    assert figures == [tmp_path / f"{name}.png" for name in ("phase_diagram", "read_back", "plateau_survival",
+                                                             "loss_curves_lowrank-anti")]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["command"] == "hmmtf " + " ".join(argv)
     assert saved["config"]["init_rank"] == 2
