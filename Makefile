@@ -57,8 +57,9 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 # (2 cores): pytest's collection (torch, numpy, scipy, sympy, matplotlib, hypothesis, the project)
 # beside the modules tests import only when they run (hmmlearn with scikit-learn and pandas,
 # TransformerLens with transformers, torch's dynamo, which the first optimizer step imports, and
-# its distributed package). In a fresh clone the first suite took 96-104 s without this, 86 s
-# after it, and a later suite about 80 s: its two workers had compiled the same files at once.
+# its distributed package). In fresh clones the first suite took 96-104 s without this, and
+# 80-86 s after its 25 s, as a later suite does: the two workers had compiled the same files at
+# once.
 # A failure here costs only time (the suite reports the error), so it is printed, not fatal.
 LAZY_IMPORTS := hmmlearn.hmm, transformer_lens, torch._dynamo, torch.distributed
 $(BYTECODE): $(STAMP)
@@ -77,7 +78,7 @@ test: $(STAMP) $(BYTECODE)
 
 # The suite without its long-running tests (the pipelines end to end, the DDP process group,
 # the committed Markov run's replay, ...), for the edit-test loop: about 38 s on 2 cores, where
-# the whole suite takes about 80 s. Not what CI runs.
+# the whole suite takes 80-90 s. Not what CI runs.
 test-quick: $(STAMP) $(BYTECODE)
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not long_running"
 
