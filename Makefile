@@ -57,9 +57,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 # (2 cores): pytest's collection (torch, numpy, scipy, sympy, matplotlib, hypothesis, the project)
 # beside the modules tests import only when they run (hmmlearn with scikit-learn and pandas,
 # TransformerLens with transformers, torch's dynamo, which the first optimizer step imports, and
-# its distributed package). In fresh clones the first suite took 96-104 s without this, and
-# 80-86 s after its 25 s, as a later suite does: the two workers had compiled the same files at
-# once.
+# its distributed package). Without it, a fresh clone's first suite took 96-104 s, because its
+# two workers compiled the same files at once; after its 25 s, 80-86 s, as a later suite does.
 # A failure here costs only time (the suite reports the error), so it is printed, not fatal.
 LAZY_IMPORTS := hmmlearn.hmm, transformer_lens, torch._dynamo, torch.distributed
 $(BYTECODE): $(STAMP)
