@@ -7,6 +7,7 @@ import pytest
 from bounds import formulas
 from bounds_symbolic import symbolic_value
 from construction import ConstructionSpec, amplification, build_layout, build_network, reference
+from rounding import unit_roundoff
 from test_construction_helpers import hmm_prompt
 
 RNG = np.random.default_rng(7)
@@ -44,7 +45,7 @@ def test_construction_bound_is_p_times_the_leak_sum_times_the_amplification():
         symbolic = symbolic_value("construction_bound", p=4, A=A, beta=beta, theta=theta, N=N)
         # float64 computes 1 - cos(k theta) to an absolute 2^-53, so each exponent beta (1 - cos)
         # carries an absolute error of about beta 2^-53: that is the agreement to expect.
-        assert numeric == pytest.approx(symbolic, rel=1e-13 + 4 * beta * 2.0**-53)
+        assert numeric == pytest.approx(symbolic, rel=1e-13 + 4 * beta * unit_roundoff())
 
 
 @pytest.mark.parametrize("p, L, T", [(2, 1, 1), (4, 3, 10), (6, 5, 40)])

@@ -14,7 +14,8 @@ from construction.batch import scaled_weights, unit_network
 from construction.weights import SCALED_WEIGHTS
 from empirical.data import held_out_prompts
 from empirical.presets import get_preset
-from test_construction_helpers import gamma, hmm_prompt
+from rounding import gamma
+from test_construction_helpers import hmm_prompt
 
 P, L, T = 3, 3, 6
 # Four prompts of 40 tokens: two of one format, two with their delimiters elsewhere.

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from construction import build_network, parameters_for_prompt, reference
-from test_construction_helpers import UNIT_ROUNDOFF, gamma, hmm_prompt
+from rounding import gamma, unit_roundoff
+from test_construction_helpers import hmm_prompt
 
 
 def weight_copies(trace, layer: str) -> torch.Tensor:
@@ -111,14 +112,14 @@ def gd_rounding_tolerance(X: np.ndarray, Y: np.ndarray, eta: float, num_columns:
     a = eta / num_columns
     norm_x, norm_y = np.linalg.norm(X), np.linalg.norm(Y)
     norm_w = np.linalg.norm(iterates, axis=(1, 2))
-    per_step = 2 * gamma(n) * a * norm_x * (norm_w[:-1] * norm_x + norm_y) + 2 * UNIT_ROUNDOFF * norm_w[1:]
+    per_step = 2 * gamma(n) * a * norm_x * (norm_w[:-1] * norm_x + norm_y) + 2 * unit_roundoff() * norm_w[1:]
     iteration = np.concatenate([[0.0], np.cumsum(per_step)])
     singular_values = np.linalg.svd(X, compute_uv=False)
     nonzero = singular_values[singular_values > singular_values[0] * width * np.finfo(np.float64).eps]
     kappa = nonzero[0] / nonzero[-1]
     norm_w_plus = np.linalg.norm(w_plus)
     residual = np.linalg.norm(Y - X @ w_plus.T)
-    least_squares = width * UNIT_ROUNDOFF * (kappa + kappa**2 * residual / (nonzero[0] * norm_w_plus)) * norm_w_plus
+    least_squares = width * unit_roundoff() * (kappa + kappa**2 * residual / (nonzero[0] * norm_w_plus)) * norm_w_plus
     hessian_error = gamma(n) * norm_x**2 / num_columns + width * gamma(width) * np.linalg.norm(X.T @ X) / num_columns
     steps = np.arange(iterates.shape[0])
     return iteration + 2 * least_squares + steps * eta * hessian_error * norm_w_plus

@@ -3,14 +3,6 @@ import numpy as np
 
 import hmm
 
-UNIT_ROUNDOFF = np.finfo(np.float64).eps / 2
-
-
-def gamma(n: int) -> float:
-    """``gamma_n = n u / (1 - n u)``: a sum of n float64 products errs by at most ``gamma_n`` times
-    the sum of the products' magnitudes (Higham, Accuracy and Stability, Lemma 3.1)."""
-    return n * UNIT_ROUNDOFF / (1 - n * UNIT_ROUNDOFF)
-
 
 def hmm_prompt(p: int, demo_lengths: list[int], test_length: int, seed: int, num_states: int = 3) -> np.ndarray:
     """demo_1, p, ..., demo_n, p, test: every segment an independent run of one random HMM."""

@@ -28,6 +28,7 @@ from empirical.train import (
     shutdown_distributed,
     train,
 )
+from rounding import gamma
 
 MODEL = RoFormerConfig(vocab_size=6, num_layers=2, num_heads=2, width=16)
 
@@ -234,13 +235,12 @@ def test_the_ranks_shares_average_to_the_gradient_of_the_global_mean():
         (token_losses[index] / len(counted)).backward(retain_graph=True)
         for name, p in model.named_parameters():
             magnitudes[name] += p.grad.abs()
-    terms = len(counted) + 4 * MODEL.width
-    gamma = terms * 2.0**-53 / (1 - terms * 2.0**-53)
+    reordering = 2 * gamma(len(counted) + 4 * MODEL.width)
     assert float((shares[0][0] + shares[1][0]) / len(counted)) == pytest.approx(
-        token_losses.sum().item() / len(counted), rel=2 * gamma)  # positive terms: condition number 1
+        token_losses.sum().item() / len(counted), rel=reordering)  # positive terms: condition number 1
     for name, gradient in direct.items():
         average = (shares[0][1][name] + shares[1][1][name]) / 2
-        assert torch.all((average - gradient).abs() <= 2 * gamma * magnitudes[name]), name
+        assert torch.all((average - gradient).abs() <= reordering * magnitudes[name]), name
 
 
 @pytest.mark.parametrize(

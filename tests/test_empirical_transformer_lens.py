@@ -27,6 +27,7 @@ from empirical.transformer_lens_interop import (
     load_hooked_transformer,
     to_hooked_transformer,
 )
+from rounding import reordered_forward_tolerance, sub_blocks_before, unit_roundoff
 from test_construction_helpers import hmm_prompt
 
 pytestmark = pytest.mark.xdist_group("transformer-lens")
@@ -38,7 +39,6 @@ TINY = RoFormerConfig(vocab_size=7, num_layers=1, num_heads=2, width=8)
 SEVERAL = RoFormerConfig(vocab_size=7, num_layers=3, num_heads=4, width=32, mlp_ratio=2, rotary_base=500.0,
                          tie_embeddings=True)
 PROMPT_SHAPE = (3, 40)
-UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float64: 2.0**-53}
 
 
 def random_roformer(config: RoFormerConfig, dtype: torch.dtype, seed: int = 0) -> RoFormer:
@@ -65,40 +65,16 @@ def random_prompts(config: RoFormerConfig, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, config.vocab_size, PROMPT_SHAPE, generator=torch.Generator().manual_seed(seed))
 
 
-def tolerance(dtype: torch.dtype, config: RoFormerConfig, sub_blocks: int, scale: float) -> float:
-    """Largest accepted |ours - TransformerLens| for an activation of largest magnitude ``scale``
-    reached after ``sub_blocks`` attention/MLP sub-blocks: ``u * n * sub_blocks * scale``.
-
-    Both libraries compute the same function in the same precision (unit roundoff ``u``) but in a
-    different order, so each is within a forward-error bound of the exact value: ``gamma_n = n u``
-    relative to the magnitude for a sum of ``n`` terms (Higham, Accuracy and Stability of Numerical
-    Algorithms, section 3.1), once per sub-block on the path. ``n = d_mlp + N``: the longest
-    reduction, plus the rotary angles ``m theta_i``, which the two libraries round differently
-    (``m / base^x`` vs ``m base^-x``), an error of ``m u <= N u`` radians. The network's gain from one
-    sub-block to the next (LayerNorm's ``|w| / sigma``, the softmax Jacobian) is O(1) for these
-    weights, so it adds no factor. ``hook_embed`` (a row lookup, 0 sub-blocks) must match exactly.
-    """
-    size = config.mlp_ratio * config.width + PROMPT_SHAPE[1]
-    return UNIT_ROUNDOFF[dtype] * size * sub_blocks * scale
-
-
-def sub_blocks_before(hook: str, config: RoFormerConfig) -> int:
-    """Sub-blocks whose rounding reaches ``hook`` (an upper bound: all of block l for block l's hooks;
-    the logits also pass the final LayerNorm and the unembedding, counted as one more)."""
-    if hook == "hook_embed":
-        return 0
-    if hook == "logits":
-        return 2 * config.num_layers + 1
-    return 2 * (int(hook.split(".")[1]) + 1)
-
-
 def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, config: RoFormerConfig) -> None:
-    """Same shape, dtype and ``-inf`` entries (the causal mask), finite entries within :func:`tolerance`."""
+    """Same shape, dtype and ``-inf`` entries (the causal mask), finite entries within
+    :func:`rounding.reordered_forward_tolerance`: both libraries compute the same function in the
+    same precision but sum in different orders."""
     assert theirs.shape == ours.shape and theirs.dtype == ours.dtype, name
     finite = torch.isfinite(ours)
     assert torch.equal(finite, torch.isfinite(theirs)) and torch.equal(ours[~finite], theirs[~finite]), name
     difference = float((ours[finite] - theirs[finite]).abs().max())
-    bound = tolerance(ours.dtype, config, sub_blocks_before(name, config), float(ours[finite].abs().max()))
+    bound = reordered_forward_tolerance(ours.dtype, config, PROMPT_SHAPE[1], sub_blocks_before(name, config),
+                                        float(ours[finite].abs().max()))
     assert difference <= bound, f"{name}: |ours - TransformerLens| = {difference:.3g} > {bound:.3g}"
 
 
@@ -232,7 +208,7 @@ def test_hand_built_patterns_have_the_hook_pattern_layout():
         assert pattern.shape == (2, heads, columns, columns)  # (batch, head, query, key)
         # softmax then a sum of N terms, float64: the normaliser and the sum each round by <= N u.
         ones = torch.ones(2, heads, columns, dtype=torch.float64)
-        bound = 2 * (columns + 1) * UNIT_ROUNDOFF[torch.float64]
+        bound = 2 * (columns + 1) * unit_roundoff()
         torch.testing.assert_close(pattern.sum(-1), ones, rtol=0, atol=bound)
         for index, trace in enumerate(traces):
             assert torch.equal(pattern[index], trace.attn_weights[name])

@@ -26,7 +26,8 @@ from empirical.markov.chains import (
     stationary_distribution,
     stationary_entropy,
 )
-from markov_oracles import bigram_log_probs
+from markov_oracles import bigram_log_probs, constant_read_back_rounding
+from rounding import unit_roundoff
 
 BINARY_CELLS = [(0.1, 0.1), (0.2, 0.7), (0.5, 0.8), (0.9, 0.9), (1.0, 0.3), (0.0, 0.4), (0.3, 0.7)]
 
@@ -151,13 +152,15 @@ def test_read_back_kernel_of_the_bigram_and_unigram_predictors():
     kernel = np.array([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.8, 0.1, 0.1]])
     tokens = sample_sequences(kernel, 20, 50, 2)
     bigram = read_back_kernel(tokens, bigram_log_probs(kernel, tokens).exp())
-    np.testing.assert_allclose(bigram.mean, kernel, atol=1e-12)
-    np.testing.assert_allclose(bigram.spread, 0.0, atol=1e-7)
+    # exp(log k) is k within (|log k| + 2) u <= 4u for k >= 0.1, before the read-back's rounding.
+    np.testing.assert_allclose(bigram.mean, kernel, rtol=0,
+                               atol=constant_read_back_rounding(tokens) + 4 * unit_roundoff())
+    np.testing.assert_allclose(bigram.spread, 0.0, rtol=0, atol=constant_read_back_rounding(tokens))
     assert memory_coordinate(bigram.mean, kernel) == pytest.approx(1.0, abs=1e-12)
     pi = stationary_distribution(kernel)
     unigram = read_back_kernel(tokens, torch.from_numpy(pi).expand(20, 50, 3))
-    np.testing.assert_allclose(unigram.mean, np.tile(pi, (3, 1)), atol=1e-12)
-    np.testing.assert_allclose(unigram.spread, 0.0, atol=1e-7)
+    np.testing.assert_allclose(unigram.mean, np.tile(pi, (3, 1)), rtol=0, atol=constant_read_back_rounding(tokens))
+    np.testing.assert_allclose(unigram.spread, 0.0, rtol=0, atol=constant_read_back_rounding(tokens))
     assert memory_coordinate(unigram.mean, kernel) == pytest.approx(0.0, abs=1e-12)
 
 
@@ -166,8 +169,10 @@ def test_read_back_kernel_averages_predictions_per_current_token():
     probs = torch.tensor([[[0.2, 0.8], [0.6, 0.4], [0.4, 0.6], [0.0, 1.0]]], dtype=torch.float64)
     # Positions with x_t = 0: t = 0 and t = 2 (the last position predicts nothing): q(1) = 0.8, 0.6.
     read_back = read_back_kernel(tokens, probs)
-    np.testing.assert_allclose(read_back.mean, [[0.3, 0.7], [0.6, 0.4]], atol=1e-15)
-    np.testing.assert_allclose(read_back.spread, [[0.1, 0.1], [0.0, 0.0]], atol=1e-8)
+    # float64, a few operations on numbers <= 1: the mean within 2u, the deviations of 0.1 within
+    # 3u, the root mean square of two of them within 3u + its own 3 roundings of 0.1.
+    np.testing.assert_allclose(read_back.mean, [[0.3, 0.7], [0.6, 0.4]], rtol=0, atol=2 * unit_roundoff())
+    np.testing.assert_allclose(read_back.spread, [[0.1, 0.1], [0.0, 0.0]], rtol=0, atol=4 * unit_roundoff())
 
 
 def test_memory_coordinate_halfway_between_the_solutions():
