@@ -9,7 +9,7 @@ import torch
 import hmm
 import hmmtf
 from construction.leak import layer_leak
-from empirical.analysis.networks import centered_logits, hand_built_network, hand_built_trace, hand_built_weights
+from empirical.analysis.networks import centered_logits, hand_built_network, hand_built_weights
 from empirical.analysis.offsets import (
     best_matching_heads,
     composed_history_attention,
@@ -158,15 +158,15 @@ def test_hand_built_history_layers_put_all_mass_at_offset_minus_r():
     each within ``N u`` of the mass; then the profile's average over Q queries and its sum over
     5 offsets, within ``(Q + 5) u``."""
     tokens = hmm.sample_prompts(MIXTURE, 1, FORMAT, seed=3).tokens[0]
-    trace = hand_built_trace(tokens, MIXTURE.num_tokens, max_distance=3)
-    spec = hand_built_network(tokens, MIXTURE.num_tokens, max_distance=3).spec
+    network = hand_built_network(tokens, MIXTURE.num_tokens, max_distance=3)
+    trace = network.forward(tokens.numpy())
     num_columns = len(tokens) + 1
     names = ["history.1", "history.2", "history.3"]
     queries = ~FORMAT.is_delimiter & (torch.arange(FORMAT.length) >= 4)
+    per_layer = layer_leak(network.spec.beta, network.spec.theta, num_columns) + 2 * num_columns * unit_roundoff()
 
     def off_target_bound(layers: int) -> float:
-        leak = layer_leak(spec.beta, spec.theta, num_columns)
-        return layers * (leak + 2 * num_columns * unit_roundoff()) + (int(queries.sum()) + 5) * unit_roundoff()
+        return layers * per_layer + (int(queries.sum()) + 5) * unit_roundoff()
 
     weights = hand_built_weights(trace)
     composed = composed_history_attention([trace.attn_weights[name][0] for name in names])

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 import torch
 from hmm_strategies import enumerate_joint, enumerate_sequence_probability, small_hmms, token_sequences
-from hmmlearn_oracle import forward_rounding, hmmlearn_model, on_the_hmmlearn_worker
+from hmmlearn_oracle import hmmlearn_model, on_the_hmmlearn_worker
 from hypothesis import given
 from hypothesis import strategies as st
 
 import hmm
-from rounding import gamma
+from rounding import forward_rounding, gamma
 
 
 @given(st.data())

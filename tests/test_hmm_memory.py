@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 import torch
-from hmmlearn_oracle import forward_rounding, hmmlearn_model, on_the_hmmlearn_worker
+from hmmlearn_oracle import hmmlearn_model, on_the_hmmlearn_worker
 from hypothesis import given
 from hypothesis import strategies as st
 
 import hmm
 from hmm.memory import g_optimal_design, g_optimal_prior, joint_one_hot_history, least_squares, memory_predictor, one_hot_history
-from rounding import unit_roundoff
+from rounding import forward_rounding, unit_roundoff
 
 
 def window_predictive_with_hmmlearn(model: hmm.HMM, prior: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, float]:

@@ -151,16 +151,16 @@ def test_bigram_predictor_reaches_the_entropy_rate(p, q):
 def test_read_back_kernel_of_the_bigram_and_unigram_predictors():
     kernel = np.array([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.8, 0.1, 0.1]])
     tokens = sample_sequences(kernel, 20, 50, 2)
+    rounding = constant_read_back_rounding(tokens)
     bigram = read_back_kernel(tokens, bigram_log_probs(kernel, tokens).exp())
     # exp(log k) is k within (|log k| + 2) u <= 4u for k >= 0.1, before the read-back's rounding.
-    np.testing.assert_allclose(bigram.mean, kernel, rtol=0,
-                               atol=constant_read_back_rounding(tokens) + 4 * unit_roundoff())
-    np.testing.assert_allclose(bigram.spread, 0.0, rtol=0, atol=constant_read_back_rounding(tokens))
+    np.testing.assert_allclose(bigram.mean, kernel, rtol=0, atol=rounding + 4 * unit_roundoff())
+    np.testing.assert_allclose(bigram.spread, 0.0, rtol=0, atol=rounding)
     assert memory_coordinate(bigram.mean, kernel) == pytest.approx(1.0, abs=1e-12)
     pi = stationary_distribution(kernel)
     unigram = read_back_kernel(tokens, torch.from_numpy(pi).expand(20, 50, 3))
-    np.testing.assert_allclose(unigram.mean, np.tile(pi, (3, 1)), rtol=0, atol=constant_read_back_rounding(tokens))
-    np.testing.assert_allclose(unigram.spread, 0.0, rtol=0, atol=constant_read_back_rounding(tokens))
+    np.testing.assert_allclose(unigram.mean, np.tile(pi, (3, 1)), rtol=0, atol=rounding)
+    np.testing.assert_allclose(unigram.spread, 0.0, rtol=0, atol=rounding)
     assert memory_coordinate(unigram.mean, kernel) == pytest.approx(0.0, abs=1e-12)
 
 
