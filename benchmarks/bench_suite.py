@@ -10,7 +10,9 @@ Runs pytest in a subprocess with the :mod:`suite_accounting` plugin and measures
   pytest, its workers and every child they waited for);
 * the two lower bounds on the wall time of ``W`` workers on ``C`` cores: the CPU bound
   ``cpu / min(W, C)`` (perfect packing), and the group bound, the summed wall time of the
-  largest ``xdist_group`` (its tests run one after another on one worker);
+  largest ``xdist_group`` (its tests run one after another on one worker). The CPU bound holds
+  for processes that compute on one thread at a time, as the suite's tests do (one torch thread,
+  tests/conftest.py); a process that runs threads in parallel can beat it;
 * efficiency = bound / wall (1: nothing left to gain by scheduling);
 * for ``--target-s T``: the CPU seconds to cut before the CPU bound allows ``T``,
   ``cpu - T min(W, C)`` (necessary, not sufficient: the group bound must fall too);
@@ -106,8 +108,9 @@ def print_summary(title: str, summary: dict) -> None:
     print(f"\n{title}: {summary['tests']} tests, wall {summary['wall_s']:.1f} s, CPU {summary['cpu_s']:.1f} s "
           f"on {summary['parallelism']} parallel processes")
     group = summary["largest_group"]
+    group_text = f"largest group {group['name']} {group['wall_s']:.1f} s" if group["name"] else "no xdist group"
     print(f"  bound {summary['bound_s']:.1f} s = max(CPU / {summary['parallelism']} = {summary['cpu_bound_s']:.1f} s, "
-          f"largest group {group['name']} {group['wall_s']:.1f} s); efficiency {summary['efficiency']:.2f}")
+          f"{group_text}); efficiency {summary['efficiency']:.2f}")
     print(f"  target {summary['target_s']:g} s: cut {summary['cpu_to_cut_for_target_s']:.1f} s of CPU before the "
           f"CPU bound allows it")
     print("  CPU: " + ", ".join(f"{name.replace('_', ' ')} {seconds:.1f} s"
@@ -142,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, summary in runs.items():
         print_summary(name, summary)
     if args.baseline:
-        print(f"\none process / {args.workers} workers: {runs['single_process']['wall_s'] / runs['xdist']['wall_s']:.2f}x "
-              f"(at most {min(args.workers, cores)}x on {cores} cores)")
+        ratio = runs["single_process"]["wall_s"] / runs["xdist"]["wall_s"]
+        print(f"\none process / {args.workers} workers: {ratio:.2f}x (at most {min(args.workers, cores)}x on {cores} cores)")
     if args.json:
         args.json.write_text(json.dumps({
             "command": "python benchmarks/bench_suite.py " + shlex.join(argv), "git_commit": source_commit(),

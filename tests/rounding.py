@@ -45,6 +45,64 @@ def forward_rounding(num_states: int, length: int, log_likelihood: float) -> flo
     return length * (num_states + 3) * unit_roundoff() + 3 * gamma(length) * abs(log_likelihood)
 
 
+def row_sum_deviation(stochastic: torch.Tensor) -> float:
+    """Largest ``|sum of a row - 1|`` of a stored stochastic matrix (or vector), plus
+    ``gamma_n`` for computing the sums of its ``n`` nonnegative entries: how far from 1 the rows
+    of the exact stored numbers can be."""
+    return (stochastic.sum(-1) - 1).abs().max().item() + gamma(stochastic.shape[-1])
+
+
+def filtering_rounding(num_states: int, steps: int) -> float:
+    """Entrywise relative rounding bound on the filtered belief of :func:`hmm.filter_beliefs`
+    (float64) after ``steps`` tokens: ``2 gamma_{steps (S + 2)} + gamma_S``.
+
+    Every quantity of the recursion is a sum of nonnegative products, so each rounding is relative
+    to the entry it lands in. A step multiplies the predicted belief by the likelihoods (u per
+    entry), divides it by its sum (u per entry; the sum's own error is one factor common to every
+    entry) and multiplies it by the transition (``gamma_S`` per entry). The computed belief is
+    therefore ``c alpha (1 + theta)`` for the exact forward vector ``alpha``, some scalar ``c`` and
+    ``|theta| <= rho = gamma_{steps (S + 2)}`` entrywise, and it sums to ``1 + eta``, ``|eta| <=
+    u + gamma_{S-1} <= gamma_S`` (the division's rounding over the sum's). Against the exact
+    belief ``alpha / sum(alpha)`` it errs by ``(1 + eta)(1 + theta_i) / (1 + mean theta) - 1``:
+    at most ``2 rho + gamma_S`` relative, to first order.
+    """
+    return 2 * gamma(steps * (num_states + 2)) + gamma(num_states)
+
+
+def enumeration_rounding(num_states: int, length: int) -> float:
+    """Relative rounding bound on an entry of ``hmm_strategies.enumerate_joint`` over ``length``
+    tokens and on their sum (``enumerate_sequence_probability``): ``gamma_{2 length + S^(length-1)
+    + S - 4}``.
+
+    Each path's probability is a product of ``2 length - 1`` nonnegative factors (``2 length - 2``
+    roundings); entry s adds the ``S^(length-1)`` paths that end in s one after another, the sum
+    adds the S entries: terms of one sign, so the relative errors add (Higham, Lemmas 3.1, 3.3).
+    """
+    return gamma(2 * length - 2 + num_states ** (length - 1) - 1 + num_states - 1)
+
+
+def mixture_rounding(num_states: int, num_tasks: int, tokens: int, log_weight_range: float) -> float:
+    """Entrywise relative rounding bound on the float64 Bayes mixture predictive after ``tokens``
+    tokens, as :func:`hmm.bayes_predictive` computes it or task by task, when every task's log
+    prior plus log-likelihood of the tokens has magnitude at most ``log_weight_range``: ``2 omega +
+    filtering_rounding(S, tokens) + 2 gamma_S + 2 gamma_{4K}``. It bounds the decoders too, which
+    round less.
+
+    A task's log-weight, its log prior plus a sum of at most ``tokens`` log normalisers, is within
+    ``forward_rounding(S, tokens, range) + gamma_{tokens+1} range`` of the exact value; its weight
+    ``exp(lw - max)`` errs relatively by that plus ``3 u range + 2 u`` (the difference, of
+    magnitude at most ``2 range``, rounds once, the exponential once; the maximum is a factor common
+    to every weight): ``omega``. The predictive is a ratio of two sums over the K tasks with the same
+    weights, so their errors enter twice; each task's predictive adds its belief's bound
+    (:func:`filtering_rounding`) and ``2 gamma_S`` (``T O`` and the product with it); each sum over
+    the tasks, its chunks merged by rescaling (at most 4 roundings a task), ``gamma_{4K}``.
+    """
+    u = unit_roundoff()
+    omega = (forward_rounding(num_states, tokens, log_weight_range) + gamma(tokens + 1) * log_weight_range
+             + 3 * u * log_weight_range + 2 * u)
+    return 2 * omega + filtering_rounding(num_states, tokens) + 2 * gamma(num_states) + 2 * gamma(4 * num_tasks)
+
+
 def reordered_forward_tolerance(dtype: torch.dtype, config: RoFormerConfig, length: int, sub_blocks: int,
                                 scale: float) -> float:
     """Largest accepted difference between two computations of one RoFormer activation that sum in

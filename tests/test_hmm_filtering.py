@@ -8,22 +8,35 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hmm
-from rounding import forward_rounding, gamma
+from rounding import enumeration_rounding, filtering_rounding, forward_rounding, gamma, row_sum_deviation, unit_roundoff
 
 
 @given(st.data())
 def test_filtering_matches_path_enumeration(data):
+    """Entrywise relative tolerances, no absolute floor: both sides are sums of nonnegative
+    products, each within its rounding bound of the exact value (:mod:`rounding`)."""
     model = data.draw(small_hmms(max_states=3, max_tokens=3))
     tokens = data.draw(token_sequences(model.num_tokens, max_length=5))
+    S = model.num_states
     result = hmm.filter_beliefs(model, torch.tensor(tokens))
     for t in range(len(tokens)):
         joint = enumerate_joint(model, tokens[: t + 1])
-        torch.testing.assert_close(result.filtered[t], joint / joint.sum(), rtol=1e-12, atol=1e-14)
+        enumerated = enumeration_rounding(S, t + 1)
+        # The enumeration's belief: a ratio of two sums, each within `enumerated`, rounded once.
+        belief_tolerance = filtering_rounding(S, t + 1) + 2 * enumerated + unit_roundoff()
+        torch.testing.assert_close(result.filtered[t], joint / joint.sum(), rtol=belief_tolerance, atol=0)
+        # Ours: the belief times T O (formed once, gamma_S), gamma_S more for that product.
+        next_tolerance = filtering_rounding(S, t + 1) + 2 * gamma(S) + enumeration_rounding(S, t + 2) + enumerated \
+            + unit_roundoff()
         for o in range(model.num_tokens):
             expected = enumerate_sequence_probability(model, tokens[: t + 1] + [o]) / float(joint.sum())
-            assert result.next_token[t, o].item() == pytest.approx(expected, rel=1e-11, abs=1e-14)
-    expected_ll = np.log(enumerate_sequence_probability(model, tokens))
-    assert hmm.log_likelihood(model, torch.tensor(tokens)).item() == pytest.approx(expected_ll, rel=1e-12, abs=1e-12)
+            assert result.next_token[t, o].item() == pytest.approx(expected, rel=next_tolerance, abs=0)
+    probability = enumerate_sequence_probability(model, tokens)
+    # A relative error e of the probability is an absolute error e of its log; the log rounds once.
+    log_tolerance = forward_rounding(S, len(tokens), np.log(probability)) + enumeration_rounding(S, len(tokens)) \
+        + unit_roundoff() * abs(np.log(probability))
+    assert hmm.log_likelihood(model, torch.tensor(tokens)).item() == pytest.approx(np.log(probability), rel=0,
+                                                                                 abs=log_tolerance)
 
 
 @given(st.data())
@@ -31,9 +44,13 @@ def test_predicted_belief_is_filtered_belief_pushed_through_transition(data):
     model = data.draw(small_hmms())
     tokens = torch.tensor(data.draw(token_sequences(model.num_tokens, min_length=2, max_length=8)))
     result = hmm.filter_beliefs(model, tokens)
-    torch.testing.assert_close(result.predicted[0], model.initial)
-    torch.testing.assert_close(result.predicted[1:], result.filtered[:-1] @ model.transition, rtol=1e-12, atol=1e-15)
-    torch.testing.assert_close(result.next_token[:-1], result.predicted[1:] @ model.emission, rtol=1e-12, atol=1e-15)
+    assert torch.equal(result.predicted[0], model.initial)
+    # Two roundings of one exact product (nonnegative, S terms): within gamma_S of it each.
+    torch.testing.assert_close(result.predicted[1:], result.filtered[:-1] @ model.transition,
+                               rtol=2 * gamma(model.num_states), atol=0)
+    # b (T O), T O formed once, against (b T) O: two sums of S nonnegative terms on each side.
+    torch.testing.assert_close(result.next_token[:-1], result.predicted[1:] @ model.emission,
+                               rtol=4 * gamma(model.num_states), atol=0)
 
 
 @given(st.data())
@@ -41,8 +58,21 @@ def test_probabilities_sum_to_one(data):
     model = data.draw(small_hmms(batch=(3,)))
     tokens = torch.tensor([data.draw(token_sequences(model.num_tokens, 4, 4)) for _ in range(3)])
     result = hmm.filter_beliefs(model, tokens)
-    for name in ("predicted", "filtered", "next_token"):
-        torch.testing.assert_close(getattr(result, name).sum(-1), torch.ones(3, 4, dtype=torch.float64), rtol=0, atol=1e-13)
+    S, p = model.num_states, model.num_tokens
+    # A filtered belief sums to 1 + eta, |eta| <= gamma_S (rounding.filtering_rounding); pushed
+    # through T (and O) its sum moves by the stored rows' own distance from 1 and by the products'
+    # rounding (gamma_S each); the test's sum rounds once more (gamma_S, gamma_p).
+    belief_sum = gamma(S)
+    tolerances = {
+        "filtered": belief_sum + gamma(S),
+        "predicted": max(row_sum_deviation(model.initial), belief_sum + row_sum_deviation(model.transition))
+        + 2 * gamma(S),
+        "next_token": belief_sum + row_sum_deviation(model.transition) + row_sum_deviation(model.emission)
+        + 2 * gamma(S) + gamma(p),
+    }
+    for name, tolerance in tolerances.items():
+        torch.testing.assert_close(getattr(result, name).sum(-1), torch.ones(3, 4, dtype=torch.float64), rtol=0,
+                                   atol=tolerance, msg=name)
 
 
 @given(st.data())
@@ -54,10 +84,16 @@ def test_batched_equals_looped_with_broadcasting(data):
     batched = hmm.next_token_probs(model, tokens)
     likelihood = hmm.log_likelihood(model, tokens)
     assert batched.shape == (N, K, T, model.num_tokens) and likelihood.shape == (N, K)
+    # The same recursion in other block shapes, which may sum in another order: each within its
+    # bound of the exact value (the predictive: the belief's bound plus gamma_S twice).
+    S = model.num_states
+    predictive = 2 * (filtering_rounding(S, T) + 2 * gamma(S))
     for n in range(N):
         for k in range(K):
-            torch.testing.assert_close(batched[n, k], hmm.next_token_probs(model[k], tokens[n, 0]), rtol=1e-13, atol=0)
-            torch.testing.assert_close(likelihood[n, k], hmm.log_likelihood(model[k], tokens[n, 0]), rtol=1e-13, atol=0)
+            torch.testing.assert_close(batched[n, k], hmm.next_token_probs(model[k], tokens[n, 0]), rtol=predictive,
+                                       atol=0)
+            single = hmm.log_likelihood(model[k], tokens[n, 0]).item()
+            assert likelihood[n, k].item() == pytest.approx(single, rel=0, abs=2 * forward_rounding(S, T, single))
 
 
 def test_shared_initial_broadcasts_against_batched_transition():
