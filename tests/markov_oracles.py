@@ -1,11 +1,12 @@
-"""Oracles shared by the Markov-chain tests: the bigram predictor (the chain's own kernel), and
-the rounding of a read-back of predictions that depend on the current token only."""
+"""Oracles shared by the Markov-chain tests: the bigram predictor (the chain's own kernel), the
+rounding of a read-back of predictions that depend on the current token only, of a stationary
+distribution, and how far an entropy moves when its probabilities do."""
 import numpy as np
 import torch
 
 from empirical.markov.chains import check_kernel
 from hmm import check_tokens
-from rounding import gamma
+from rounding import gamma, unit_roundoff
 
 
 def bigram_log_probs(kernel, tokens: torch.Tensor) -> torch.Tensor:
@@ -26,3 +27,41 @@ def constant_read_back_rounding(tokens: torch.Tensor) -> float:
     rounding, less than another factor 2: ``2 gamma_n``.
     """
     return 2 * gamma(tokens[:, :-1].numel())
+
+
+def stationary_rounding(kernel: np.ndarray) -> float:
+    """Bound on ``max_i |pi_hat_i - pi_i|`` of :func:`empirical.markov.chains.stationary_distribution`
+    (float64) for an ``m``-state ``kernel``: ``(m + 1) F / (1 - m F) + gamma_m + u`` with
+    ``F = kappa e / (1 - kappa e)``.
+
+    The solve is Gaussian elimination with partial pivoting on ``A = kernel^T - I`` with its last
+    row replaced by ones: it solves ``(A + dA) x = b`` exactly with ``|dA| <= gamma_{3m} |L||U|``
+    and ``|| |L||U| || <= (1 + 2 (m^2 - m) rho) ||A||`` for a growth factor ``rho <= 2^(m-1)``
+    (Higham, Theorem 9.4 and Lemma 9.6), plus u for forming ``A``: ``e``. Its forward error is
+    then ``kappa_inf(A) e / (1 - kappa_inf(A) e)`` relative (Theorem 7.2), ``F`` absolute since
+    ``||pi||_inf <= 1``. Clamping at 0 only brings ``x`` nearer; dividing by its sum ``1 + s``,
+    ``|s| <= m F``, moves an entry by at most ``(F + m F) / (1 - m F)``, and rounds it
+    (``gamma_m`` for the sum, u for the division).
+    """
+    m = kernel.shape[0]
+    system = kernel.T - np.eye(m)
+    system[-1] = 1.0
+    backward = gamma(3 * m) * (1 + 2 * (m * m - m) * 2 ** (m - 1)) + unit_roundoff()
+    condition = np.linalg.cond(system, np.inf)
+    solve = condition * backward / (1 - condition * backward)
+    return (m + 1) * solve / (1 - m * solve) + gamma(m) + unit_roundoff()
+
+
+def entropy_perturbation(probabilities: np.ndarray, radius: float) -> float:
+    """Largest change of ``sum_i -x_i log x_i`` when every ``x_i`` moves by at most ``radius``
+    inside ``[0, 1]``: per entry, the largest ``|f(xi) - f(x_i)|`` over its interval, reached at an
+    end or at ``1/e``, where the concave ``f(x) = -x log x`` peaks."""
+    def entropy_term(x):
+        return -x * np.log(x) if x > 0 else 0.0
+
+    total = 0.0
+    for x in np.asarray(probabilities, dtype=np.float64).ravel():
+        low, high = max(x - radius, 0.0), min(x + radius, 1.0)
+        candidates = [low, high] + ([1 / np.e] if low < 1 / np.e < high else [])
+        total += max(abs(entropy_term(xi) - entropy_term(x)) for xi in candidates)
+    return total

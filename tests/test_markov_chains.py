@@ -26,8 +26,8 @@ from empirical.markov.chains import (
     stationary_distribution,
     stationary_entropy,
 )
-from markov_oracles import bigram_log_probs, constant_read_back_rounding
-from rounding import unit_roundoff
+from markov_oracles import bigram_log_probs, constant_read_back_rounding, entropy_perturbation, stationary_rounding
+from rounding import gamma, unit_roundoff
 
 BINARY_CELLS = [(0.1, 0.1), (0.2, 0.7), (0.5, 0.8), (0.9, 0.9), (1.0, 0.3), (0.0, 0.4), (0.3, 0.7)]
 
@@ -63,11 +63,30 @@ kernels = st.integers(2, 3).flatmap(
 
 @pytest.mark.parametrize("p, q", BINARY_CELLS)
 def test_binary_reference_losses_match_closed_forms(p, q):
+    """Tolerances: the stationary solve's (its condition number times the elimination's backward
+    error, markov_oracles.stationary_rounding) plus the closed forms' few roundings. An entropy
+    term ``-x log x`` rounds 3 times (the log within 1 ulp, the product) and a sum of m such
+    nonnegative terms ``gamma_{m-1}`` more; a rounded argument (``1 - p``, ``q / (p + q)``) moves
+    it as ``entropy_perturbation`` says."""
     kernel = binary_kernel(p, q)
-    np.testing.assert_allclose(stationary_distribution(kernel), [q / (p + q), p / (p + q)], atol=1e-12)
+    closed = np.array([q / (p + q), p / (p + q)])  # each within 2u
+    stationary = stationary_rounding(kernel)
+    u = unit_roundoff()
+    np.testing.assert_allclose(stationary_distribution(kernel), closed, rtol=0, atol=stationary + 2 * u)
+    row_entropies = np.array([binary_entropy(p), binary_entropy(q)])
     expected_rate = (q * binary_entropy(p) + p * binary_entropy(q)) / (p + q)
-    assert reference_losses(kernel).bigram == pytest.approx(expected_rate, abs=1e-12)
-    assert reference_losses(kernel).unigram == pytest.approx(binary_entropy(p / (p + q)), abs=1e-12)
+    # Ours: pi_hat . h (gamma_6 relative), h_i the entropies of the stored rows; the closed form:
+    # two row entropies, two products, a sum and a division (gamma_9). Each side takes 1 - p
+    # rounded once, within u of the exact row; pi_hat differs from the closed pi by F + 2u.
+    rate_tolerance = ((stationary + 2 * u) * row_entropies.sum()
+                      + 2 * sum(entropy_perturbation(kernel[i], u) for i in range(2))
+                      + (gamma(6) + gamma(9)) * expected_rate)
+    assert reference_losses(kernel).bigram == pytest.approx(expected_rate, rel=0, abs=rate_tolerance)
+    # Both sides evaluate -x log x near the closed pi: ours at pi_hat (F + 2u away), the closed
+    # form at p / (p + q) and at 1 minus it, rounded (5u away).
+    expected_unigram = binary_entropy(p / (p + q))
+    unigram_tolerance = 2 * entropy_perturbation(closed, stationary + 5 * u) + (gamma(5) + gamma(5)) * expected_unigram
+    assert reference_losses(kernel).unigram == pytest.approx(expected_unigram, rel=0, abs=unigram_tolerance)
 
 
 @given(kernels)
