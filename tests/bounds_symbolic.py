@@ -29,13 +29,22 @@ SYMBOLIC = _symbolic_forms()
 """name -> sympy expression of every formula in the bounds.formulas docstring."""
 
 
+DIGITS = 30
+"""Working precision of :func:`symbolic_value`, in decimal digits."""
+
+
 def symbolic_value(name: str, **values: float) -> float:
-    """Evaluate ``SYMBOLIC[name]`` at ``values`` (keyword = symbol name, e.g. ``gamma=0.5, Nprime=40``)."""
+    """Evaluate ``SYMBOLIC[name]`` at ``values`` (keyword = symbol name, e.g. ``gamma=0.5, Nprime=40``)
+    to 30 digits, then round to float64: within u of the exact value at those inputs. A float
+    enters as the number it stores, carried at 30 digits; as a sympy Float of its own 53 bits it
+    would make sympy evaluate what it meets (``log(d / e)``) at that precision, a float64
+    computation of its own."""
     if name not in SYMBOLIC:
         raise ValueError(f"name: {name!r}; expected one of {sorted(SYMBOLIC)}")
     expression = SYMBOLIC[name]
     missing = sorted(symbol.name for symbol in expression.free_symbols if symbol.name not in values)
     if missing:
         raise ValueError(f"values: {sorted(values)}; expected a value for every symbol of {name}, missing {missing}")
-    substitutions = {symbol: values[symbol.name] for symbol in expression.free_symbols}
-    return float(expression.subs(substitutions).doit().evalf(30))
+    substitutions = {symbol: sympy.Float(float(values[symbol.name]), DIGITS) if isinstance(values[symbol.name], float)
+                     else values[symbol.name] for symbol in expression.free_symbols}
+    return float(expression.subs(substitutions).doit().evalf(DIGITS))

@@ -7,32 +7,52 @@ import pytest
 from bounds import formulas
 from bounds_symbolic import symbolic_value
 from construction import ConstructionSpec, amplification, build_layout, build_network, reference
-from rounding import unit_roundoff
+from rounding import gamma, unit_roundoff
 from test_construction_helpers import hmm_prompt
 
 RNG = np.random.default_rng(7)
 
 
 def test_lemma1_forms_agree_and_invert_each_other():
-    for gamma, d, L, C in RNG.uniform([0.1, 1, 1, 0.05], [1, 6, 30, 3], size=(20, 4)):
-        bound = formulas.lemma1_bound(gamma, d, L, C)
-        assert bound == pytest.approx(symbolic_value("lemma1_bound", gamma=gamma, d=d, L=L, C=C), rel=1e-13)
-        constant = formulas.lemma1_constant(gamma, d, L, bound)
-        assert constant == pytest.approx(C, rel=1e-12)
-        assert constant == pytest.approx(symbolic_value("lemma1_constant", gamma=gamma, d=d, L=L, e=bound), rel=1e-13)
+    """sympy evaluates each form to 30 digits at the same float inputs (within u once rounded to
+    float64, :func:`symbolic_value`), so the tolerance is that u plus the float64 form's own
+    rounding: the power (within 1 ulp), the products and quotients (u each) and the exponential or
+    logarithm (within 1 ulp, and amplifying its argument's error as below)."""
+    u = unit_roundoff()
+    for g, d, L, C in RNG.uniform([0.1, 1, 1, 0.05], [1, 6, 30, 3], size=(20, 4)):
+        exponent = g**4 * L / C
+        bound = formulas.lemma1_bound(g, d, L, C)
+        # The exponent x errs by gamma_4 relative, which exp turns into |x| gamma_4; exp, times d.
+        bound_rounding = exponent * gamma(4) + gamma(3)
+        assert bound == pytest.approx(symbolic_value("lemma1_bound", gamma=g, d=d, L=L, C=C), rel=bound_rounding + u, abs=0)
+        constant = formulas.lemma1_constant(g, d, L, bound)
+        # log(d / e) = x: an error of e (relative) or of d / e (u) is an absolute error of the log,
+        # relative to x; the log's own ulp; the numerator g^4 L, gamma_3.
+        own = u / exponent + 2 * u
+        inverted = (bound_rounding + u) / exponent + 2 * u
+        assert constant == pytest.approx(C, rel=gamma(4) + inverted / (1 - inverted), abs=0)
+        assert constant == pytest.approx(symbolic_value("lemma1_constant", gamma=g, d=d, L=L, e=bound),
+                                         rel=gamma(5) + own, abs=0)
     assert formulas.lemma1_constant(0.5, 2, 3, 2.0) == math.inf
 
 
 def test_generalization_and_optimization_forms_agree():
+    """Each float64 form against sympy's 30-digit value at the same inputs (see above): a square
+    root halves its argument's relative error; ``1 - 1/kappa`` errs by ``u kappa / (kappa - 1)``
+    relative, which the T-th power multiplies by T; ``exp(-T / 2 kappa)`` by ``u T / 2 kappa``."""
+    u = unit_roundoff()
     for p, L, lam, n, C_g, norm, kappa, T in RNG.uniform([2, 1, 0.01, 5, 0.1, 0.1, 1, 0], [8, 6, 1, 500, 3, 5, 200, 300], size=(20, 8)):
         p, L, T = int(p), int(L), int(T)
         assert formulas.generalization_bound(p, L, lam, n, C_g) == pytest.approx(
-            symbolic_value("generalization_bound", p=p, L=L, **{"lambda": lam}, Nprime=n, C_g=C_g), rel=1e-13
+            symbolic_value("generalization_bound", p=p, L=L, **{"lambda": lam}, Nprime=n, C_g=C_g), rel=gamma(4), abs=0
         )
         tight = formulas.optimization_bound(p, L, norm, kappa, T)
         paper = formulas.optimization_bound_paper(p, L, norm, kappa, T)
-        assert tight == pytest.approx(symbolic_value("optimization_bound", p=p, L=L, B_W=norm, kappa=kappa, T=T), rel=1e-12)
-        assert paper == pytest.approx(symbolic_value("optimization_bound_paper", p=p, L=L, B_W=norm, kappa=kappa, T=T), rel=1e-12)
+        contraction = math.expm1(T * u * kappa / (kappa - 1)) + gamma(8)
+        assert tight == pytest.approx(symbolic_value("optimization_bound", p=p, L=L, B_W=norm, kappa=kappa, T=T),
+                                      rel=contraction, abs=0)
+        assert paper == pytest.approx(symbolic_value("optimization_bound_paper", p=p, L=L, B_W=norm, kappa=kappa, T=T),
+                                      rel=u * T / (2 * kappa) + gamma(8), abs=0)
         assert tight <= paper
 
 
