@@ -99,8 +99,9 @@ def test_bayes_predictive_matches_direct_computation(case):
     torch.testing.assert_close(result.next_token.sum(-1), torch.ones(prompts.tokens.shape, dtype=torch.float64), rtol=0,
                                atol=sums)
     for b in range(prompts.tokens.shape[0]):
-        # K posteriors, each within e^(its log's bound) - 1 relative, summed once more.
-        posterior_sum = math.expm1(log_posterior_rounding(mixture, prompts.tokens[b])) + gamma(K)
+        # K posteriors, each within e^(its log's bound) - 1 relative and the exponential's ulp (2u),
+        # then summed (gamma_K).
+        posterior_sum = math.expm1(log_posterior_rounding(mixture, prompts.tokens[b])) + gamma(K + 2)
         assert result.task_log_posterior[b].exp().sum().item() == pytest.approx(1.0, rel=0, abs=posterior_sum)
 
 
