@@ -4,7 +4,7 @@ distribution, and how far an entropy moves when its probabilities do."""
 import numpy as np
 import torch
 
-from empirical.markov.chains import check_kernel
+from empirical.markov.chains import check_kernel, entropy_rate, stationary_distribution, stationary_entropy, surprise
 from hmm import check_tokens
 from rounding import gamma, unit_roundoff
 
@@ -65,3 +65,24 @@ def entropy_perturbation(probabilities: np.ndarray, radius: float) -> float:
         candidates = [low, high] + ([1 / np.e] if low < 1 / np.e < high else [])
         total += max(abs(entropy_term(xi) - entropy_term(x)) for xi in candidates)
     return total
+
+
+def entropy_rate_rounding(kernel: np.ndarray) -> float:
+    """Bound on ``|entropy_rate(kernel) - H_rate|``: ``m F max_i h_i + gamma_{2m+2} H_rate``.
+
+    :func:`empirical.markov.chains.entropy_rate` is ``pi_hat . h`` with ``h_i = sum_j -P_ij log P_ij``.
+    ``pi_hat`` is within ``F`` (:func:`stationary_rounding`) of ``pi`` in every entry; a term
+    ``-P log P`` rounds 3 times (the log within 1 ulp, the product), and the two sums of m
+    nonnegative terms and the products with ``pi_hat`` add ``gamma_{m-1} + u + gamma_{m-1}``.
+    """
+    m = kernel.shape[0]
+    rows = (kernel * surprise(kernel)).sum(axis=1)
+    return m * stationary_rounding(kernel) * rows.max() + gamma(2 * m + 2) * entropy_rate(kernel)
+
+
+def stationary_entropy_rounding(kernel: np.ndarray) -> float:
+    """Bound on ``|stationary_entropy(kernel) - H(pi)|``: ``sum -x log x`` moved by ``pi_hat``'s
+    error (:func:`entropy_perturbation` around ``pi_hat``, radius :func:`stationary_rounding`),
+    plus 3 roundings a term and a sum of m nonnegative terms (``gamma_{m+2}``)."""
+    perturbation = entropy_perturbation(stationary_distribution(kernel), stationary_rounding(kernel))
+    return perturbation + gamma(kernel.shape[0] + 2) * stationary_entropy(kernel)

@@ -26,7 +26,15 @@ from empirical.markov.chains import (
     stationary_distribution,
     stationary_entropy,
 )
-from markov_oracles import bigram_log_probs, constant_read_back_rounding, entropy_perturbation, stationary_rounding
+from markov_oracles import (
+    bigram_log_probs,
+    constant_read_back_rounding,
+    entropy_perturbation,
+    entropy_rate_rounding,
+    stationary_entropy_rounding,
+    stationary_rounding,
+)
+from hmm.markov import dobrushin_coefficient
 from rounding import gamma, unit_roundoff
 
 BINARY_CELLS = [(0.1, 0.1), (0.2, 0.7), (0.5, 0.8), (0.9, 0.9), (1.0, 0.3), (0.0, 0.4), (0.3, 0.7)]
@@ -36,9 +44,31 @@ def binary_entropy(x: float) -> float:
     return -sum(v * math.log(v) for v in (x, 1 - x) if v > 0)
 
 
+POWER = 1000
+"""The power of the kernel whose first row is the enumeration's stationary start."""
+
+
 def power_stationary(kernel: np.ndarray) -> np.ndarray:
     """Oracle: a row of ``kernel^1000`` (kernels here have every entry >= 0.05, so it has converged)."""
-    return np.linalg.matrix_power(kernel, 1000)[0]
+    return np.linalg.matrix_power(kernel, POWER)[0]
+
+
+def sequence_rounding(kernel: np.ndarray, length: int) -> float:
+    """Relative bound on the error of a probability of :func:`enumerate_sequences`: its start,
+    a product of ``POWER`` nonnegative m x m matrices (``gamma_{(POWER-1) m}``: the relative errors
+    of nonnegative factors add) that is ``delta^POWER`` from ``pi`` in total variation (``delta``
+    the Dobrushin coefficient; relative: over the smallest entry); the ``length - 1`` transitions'
+    product and the start times it (``gamma_length``)."""
+    start = power_stationary(kernel)
+    delta = dobrushin_coefficient(torch.from_numpy(kernel)).item()
+    return gamma((POWER - 1) * kernel.shape[0]) + delta**POWER / start.min() + gamma(length)
+
+
+def entropy_sum_rounding(entropy: float, relative: float, terms: int) -> float:
+    """Bound on the error of ``sum -p log p`` over ``terms`` probabilities that sum to 1, each
+    within ``relative`` of the exact one: ``relative (H + 1)`` (the slope of ``-p log p`` is
+    ``-(log p + 1)``), 3 roundings a term and a sum of nonnegative terms (``gamma_{terms+2}``)."""
+    return relative * (entropy + 1) + gamma(terms + 2) * entropy
 
 
 def enumerate_sequences(kernel: np.ndarray, length: int):
@@ -70,34 +100,42 @@ def test_binary_reference_losses_match_closed_forms(p, q):
     it as ``entropy_perturbation`` says."""
     kernel = binary_kernel(p, q)
     closed = np.array([q / (p + q), p / (p + q)])  # each within 2u
-    stationary = stationary_rounding(kernel)
     u = unit_roundoff()
-    np.testing.assert_allclose(stationary_distribution(kernel), closed, rtol=0, atol=stationary + 2 * u)
-    row_entropies = np.array([binary_entropy(p), binary_entropy(q)])
+    np.testing.assert_allclose(stationary_distribution(kernel), closed, rtol=0, atol=stationary_rounding(kernel) + 2 * u)
+    # Ours within entropy_rate_rounding of the exact rate of the stored kernel, whose rows (1 - p
+    # rounded once) are within u of the exact ones; the closed form: the same rows' entropies
+    # (5 roundings each, and 1 - p), two products, a sum and a division (gamma_9).
     expected_rate = (q * binary_entropy(p) + p * binary_entropy(q)) / (p + q)
-    # Ours: pi_hat . h (gamma_6 relative), h_i the entropies of the stored rows; the closed form:
-    # two row entropies, two products, a sum and a division (gamma_9). Each side takes 1 - p
-    # rounded once, within u of the exact row; pi_hat differs from the closed pi by F + 2u.
-    rate_tolerance = ((stationary + 2 * u) * row_entropies.sum()
-                      + 2 * sum(entropy_perturbation(kernel[i], u) for i in range(2))
-                      + (gamma(6) + gamma(9)) * expected_rate)
+    rows = 2 * sum(entropy_perturbation(kernel[i], u) for i in range(2))
+    rate_tolerance = entropy_rate_rounding(kernel) + rows + gamma(9) * expected_rate
     assert reference_losses(kernel).bigram == pytest.approx(expected_rate, rel=0, abs=rate_tolerance)
-    # Both sides evaluate -x log x near the closed pi: ours at pi_hat (F + 2u away), the closed
-    # form at p / (p + q) and at 1 minus it, rounded (5u away).
+    # The closed form evaluates -x log x at p / (p + q) and at 1 minus it, rounded: within 5u of pi.
     expected_unigram = binary_entropy(p / (p + q))
-    unigram_tolerance = 2 * entropy_perturbation(closed, stationary + 5 * u) + (gamma(5) + gamma(5)) * expected_unigram
+    unigram_tolerance = (stationary_entropy_rounding(kernel) + entropy_perturbation(closed, 5 * u)
+                         + gamma(5) * expected_unigram)
     assert reference_losses(kernel).unigram == pytest.approx(expected_unigram, rel=0, abs=unigram_tolerance)
 
 
 @given(kernels)
 def test_entropies_match_enumeration(kernel):
-    """``H_rate = H(x_1..x_4) - H(x_1..x_3)`` and ``H(pi) = H(x_4)`` by enumerating m^4 sequences."""
-    assert entropy_rate(kernel) == pytest.approx(joint_entropy(kernel, 4) - joint_entropy(kernel, 3), abs=1e-10)
-    marginal = np.zeros(kernel.shape[0])
+    """``H_rate = H(x_1..x_4) - H(x_1..x_3)`` and ``H(pi) = H(x_4)`` by enumerating m^4 sequences;
+    each side within its rounding bound (above, and markov_oracles)."""
+    m = kernel.shape[0]
+    joint = {length: joint_entropy(kernel, length) for length in (3, 4)}
+    enumerated = sum(entropy_sum_rounding(joint[length], sequence_rounding(kernel, length), m**length)
+                     for length in (3, 4)) + unit_roundoff() * (joint[4] - joint[3])
+    assert entropy_rate(kernel) == pytest.approx(joint[4] - joint[3], rel=0,
+                                                 abs=entropy_rate_rounding(kernel) + enumerated)
+    marginal = np.zeros(m)
     for sequence, probability in enumerate_sequences(kernel, 4):
         marginal[sequence[-1]] += probability
-    assert stationary_entropy(kernel) == pytest.approx(-(marginal * np.log(marginal)).sum(), abs=1e-10)
-    assert entropy_rate(kernel) <= stationary_entropy(kernel) + 1e-12
+    marginal_entropy = -(marginal * np.log(marginal)).sum()
+    # A marginal adds m^3 sequences' probabilities (nonnegative: gamma_{m^3} more).
+    marginal_rounding = entropy_sum_rounding(marginal_entropy, sequence_rounding(kernel, 4) + gamma(m**3), m)
+    assert stationary_entropy(kernel) == pytest.approx(marginal_entropy, rel=0,
+                                                       abs=stationary_entropy_rounding(kernel) + marginal_rounding)
+    assert entropy_rate(kernel) <= stationary_entropy(kernel) + entropy_rate_rounding(kernel) \
+        + stationary_entropy_rounding(kernel)
 
 
 @given(kernels, st.integers(1, 4))
@@ -109,8 +147,29 @@ def test_bigram_loss_variance_matches_enumeration(kernel, num_predicted):
         weights.append(probability)
     values, weights = np.array(values), np.array(weights)
     mean = weights @ values
-    assert mean == pytest.approx(entropy_rate(kernel), abs=1e-10)
-    assert bigram_loss_variance(kernel, num_predicted) == pytest.approx(weights @ (values - mean) ** 2, abs=1e-10)
+    m, n, sequences = kernel.shape[0], num_predicted, len(values)
+    # A value: n logs (each within 1 ulp) averaged, gamma_{n+3}; a weight: sequence_rounding; the
+    # weighted sum of nonnegative terms, gamma_sequences.
+    probability = sequence_rounding(kernel, n + 1)
+    mean_rounding = (probability + gamma(n + 3) + gamma(sequences)) * mean
+    assert mean == pytest.approx(entropy_rate(kernel), rel=0, abs=mean_rounding + entropy_rate_rounding(kernel))
+    # The variance from enumeration: each deviation v - mean within delta (the value's, the mean's
+    # and the subtraction's roundings), so its square within 2 |v - mean| delta + delta^2; then the
+    # weights and the sum, relative.
+    largest = -np.log(kernel).max()  # every loss f = -log P lies in [0, largest]
+    deviation = np.abs(values - mean).max()
+    delta = gamma(n + 3) * largest + mean_rounding + unit_roundoff() * deviation
+    variance = weights @ (values - mean) ** 2
+    enumerated = 2 * deviation * delta + delta**2 + (probability + gamma(sequences + 1)) * variance
+    # Ours: n^2 V = n c_0 + 2 sum (n - d) c_d, each c_d a difference of two sums of nonnegative
+    # products below largest^2: E f^2 (m^2 + 7 roundings), rate^2 (2 m^2 + 7), a^T P^(d-1) h
+    # ((n + 1) m + 5), one more for the difference; each moved by pi_hat's error F by at most
+    # 3 m F largest^2. The weights n and 2 (n - d) sum to n^2; accumulating them and dividing by
+    # n^2 add gamma_{n+3} largest^2.
+    F = stationary_rounding(kernel)
+    roundings = max(2 * m * m + 7, (n + 1) * m + 5) + 1
+    ours = (3 * m * F + 2 * gamma(roundings) + gamma(n + 3)) * largest**2
+    assert bigram_loss_variance(kernel, num_predicted) == pytest.approx(variance, rel=0, abs=ours + enumerated)
 
 
 def test_samples_have_stationary_marginals_and_kernel_transitions():
