@@ -48,6 +48,9 @@ def stationary_rounding(kernel: np.ndarray) -> float:
     system[-1] = 1.0
     backward = gamma(3 * m) * (1 + 2 * (m * m - m) * 2 ** (m - 1)) + unit_roundoff()
     condition = np.linalg.cond(system, np.inf)
+    if not condition * backward < 1:
+        raise ValueError(f"kernel: its system's condition number is {condition:.3g}; expected one below "
+                         f"1 / {backward:.3g}, where the solve's error bound is finite")
     solve = condition * backward / (1 - condition * backward)
     return (m + 1) * solve / (1 - m * solve) + gamma(m) + unit_roundoff()
 
