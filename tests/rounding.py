@@ -69,6 +69,13 @@ def filtering_rounding(num_states: int, steps: int) -> float:
     return 2 * gamma(steps * (num_states + 2)) + gamma(num_states)
 
 
+def predictive_rounding(num_states: int, steps: int) -> float:
+    """Entrywise relative rounding bound on the next-token predictive of :func:`hmm.filter_beliefs`
+    (float64) after ``steps`` tokens: the belief's (:func:`filtering_rounding`) plus ``2 gamma_S``,
+    for ``T O`` (formed once, sums of S nonnegative products) and the belief's product with it."""
+    return filtering_rounding(num_states, steps) + 2 * gamma(num_states)
+
+
 def enumeration_rounding(num_states: int, length: int) -> float:
     """Relative rounding bound on an entry of ``hmm_strategies.enumerate_joint`` over ``length``
     tokens and on their sum (``enumerate_sequence_probability``): ``gamma_{2 length + S^(length-1)
@@ -85,22 +92,21 @@ def mixture_rounding(num_states: int, num_tasks: int, tokens: int, log_weight_ra
     """Entrywise relative rounding bound on the float64 Bayes mixture predictive after ``tokens``
     tokens, as :func:`hmm.bayes_predictive` computes it or task by task, when every task's log
     prior plus log-likelihood of the tokens has magnitude at most ``log_weight_range``: ``2 omega +
-    filtering_rounding(S, tokens) + 2 gamma_S + 2 gamma_{4K}``. It bounds the decoders too, which
-    round less.
+    predictive_rounding(S, tokens) + 2 gamma_{4K}``. It bounds the decoders too, which round less.
 
     A task's log-weight, its log prior plus a sum of at most ``tokens`` log normalisers, is within
     ``forward_rounding(S, tokens, range) + gamma_{tokens+1} range`` of the exact value; its weight
     ``exp(lw - max)`` errs relatively by that plus ``3 u range + 2 u`` (the difference, of
     magnitude at most ``2 range``, rounds once, the exponential once; the maximum is a factor common
     to every weight): ``omega``. The predictive is a ratio of two sums over the K tasks with the same
-    weights, so their errors enter twice; each task's predictive adds its belief's bound
-    (:func:`filtering_rounding`) and ``2 gamma_S`` (``T O`` and the product with it); each sum over
-    the tasks, its chunks merged by rescaling (at most 4 roundings a task), ``gamma_{4K}``.
+    weights, so their errors enter twice; each task's predictive adds its own bound
+    (:func:`predictive_rounding`); each sum over the tasks, its chunks merged by rescaling (at most
+    4 roundings a task), ``gamma_{4K}``.
     """
     u = unit_roundoff()
     omega = (forward_rounding(num_states, tokens, log_weight_range) + gamma(tokens + 1) * log_weight_range
              + 3 * u * log_weight_range + 2 * u)
-    return 2 * omega + filtering_rounding(num_states, tokens) + 2 * gamma(num_states) + 2 * gamma(4 * num_tasks)
+    return 2 * omega + predictive_rounding(num_states, tokens) + 2 * gamma(4 * num_tasks)
 
 
 def reordered_forward_tolerance(dtype: torch.dtype, config: RoFormerConfig, length: int, sub_blocks: int,

@@ -24,7 +24,7 @@ from empirical.hand_built import (
     to_distribution,
 )
 from empirical.presets import get_preset
-from rounding import filtering_rounding, gamma
+from rounding import gamma, predictive_rounding
 
 PRESET = get_preset("tiny")
 MIXTURE = PRESET.build_mixture()
@@ -82,9 +82,8 @@ def test_memory_predictor_covering_the_segment_is_bayes_for_a_single_hmm():
     bayes = bayes_predictor(single)(prompts.tokens)
     following = torch.cat([prompts.tokens[0, 1:], torch.tensor([P])])
     predicted = following < P
-    # Both filter at most one segment: each within the belief's bound plus gamma_S twice of it.
-    S = single.hmm.num_states
-    filtered = filtering_rounding(S, history_length) + 2 * gamma(S)
+    # Both filter at most one segment: each within rounding.predictive_rounding of the exact value.
+    filtered = predictive_rounding(single.hmm.num_states, history_length)
     torch.testing.assert_close(memory[:, predicted], bayes[:, predicted], rtol=2 * filtered, atol=0)
 
 

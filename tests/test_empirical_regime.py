@@ -21,7 +21,7 @@ from empirical.regime import (
     shared_hmms,
     unseen_mixture,
 )
-from rounding import filtering_rounding, gamma
+from rounding import predictive_rounding
 
 PRESET = get_preset("tiny")
 MIXTURE = PRESET.build_mixture()
@@ -54,9 +54,8 @@ def test_oracle_is_each_prompts_own_filter_on_its_current_segment():
     own = MIXTURE.hmm[prompts.task_ids]
     test = prompts.tokens[:, fmt.test_positions]
     # Each side filters one segment (a task's weight in a mixture of one is e^0 = 1 exactly): within
-    # the belief's bound plus gamma_S twice of the exact predictive (rounding.filtering_rounding).
-    S = MIXTURE.hmm.num_states
-    filtered = filtering_rounding(S, max(fmt.demo_length, fmt.test_length)) + 2 * gamma(S)
+    # rounding.predictive_rounding of the exact predictive.
+    filtered = predictive_rounding(MIXTURE.hmm.num_states, max(fmt.demo_length, fmt.test_length))
     torch.testing.assert_close(result[:, fmt.test_positions], hmm.next_token_probs(own, test), rtol=2 * filtered, atol=0)
     # Every row, delimiters included, against a second implementation: the Bayes predictive of a
     # mixture of one task (its posterior over tasks is 1), prompt by prompt.

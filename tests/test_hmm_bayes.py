@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hmm
-from rounding import enumeration_rounding, filtering_rounding, forward_rounding, gamma, mixture_rounding, \
+from rounding import enumeration_rounding, forward_rounding, gamma, mixture_rounding, predictive_rounding, \
     row_sum_deviation, unit_roundoff
 
 
@@ -124,8 +124,8 @@ def test_single_task_reduces_to_filtering_of_the_current_segment():
     result = hmm.bayes_predictive(hmm.Mixture.single(model), prompts.tokens)
     test = prompts.tokens[:, fmt.test_positions]
     # One task: its weight is e^0 = 1 exactly, so both sides are the filter of the test segment,
-    # each within its belief's bound plus gamma_S twice.
-    filtered = filtering_rounding(model.num_states, test.shape[1]) + 2 * gamma(model.num_states)
+    # each within rounding.predictive_rounding of the exact predictive.
+    filtered = predictive_rounding(model.num_states, test.shape[1])
     torch.testing.assert_close(result.next_token[:, fmt.test_positions], hmm.next_token_probs(model, test),
                                rtol=2 * filtered, atol=0)
 

@@ -8,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hmm
-from rounding import enumeration_rounding, filtering_rounding, forward_rounding, gamma, row_sum_deviation, unit_roundoff
+from rounding import (
+    enumeration_rounding,
+    filtering_rounding,
+    forward_rounding,
+    gamma,
+    predictive_rounding,
+    row_sum_deviation,
+    unit_roundoff,
+)
 
 
 @given(st.data())
@@ -25,9 +33,8 @@ def test_filtering_matches_path_enumeration(data):
         # The enumeration's belief: a ratio of two sums, each within `enumerated`, rounded once.
         belief_tolerance = filtering_rounding(S, t + 1) + 2 * enumerated + unit_roundoff()
         torch.testing.assert_close(result.filtered[t], joint / joint.sum(), rtol=belief_tolerance, atol=0)
-        # Ours: the belief times T O (formed once, gamma_S), gamma_S more for that product.
-        next_tolerance = filtering_rounding(S, t + 1) + 2 * gamma(S) + enumeration_rounding(S, t + 2) + enumerated \
-            + unit_roundoff()
+        # Ours: rounding.predictive_rounding; the enumeration's: a ratio of two sums, rounded once.
+        next_tolerance = predictive_rounding(S, t + 1) + enumeration_rounding(S, t + 2) + enumerated + unit_roundoff()
         for o in range(model.num_tokens):
             expected = enumerate_sequence_probability(model, tokens[: t + 1] + [o]) / float(joint.sum())
             assert result.next_token[t, o].item() == pytest.approx(expected, rel=next_tolerance, abs=0)
@@ -85,9 +92,9 @@ def test_batched_equals_looped_with_broadcasting(data):
     likelihood = hmm.log_likelihood(model, tokens)
     assert batched.shape == (N, K, T, model.num_tokens) and likelihood.shape == (N, K)
     # The same recursion in other block shapes, which may sum in another order: each within its
-    # bound of the exact value (the predictive: the belief's bound plus gamma_S twice).
+    # bound of the exact value (rounding.predictive_rounding).
     S = model.num_states
-    predictive = 2 * (filtering_rounding(S, T) + 2 * gamma(S))
+    predictive = 2 * predictive_rounding(S, T)
     for n in range(N):
         for k in range(K):
             torch.testing.assert_close(batched[n, k], hmm.next_token_probs(model[k], tokens[n, 0]), rtol=predictive,

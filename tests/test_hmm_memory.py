@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import hmm
 from hmm.memory import g_optimal_design, g_optimal_prior, joint_one_hot_history, least_squares, memory_predictor, one_hot_history
-from rounding import filtering_rounding, forward_rounding, gamma, unit_roundoff
+from rounding import forward_rounding, predictive_rounding, unit_roundoff
 
 
 def window_predictive_with_hmmlearn(model: hmm.HMM, prior: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, float]:
@@ -37,8 +37,8 @@ def test_memory_predictor_matches_hmmlearn_windows(prior):
         np.testing.assert_allclose(ours[t].numpy(), expected, rtol=4 * rounding + unit_roundoff(), atol=0)
     exact = hmm.next_token_probs(model, tokens[0])
     # Windows that reach the start are the exact filter over L tokens, on both sides: each within
-    # its belief's bound plus gamma_S twice (rounding.filtering_rounding).
-    filtered = filtering_rounding(model.num_states, L) + 2 * gamma(model.num_states)
+    # rounding.predictive_rounding of the exact value.
+    filtered = predictive_rounding(model.num_states, L)
     torch.testing.assert_close(ours[:L], exact[:L], rtol=2 * filtered, atol=0)
 
 
@@ -60,7 +60,7 @@ def test_memory_predictor_broadcasts_like_filtering():
     batched = memory_predictor(model, tokens[:, None, :], 3)
     assert batched.shape == (3, 2, 12, 3)
     # Every row is a filter over at most L = 3 tokens; the batch may sum in another order.
-    filtered = filtering_rounding(model.num_states, 3) + 2 * gamma(model.num_states)
+    filtered = predictive_rounding(model.num_states, 3)
     torch.testing.assert_close(batched[2, 1], memory_predictor(model[1], tokens[2], 3), rtol=2 * filtered, atol=0)
 
 
