@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shlex
 import subprocess
 import sys
@@ -55,11 +54,6 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def children_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def run_suite(pytest_args: list[str], workers: int | None) -> tuple[float, float, int, list[dict]]:
     """``(wall s, process-tree CPU s, pytest's exit code, per-process records)`` of one pytest run:
     ``workers`` xdist workers with ``--dist loadgroup``, or one process when None."""
@@ -69,9 +63,9 @@ def run_suite(pytest_args: list[str], workers: int | None) -> tuple[float, float
                        "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")]))}
         command = [sys.executable, "-m", "pytest", "-q", "-p", "suite_accounting", "-p", "no:cacheprovider",
                    *distribution, *pytest_args]
-        cpu_before, started = children_cpu_seconds(), time.perf_counter()
+        (_, cpu_before), started = suite_accounting.cpu_seconds(), time.perf_counter()
         finished = subprocess.run(command, cwd=BENCHMARKS.parent, env=environment)
-        wall, cpu = time.perf_counter() - started, children_cpu_seconds() - cpu_before
+        wall, cpu = time.perf_counter() - started, suite_accounting.cpu_seconds()[1] - cpu_before
         records = [json.loads(path.read_text()) for path in sorted(Path(directory).glob("*.json"))]
     return wall, cpu, finished.returncode, records
 
