@@ -19,4 +19,3 @@ def hmmlearn_model(model, initial: np.ndarray | None = None):
     reference.startprob_ = model.initial.numpy() if initial is None else initial
     reference.transmat_, reference.emissionprob_ = model.transition.numpy(), model.emission.numpy()
     return reference
-

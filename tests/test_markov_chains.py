@@ -26,6 +26,7 @@ from empirical.markov.chains import (
     stationary_distribution,
     stationary_entropy,
 )
+from hmm.markov import dobrushin_coefficient
 from markov_oracles import (
     bigram_log_probs,
     constant_read_back_rounding,
@@ -34,7 +35,6 @@ from markov_oracles import (
     stationary_entropy_rounding,
     stationary_rounding,
 )
-from hmm.markov import dobrushin_coefficient
 from rounding import gamma, unit_roundoff
 
 BINARY_CELLS = [(0.1, 0.1), (0.2, 0.7), (0.5, 0.8), (0.9, 0.9), (1.0, 0.3), (0.0, 0.4), (0.3, 0.7)]
@@ -106,7 +106,7 @@ def test_binary_reference_losses_match_closed_forms(p, q):
     # rounded once) are within u of the exact ones; the closed form: the same rows' entropies
     # (5 roundings each, and 1 - p), two products, a sum and a division (gamma_9).
     expected_rate = (q * binary_entropy(p) + p * binary_entropy(q)) / (p + q)
-    rows = 2 * sum(entropy_perturbation(kernel[i], u) for i in range(2))
+    rows = 2 * entropy_perturbation(kernel, u)
     rate_tolerance = entropy_rate_rounding(kernel) + rows + gamma(9) * expected_rate
     assert reference_losses(kernel).bigram == pytest.approx(expected_rate, rel=0, abs=rate_tolerance)
     # The closed form evaluates -x log x at p / (p + q) and at 1 minus it, rounded: within 5u of pi.
@@ -121,21 +121,19 @@ def test_entropies_match_enumeration(kernel):
     """``H_rate = H(x_1..x_4) - H(x_1..x_3)`` and ``H(pi) = H(x_4)`` by enumerating m^4 sequences;
     each side within its rounding bound (above, and markov_oracles)."""
     m = kernel.shape[0]
+    rate_rounding, entropy_rounding = entropy_rate_rounding(kernel), stationary_entropy_rounding(kernel)
     joint = {length: joint_entropy(kernel, length) for length in (3, 4)}
     enumerated = sum(entropy_sum_rounding(joint[length], sequence_rounding(kernel, length), m**length)
                      for length in (3, 4)) + unit_roundoff() * (joint[4] - joint[3])
-    assert entropy_rate(kernel) == pytest.approx(joint[4] - joint[3], rel=0,
-                                                 abs=entropy_rate_rounding(kernel) + enumerated)
+    assert entropy_rate(kernel) == pytest.approx(joint[4] - joint[3], rel=0, abs=rate_rounding + enumerated)
     marginal = np.zeros(m)
     for sequence, probability in enumerate_sequences(kernel, 4):
         marginal[sequence[-1]] += probability
     marginal_entropy = -(marginal * np.log(marginal)).sum()
     # A marginal adds m^3 sequences' probabilities (nonnegative: gamma_{m^3} more).
     marginal_rounding = entropy_sum_rounding(marginal_entropy, sequence_rounding(kernel, 4) + gamma(m**3), m)
-    assert stationary_entropy(kernel) == pytest.approx(marginal_entropy, rel=0,
-                                                       abs=stationary_entropy_rounding(kernel) + marginal_rounding)
-    assert entropy_rate(kernel) <= stationary_entropy(kernel) + entropy_rate_rounding(kernel) \
-        + stationary_entropy_rounding(kernel)
+    assert stationary_entropy(kernel) == pytest.approx(marginal_entropy, rel=0, abs=entropy_rounding + marginal_rounding)
+    assert entropy_rate(kernel) <= stationary_entropy(kernel) + rate_rounding + entropy_rounding
 
 
 @given(kernels, st.integers(1, 4))
