@@ -1,12 +1,20 @@
-"""Oracles shared by the Markov-chain tests: the bigram predictor (the chain's own kernel), the
-rounding of a read-back of predictions that depend on the current token only, of a stationary
-distribution, and how far an entropy moves when its probabilities do."""
+"""Oracles shared by the Markov-chain tests: the bigram predictor (the chain's own kernel) and its
+rounding, the rounding of a read-back of predictions that depend on the current token only and of
+its memory coordinate, of a stationary distribution, and how far an entropy moves when its
+probabilities do."""
 import numpy as np
 import torch
 
-from empirical.markov.chains import check_kernel, entropy_rate, stationary_distribution, stationary_entropy, surprise
+from empirical.markov.chains import (
+    check_kernel,
+    entropy_rate,
+    memory_norm,
+    stationary_distribution,
+    stationary_entropy,
+    surprise,
+)
 from hmm import check_tokens
-from rounding import gamma, unit_roundoff
+from rounding import gamma, gepp_backward_error, unit_roundoff
 
 
 def bigram_log_probs(kernel, tokens: torch.Tensor) -> torch.Tensor:
@@ -15,6 +23,13 @@ def bigram_log_probs(kernel, tokens: torch.Tensor) -> torch.Tensor:
     tokens = check_tokens(tokens, kernel.shape[0], "tokens")
     with np.errstate(divide="ignore"):
         return torch.from_numpy(np.log(kernel))[tokens]
+
+
+def planted_bigram_rounding(kernel: np.ndarray) -> np.ndarray:
+    """Entrywise relative error of the planted bigram predictor ``exp(log P)`` (torch's exp of numpy's
+    log) against P: ``8 u |log P| + 2 u``. numpy's vectorised log is within 4 ulps (numpy/numpy#23399),
+    ``8 u |log P|`` absolute, which exp turns relative; torch's float64 exp (SLEEF's u10) within 1 ulp, 2u."""
+    return unit_roundoff() * (8 * np.abs(np.log(kernel)) + 2)
 
 
 def constant_read_back_rounding(tokens: torch.Tensor) -> float:
@@ -27,6 +42,24 @@ def constant_read_back_rounding(tokens: torch.Tensor) -> float:
     rounding, less than another factor 2: ``2 gamma_n``.
     """
     return 2 * gamma(tokens[:, :-1].numel())
+
+
+def memory_coordinate_rounding(kernel: np.ndarray, read_back_error: float, expected: float) -> float:
+    """Bound on ``|memory_coordinate(K_hat, P) - expected|`` for a read-back ``K_hat`` within
+    ``read_back_error = e`` entrywise of P (``expected = 1``) or of ``U = 1 pi^T`` (``expected = 0``),
+    pi the computed stationary distribution: ``e S_1 / S_2 + expected gamma_{4m+3}``, first order in
+    u, with ``S_1 = sum_i pi_i sum_j |P_ij - pi_j|`` and ``S_2 = |P - U|_pi^2`` (:func:`memory_norm`).
+
+    Numerator ``<K_hat - U, M>_pi`` and denominator ``<M, M>_pi`` (M = P - U, rounded once) are
+    evaluated by the same operations: a product, a sum over m, the product with ``pi_i``, a sum over
+    m, ``gamma_{2m}`` of their sums of magnitudes. ``K_hat - pi`` is ``expected M`` plus the read-back
+    error (``e S_1`` in the numerator) and its own and M's rounding (``2 u S_2 expected``); the
+    numerator's and the denominator's evaluations add ``2 gamma_{2m} S_2 expected``, the quotient u
+    times ``expected``; the rest is second order.
+    """
+    pi = stationary_distribution(kernel)
+    spread = float(pi @ np.abs(kernel - pi[None, :]).sum(axis=1))
+    return read_back_error * spread / memory_norm(kernel) + expected * gamma(4 * kernel.shape[0] + 3)
 
 
 def stationary_rounding(kernel: np.ndarray) -> float:
@@ -46,7 +79,7 @@ def stationary_rounding(kernel: np.ndarray) -> float:
     m = kernel.shape[0]
     system = kernel.T - np.eye(m)
     system[-1] = 1.0
-    backward = gamma(3 * m) * (1 + 2 * (m * m - m) * 2 ** (m - 1)) + unit_roundoff()
+    backward = gepp_backward_error(m) + unit_roundoff()
     condition = np.linalg.cond(system, np.inf)
     if not condition * backward < 1:
         raise ValueError(f"kernel: its system's condition number is {condition:.3g}; expected one below "
