@@ -1,10 +1,11 @@
 """Fitted-constant machinery on planted data, the suite generator, and Lemma 1's measurement."""
 import numpy as np
 import pytest
-import torch
 
 from bounds import fitting, formulas, lemma1
 from bounds.suites import SuiteSpec, build_member, build_suite
+from rounding import gamma as summation_gamma
+from rounding import least_squares_rounding, lemma1_inversion_rounding, lp_value_accuracy, unit_roundoff
 
 LENGTHS = np.arange(1, 13)
 
@@ -19,20 +20,53 @@ def planted_errors(gamma: float, d: int, C: float, seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_smallest_constant_recovers_the_planted_C(seed):
+    """The point with factor 1 inverts to C within :func:`rounding.lemma1_inversion_rounding` of
+    its exponent ``gamma^4 L / C`` (largest at the smallest L); a point with a factor below 1, at
+    most ``1 - u``, inverts to at most ``C (1 - u / exponent)`` exactly, which absorbs the extra
+    rounding of its product with the factor."""
     gamma, d, C = 0.4 + 0.1 * seed, 2 + seed % 3, 0.05 * (seed + 1)
     errors = planted_errors(gamma, d, C, seed)
-    assert fitting.smallest_lemma1_constant(gamma, d, LENGTHS, errors) == pytest.approx(C, rel=1e-12)
+    rounding = lemma1_inversion_rounding(gamma**4 * LENGTHS.min() / C)
+    assert fitting.smallest_lemma1_constant(gamma, d, LENGTHS, errors) == pytest.approx(C, rel=rounding, abs=0)
     # One point pushed above the bound needs a larger C, one pushed below does not change it.
     worse = errors.copy()
     worse[3] = formulas.lemma1_bound(gamma, d, LENGTHS[3], C) * 1.5
-    assert fitting.smallest_lemma1_constant(gamma, d, LENGTHS, worse) > C * (1 + 1e-6)
+    assert fitting.smallest_lemma1_constant(gamma, d, LENGTHS, worse) > C * (1 + rounding)
+
+
+def decay_fit_rounding(lengths: np.ndarray, errors: np.ndarray, rate: float, intercept: float) -> np.ndarray:
+    """Bounds on ``|rate - r|`` and ``|intercept - a|`` for ``numpy.polyfit``'s line through
+    ``(L, log err)``, where ``err = fl(e^a) exp(-r L)`` was computed in float64 as ``e^a * exp(-r * L)``.
+
+    Data: ``-r L`` rounds once (``u r L`` absolute in the exponent, relative in the exponential),
+    exp and log are within 4 ulps (numpy/numpy#23399), the product once, so ``log err`` is within
+    ``delta = u r L + 8u + u + 8u |log err|`` of the exact line. polyfit divides the columns of
+    ``X = [L, 1]`` by their norms (A = X D^-1, each entry rounded once) and solves ``A z = log err``
+    with an SVD (cutoff ``n 2^-52 sigma_1``, as :func:`rounding.least_squares_rounding` assumes),
+    then ``c = z / D`` with the same D, so D's own rounding cancels. ``z`` then errs by the solver's
+    rounding, plus ``||A^+|| ||delta||`` from the data, plus ``||A^+|| u ||A||_F ||z||`` from A's
+    entries; each coefficient divides that by its column's norm and adds u of itself."""
+    u = unit_roundoff()
+    log_errors = np.log(errors)
+    data = u * rate * lengths + 9 * u + 8 * u * np.abs(log_errors)
+    features = np.stack([lengths, np.ones_like(lengths)], axis=1)
+    scale = np.sqrt((features * features).sum(axis=0))
+    scaled = features / scale
+    scaled_solution = np.array([-rate, intercept]) * scale
+    pseudo_inverse_norm = 1 / np.linalg.svd(scaled, compute_uv=False)[-1]
+    solution_error = (least_squares_rounding(scaled, log_errors[:, None], scaled_solution[None, :])
+                      + pseudo_inverse_norm * (np.linalg.norm(data) + u * np.linalg.norm(scaled) * np.linalg.norm(scaled_solution)))
+    return solution_error / scale + u * np.abs([rate, intercept])
 
 
 def test_decay_fit_recovers_a_planted_rate_and_ignores_rounding():
     errors = 0.3 * np.exp(-0.7 * LENGTHS)
     errors[-3:] = 1e-16  # below the floor: rounding, left out
     rate, intercept = fitting.decay_fit(LENGTHS, errors)
-    assert rate == pytest.approx(0.7, rel=1e-10) and intercept == pytest.approx(np.log(0.3), rel=1e-10)
+    rate_bound, intercept_bound = decay_fit_rounding(LENGTHS[:-3], errors[:-3], rate, intercept)
+    assert abs(rate - 0.7) <= rate_bound
+    # np.log(0.3) is itself within 4 ulps of log(fl(0.3)), the planted intercept.
+    assert abs(intercept - np.log(0.3)) <= intercept_bound + 8 * unit_roundoff() * abs(np.log(0.3))
     assert fitting.decay_fit(LENGTHS, np.r_[1e-3, np.full(LENGTHS.size - 1, 1e-17)]) is None
 
 
@@ -56,8 +90,12 @@ def test_suite_members_have_the_planted_gamma_factors_and_halves():
     members = build_suite(SuiteSpec(gammas=(0.3, 0.8), ranks=(2, None), concentrations=(0.5,), seeds=2))
     assert len(members) == 8
     for member in members:
-        assert member.gamma == pytest.approx(member.knob, abs=1e-12)
-        assert torch.allclose(member.left @ member.right, member.model.transition, atol=1e-14)
+        # gamma is the knob exactly for S <= p (suites module docstring); measured by HiGHS's LPs.
+        assert member.gamma == pytest.approx(member.knob, abs=lp_value_accuracy(member.model.num_states, member.model.num_tokens))
+        # The transition is left @ right, formed once by the generator: a sum of `rank` nonnegative
+        # products, within gamma_rank of |left| @ |right| in any order, so the two are within twice it.
+        rounding = 2 * summation_gamma(member.rank) * (member.left.abs() @ member.right.abs())
+        assert ((member.left @ member.right - member.model.transition).abs() <= rounding).all()
         assert member.left.shape[1] == member.rank
     assert [m.half for m in members[:2]] == ["fit", "held-out"]
     with pytest.raises(ValueError, match="num_states: 7"):

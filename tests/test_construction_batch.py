@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from construction import build_network, forward_batch, parameters_for_prompt, reference
+from construction import build_network, forward_batch, parameters_for_prompt
 from construction.batch import scaled_weights, unit_network
 from construction.weights import SCALED_WEIGHTS
 from empirical.data import held_out_prompts
 from empirical.presets import get_preset
-from rounding import gamma
-from test_construction_helpers import hmm_prompt
+from test_construction_helpers import hmm_prompt, pass_rounding_bound
 
 P, L, T = 3, 3, 6
 # Four prompts of 40 tokens: two of one format, two with their delimiters elsewhere.
@@ -26,48 +25,6 @@ PROMPTS = np.stack([
     hmm_prompt(P, [12, 8, 12], 5, seed=4),
 ])
 SPECS = [parameters_for_prompt(tokens, P, L, T) for tokens in PROMPTS]
-
-
-def pass_rounding_bound(tokens: np.ndarray, spec) -> float:
-    """Bound on ``|a - b|`` for every output entry of every column, where a and b come from two
-    float64 passes of the same network on the same prompt that differ only in the order of the
-    terms of the sums inside their matrix products (first order in the unit roundoff u).
-
-    Both passes use the same weights (:data:`SCALED_WEIGHTS`: each scaled entry is one correctly
-    rounded product, as in the builders) and the same correctly rounded elementwise operations.
-    A sum of n terms computed in any order is within ``gamma_n`` of the sum of its terms'
-    magnitudes; no sum the network forms is longer than ``n = N + pL + L + 3`` (N keys; a GD key
-    reads ``pL + L + 2`` rows; 2p heads); each pass is within E of the pass in
-    exact arithmetic, so the two are within 2E. Magnitudes come from the reference iterates
-    ``W_t`` (equal to the network's to the construction error, 1e-9, which changes no digit).
-
-    * Features: a history or label coordinate is a sum of nonnegative terms (softmax weight times
-      a copied 0/1 coordinate) passed through at most L copies, so its relative error is at most
-      ``L gamma_n``. (D of a sample is leak-sized with the same relative error; its effect,
-      ``penalty * D``, is of order ``eps gamma_n`` and is dropped.)
-    * GD step t, entry (k, a): the pair writes ``-(eta/N) sum_j x_ja r_jk``, ``r_jk = <w_k, x_j> - y_jk``;
-      rounding the residual (with its feature errors), the sum over the keys and the residual add
-      gives ``local_t(k, a) <= (L + 2) gamma_n [|W_t(k, a)| + (eta/N) sum_j x_ja (sum_b |W_{t-1}(k, b)| x_jb + |y_jk| + |r_jk|)]``.
-    * Propagation: an error E of W is mapped to ``E (I - eta H)``, eigenvalues in [0, 1] for
-      ``eta = 1/lambda_max``, so ``||Delta W_T||_F <= sum_t ||local_t||_F``.
-    * Read-out: entry k of a column is ``<w_k, x_i>`` averaged over N equal terms, so it errs by
-      ``||Delta W_T||_F ||x_i||_2 + (L + 2) gamma_n sum_a |W_T(k, a)| x_ia``, ``||x_i||_2 <= sqrt(L)``.
-    """
-    p, history_length, steps = spec.num_tokens, spec.history_length, spec.gd_steps
-    num_columns = len(tokens) + 1
-    factor = (history_length + 2) * gamma(num_columns + p * history_length + history_length + 3)
-    X, Y, _ = reference.regression_problem(tokens, p, history_length)
-    iterates = reference.gd_iterates(X, Y, spec.eta, steps, num_columns)
-    step = spec.eta / num_columns
-    propagated = 0.0
-    for t in range(1, steps + 1):
-        previous = np.abs(iterates[t - 1])
-        residual = np.abs(iterates[t - 1] @ X.T - Y.T)
-        magnitudes = np.abs(iterates[t]) + step * (previous @ X.T + Y.T + residual) @ X
-        propagated += factor * np.linalg.norm(magnitudes)
-    features = reference.history(tokens, p, history_length)[:, :, :p].reshape(num_columns, -1)
-    readout = factor * (np.abs(iterates[-1]) @ features.T).max()
-    return 2 * (propagated * np.sqrt(history_length) + readout)
 
 
 def test_scaled_weights_are_the_builders_weights_entry_by_entry():

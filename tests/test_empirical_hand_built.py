@@ -9,6 +9,7 @@ import torch
 
 import construction
 import hmm
+from bounds.theorem1 import EIGENVALUE_TOLERANCE
 from construction import reference
 from empirical.data import held_out_prompts
 from empirical.evaluate import bayes_predictor, evaluate_predictors, unigram_predictor
@@ -24,7 +25,7 @@ from empirical.hand_built import (
     to_distribution,
 )
 from empirical.presets import get_preset
-from rounding import gamma, predictive_rounding
+from rounding import gamma, least_squares_rounding, predictive_rounding
 
 PRESET = get_preset("tiny")
 MIXTURE = PRESET.build_mixture()
@@ -51,8 +52,11 @@ def test_distribution_rule_sums_to_one_respects_the_floor_and_keeps_the_argmax()
     smoothing = 0.1
     q = to_distribution(raw, smoothing)
     finite = q[3:]
-    assert torch.allclose(finite.sum(-1), torch.ones(197, dtype=torch.float64), rtol=0, atol=1e-15)
-    assert float(finite.min()) >= smoothing / 5 * (1 - 1e-15)
+    # Dividing by the computed total makes the shares sum to 1 within gamma_p (the total's p - 1
+    # roundings and the division); scaling, adding eps / p and summing the row add p + 2 more.
+    assert torch.allclose(finite.sum(-1), torch.ones(197, dtype=torch.float64), rtol=0, atol=gamma(2 * 5 + 2))
+    # Adding a nonnegative share to the stored eps / p rounds to no less than it (rounding is monotone).
+    assert float(finite.min()) >= smoothing / 5
     positive = raw[3:].max(-1).values > 0
     assert positive.sum() > 150 and torch.equal(finite.argmax(-1)[positive], raw[3:].argmax(-1)[positive])
     assert torch.equal(q[0], torch.full((5,), 0.2, dtype=torch.float64)) and torch.equal(q[1], q[0])
@@ -90,10 +94,22 @@ def test_memory_predictor_covering_the_segment_is_bayes_for_a_single_hmm():
 @pytest.mark.parametrize("history_length", [1, 2, 3])
 def test_least_squares_rows_are_the_reference_minimum_norm_predictions(history_length):
     outputs = least_squares_outputs(PROMPTS.tokens, FMT, P, history_length)
+    solutions = []  # the reference's W+ of each (prompt, k), kept for the rounding bound
+
+    def min_norm_solution(X, Y, num_columns):
+        solutions.append((X, Y, reference.min_norm_solution(X, Y)))
+        return solutions[-1][2]
+
     for b, tokens in enumerate(PROMPTS.tokens.numpy()):
         for k in range(1, FMT.num_demos + 1):
-            rows, expected = reference_rows(tokens, history_length, k, lambda X, Y, N: reference.min_norm_solution(X, Y))
-            assert np.abs(outputs[b, rows].numpy() - expected).max() <= 1e-12, (b, k)
+            rows, expected = reference_rows(tokens, history_length, k, min_norm_solution)
+            X, Y, solution = solutions[-1]
+            # Both W+ (SVDs in torch and numpy) are within least_squares_rounding of the exact one; a
+            # row W x_t, ||x_t||_2 = sqrt(L), moves by that times sqrt(L), and each product rounds by
+            # gamma_pL of |W| x_t (x_t is 0/1).
+            rounding = (2 * least_squares_rounding(X, Y, solution) * math.sqrt(history_length)
+                        + 2 * gamma(P * history_length) * np.abs(solution).sum(1).max())
+            assert np.abs(outputs[b, rows].numpy() - expected).max() <= rounding, (b, k)
     assert bool(outputs[:, ~served_rows(FMT, history_length)].isnan().all())
 
 
@@ -137,7 +153,7 @@ def test_hand_built_approaches_least_squares_at_the_gd_rate():
                 start, stop = segments(FMT)[k]
                 X, Y, _ = reference.regression_problem(tokens[:stop], P, history_length)
                 eigenvalues = np.linalg.eigvalsh(X.T @ X)
-                nonzero = eigenvalues[eigenvalues > 1e-10 * eigenvalues[-1]]
+                nonzero = eigenvalues[eigenvalues > EIGENVALUE_TOLERANCE * eigenvalues[-1]]
                 rate = (1 - nonzero[0] / nonzero[-1]) ** steps
                 bound = rate * np.linalg.norm(reference.min_norm_solution(X, Y)) * math.sqrt(history_length)
                 bound += construction.parameters_for_prompt(tokens[:stop], P, history_length, steps).error_bound(stop + 1)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import hmm
 from hmm.memory import g_optimal_design, g_optimal_prior, joint_one_hot_history, least_squares, memory_predictor, one_hot_history
-from rounding import forward_rounding, predictive_rounding, unit_roundoff
+from rounding import forward_rounding, gamma, least_squares_rounding, predictive_rounding, ridge_residual_rounding, row_sum_deviation, unit_roundoff
 
 
 def window_predictive_with_hmmlearn(model: hmm.HMM, prior: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, float]:
@@ -75,6 +75,15 @@ def test_one_hot_history_blocks_are_shifted_tokens():
             assert torch.equal(block, expected)
 
 
+def consistent_residual_rounding(features: torch.Tensor, targets: torch.Tensor, solution: torch.Tensor) -> float:
+    """Largest entry of the computed ``X W_hat^T - Y`` that rounding alone explains when the system
+    is consistent (some W has ``X W^T = Y`` exactly): ``||X||_2`` times
+    :func:`rounding.least_squares_rounding`, plus ``gamma_{D+1}`` of ``|X||W_hat|^T + |Y|`` for
+    evaluating the residual. A larger residual proves the targets are not linear in the features."""
+    evaluation = gamma(features.shape[-1] + 1) * (features.abs() @ solution.abs().T + targets.abs()).max().item()
+    return torch.linalg.matrix_norm(features, 2).item() * least_squares_rounding(features, targets, solution) + evaluation
+
+
 def test_joint_one_hot_index_and_exactness_of_the_joint_linear_model():
     """On z_t (joint one-hot) least squares reproduces P_L exactly (it is a function of the
     window); on the concatenated x_t it does not for L = 2, but does for L = 1."""
@@ -82,12 +91,11 @@ def test_joint_one_hot_index_and_exactness_of_the_joint_linear_model():
     tokens, _ = hmm.sample_sequences(model, torch.zeros(50, dtype=torch.long), 20, seed=6)
     for L, joint_exact, concatenated_exact in ((1, True, True), (2, True, False)):
         targets = memory_predictor(model, tokens, L)[:, L:].reshape(-1, 3)
-        joint = joint_one_hot_history(tokens, L, 3)[:, L:].reshape(-1, 3**L)
-        concatenated = one_hot_history(tokens, L, 3)[:, L:].reshape(-1, 3 * L)
-        joint_residual = (joint @ least_squares(joint, targets).T - targets).abs().max().item()
-        concatenated_residual = (concatenated @ least_squares(concatenated, targets).T - targets).abs().max().item()
-        assert (joint_residual < 1e-12) == joint_exact
-        assert (concatenated_residual < 1e-12) == concatenated_exact
+        for history, exact in ((joint_one_hot_history(tokens, L, 3)[:, L:].reshape(-1, 3**L), joint_exact),
+                               (one_hot_history(tokens, L, 3)[:, L:].reshape(-1, 3 * L), concatenated_exact)):
+            solution = least_squares(history, targets)
+            residual = (history @ solution.T - targets).abs().max().item()
+            assert (residual <= consistent_residual_rounding(history, targets, solution)) == exact, (L, residual)
     assert joint_one_hot_history(torch.tensor([2, 1]), 2, 3)[1].argmax().item() == 2 * 3 + 1
 
 
@@ -103,12 +111,23 @@ def test_least_squares_is_minimum_norm_and_ridge_matches_normal_equations():
     features = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [1.0, 2.0, 1.0]], dtype=torch.float64)  # rank 2
     targets = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
     W = least_squares(features, targets)
-    torch.testing.assert_close(features @ W.T, targets, rtol=0, atol=1e-12)
+    consistent = consistent_residual_rounding(features, targets, W)
+    torch.testing.assert_close(features @ W.T, targets, rtol=0, atol=consistent)
     null_direction = torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)  # features @ null = 0
-    assert abs((W @ null_direction).item()) < 1e-12  # no component in the null space
+    # No component in the null space: W+ has none, W_hat is within least_squares_rounding of W+.
+    null_rounding = (least_squares_rounding(features, targets, W) * null_direction.norm().item()
+                     + gamma(3) * (W.abs() @ null_direction.abs()).item())
+    assert abs((W @ null_direction).item()) <= null_rounding
     ridge = least_squares(features, targets, ridge=0.5)
     gradient = (features @ ridge.T - targets).T @ features + 0.5 * ridge
-    torch.testing.assert_close(gradient, torch.zeros_like(gradient), rtol=0, atol=1e-12)
+    # The exact gradient at the computed solution, plus evaluating it: n + D + 3 roundings of
+    # (|X||W|^T + |Y|)^T |X| + ridge |W| (the residual, the product with X, the ridge term).
+    evaluation = gamma(3 + 3 + 3) * ((features.abs() @ ridge.abs().T + targets.abs()).T @ features.abs() + 0.5 * ridge.abs())
+    assert bool((gradient.abs() <= ridge_residual_rounding(features, targets, 0.5, ridge) + evaluation).all())
+    # The bound is no formality: the solution for another ridge lies far outside it.
+    other = least_squares(features, targets, ridge=0.4)
+    assert bool(((other @ (features.T @ features) + 0.5 * other - targets.T @ features).abs() > 1e3 * (
+        ridge_residual_rounding(features, targets, 0.5, other) + evaluation)).any())
 
 
 @pytest.mark.parametrize("ridge", [0.0, 0.5])
@@ -119,7 +138,16 @@ def test_least_squares_of_a_batch_solves_each_problem(ridge):
     batched = least_squares(features, targets, ridge)
     assert batched.shape == (3, 4, 2, 5)
     for index in np.ndindex(3, 4):
-        torch.testing.assert_close(batched[index], least_squares(features[index], targets[index], ridge), rtol=0, atol=1e-12)
+        single = least_squares(features[index], targets[index], ridge)
+        # Both are computed solutions of one problem, each within its rounding bound of the exact one.
+        if ridge == 0:
+            rounding = sum(least_squares_rounding(features[index], targets[index], W) for W in (batched[index], single))
+        else:
+            gram = features[index].T @ features[index] + ridge * torch.eye(5, dtype=torch.float64)
+            inverse_norm = torch.linalg.matrix_norm(torch.linalg.inv(gram), float("inf")).item()
+            rounding = inverse_norm * sum(ridge_residual_rounding(features[index], targets[index], ridge, W)
+                                          for W in (batched[index], single))
+        assert (batched[index] - single).abs().max().item() <= rounding, index
     with pytest.raises(ValueError, match=r"features/targets: shapes \(3, 4, 12, 5\), \(4, 12, 2\); expected \(\.\.\., n, D\)"):
         least_squares(features, targets[0], ridge)
 
@@ -134,5 +162,12 @@ def test_g_optimal_design_meets_kiefer_wolfowitz():
     assert 4.0 <= max_leverage(rho) <= 4.0 * (1 + 1e-3)
     assert max_leverage(torch.full((12,), 1 / 12, dtype=torch.float64)) >= 4.0
     prior = g_optimal_prior(factors.left, factors.right)
-    torch.testing.assert_close(prior, rho @ factors.transition)
-    torch.testing.assert_close(prior.sum(), torch.tensor(1.0, dtype=torch.float64))
+    # The same product of the same design and transition (left @ right, as the generator forms it).
+    assert torch.equal(prior, rho @ factors.transition)
+    # Mass is kept up to rounding: sum(prior) = sum_s rho_s (row sum of T)_s exactly, so it is off 1
+    # by at most rho's own deviation (measured within gamma_S) plus T's rows'; the product and the
+    # sum round by gamma_{2S}.
+    states = factors.transition.shape[0]
+    allowed = (abs(rho.sum().item() - 1) + gamma(states) + row_sum_deviation(factors.transition)
+               + gamma(2 * states))
+    assert abs(prior.sum().item() - 1) <= allowed
