@@ -32,6 +32,8 @@ from markov_oracles import (
     constant_read_back_rounding,
     entropy_perturbation,
     entropy_rate_rounding,
+    memory_coordinate_rounding,
+    planted_bigram_rounding,
     stationary_entropy_rounding,
     stationary_rounding,
 )
@@ -229,15 +231,17 @@ def test_read_back_kernel_of_the_bigram_and_unigram_predictors():
     tokens = sample_sequences(kernel, 20, 50, 2)
     rounding = constant_read_back_rounding(tokens)
     bigram = read_back_kernel(tokens, bigram_log_probs(kernel, tokens).exp())
-    # exp(log k) is k within (|log k| + 2) u <= 4u for k >= 0.1, before the read-back's rounding.
-    np.testing.assert_allclose(bigram.mean, kernel, rtol=0, atol=rounding + 4 * unit_roundoff())
+    # exp(log k) is k within planted_bigram_rounding, before the read-back's rounding.
+    bigram_error = float((kernel * planted_bigram_rounding(kernel)).max()) + rounding
+    np.testing.assert_allclose(bigram.mean, kernel, rtol=0, atol=bigram_error)
     np.testing.assert_allclose(bigram.spread, 0.0, rtol=0, atol=rounding)
-    assert memory_coordinate(bigram.mean, kernel) == pytest.approx(1.0, abs=1e-12)
+    assert memory_coordinate(bigram.mean, kernel) == pytest.approx(
+        1.0, rel=0, abs=memory_coordinate_rounding(kernel, bigram_error, 1.0))
     pi = stationary_distribution(kernel)
     unigram = read_back_kernel(tokens, torch.from_numpy(pi).expand(20, 50, 3))
     np.testing.assert_allclose(unigram.mean, np.tile(pi, (3, 1)), rtol=0, atol=rounding)
     np.testing.assert_allclose(unigram.spread, 0.0, rtol=0, atol=rounding)
-    assert memory_coordinate(unigram.mean, kernel) == pytest.approx(0.0, abs=1e-12)
+    assert memory_coordinate(unigram.mean, kernel) == pytest.approx(0.0, rel=0, abs=memory_coordinate_rounding(kernel, rounding, 0.0))
 
 
 def test_read_back_kernel_averages_predictions_per_current_token():
@@ -255,7 +259,9 @@ def test_memory_coordinate_halfway_between_the_solutions():
     kernel = binary_kernel(0.2, 0.6)
     pi = stationary_distribution(kernel)
     halfway = 0.5 * kernel + 0.5 * np.tile(pi, (2, 1))
-    assert memory_coordinate(halfway, kernel) == pytest.approx(0.5, abs=1e-12)
+    # The halves are exact; their sum, at most 1, rounds by at most u.
+    assert memory_coordinate(halfway, kernel) == pytest.approx(
+        0.5, rel=0, abs=memory_coordinate_rounding(kernel, unit_roundoff(), 0.5))
 
 
 @pytest.mark.parametrize(
