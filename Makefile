@@ -76,8 +76,8 @@ test: $(STAMP) $(BYTECODE)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The suite without its long-running tests (the pipelines end to end, the DDP process group,
-# the committed Markov run's replay, ...), for the edit-test loop: about 38 s on 2 cores, where
-# the whole suite takes 80-90 s. Not what CI runs.
+# the committed Markov run's replay, ...), for the edit-test loop: about 16 s where the whole
+# suite takes 35 s (2 cores, README's Tests paragraph). Not what CI runs.
 test-quick: $(STAMP) $(BYTECODE)
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not long_running"
 
