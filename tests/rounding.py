@@ -12,12 +12,15 @@ not rounding but a solver's stopping rule: :func:`lp_value_accuracy`, for the li
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from empirical.model import RoFormerConfig
-from empirical.train import TrainConfig
+
+if TYPE_CHECKING:
+    from empirical.train import TrainConfig
 
 
 def unit_roundoff(dtype: torch.dtype = torch.float64) -> float:
@@ -236,7 +239,7 @@ def ridge_residual_rounding(features, targets, ridge: float, solution) -> float:
     num_rows, width = features.shape
     magnitudes = np.abs(features).T @ np.abs(features) + ridge * np.eye(width)
     gram = features.T @ features + ridge * np.eye(width)
-    matrix = gamma(num_rows + 1) * np.abs(magnitudes).sum(1).max() + gepp_backward_error(width) * np.abs(gram).sum(1).max()
+    matrix = gamma(num_rows + 1) * magnitudes.sum(1).max() + gepp_backward_error(width) * np.abs(gram).sum(1).max()
     right_hand_sides = gamma(num_rows) * (np.abs(features).T @ np.abs(targets)).max(0)
     return float((matrix * np.abs(solution).max(1) + right_hand_sides).max())
 

@@ -101,7 +101,7 @@ def _one_hot_problem(seed: int, p: int, L: int):
     return tokens, X, Y, x_test, N, 1.0 / lambda_max, lambda_max / lambda_min
 
 
-def contraction_rounding(p: int, L: int, kappa: float) -> float:
+def contraction_rounding(p: int, L: int) -> float:
     """Bound on ``c - (1 - 1/kappa_hat)``, where ``c = 1 - eta_hat lambda_min`` is the contraction of
     exact GD with the computed step ``eta_hat = 1 / lambda_max_hat`` on the row space, for the
     computed ``kappa_hat`` of the Hessian ``H = X^T X / N`` (n = pL): ``(n + sqrt(n) + 3) u``.
@@ -136,7 +136,7 @@ def test_tight_optimization_bound_holds_at_every_step_and_is_attained(seed):
     iterate_rounding, _ = pass_rounding(tokens, ConstructionSpec(p, L, T, eta=eta, beta=1.0, theta=0.1))
     contraction = 1 - 1 / kappa
     steps = np.arange(T + 1)
-    relative = (1 + np.expm1(steps * contraction_rounding(p, L, kappa) / contraction)) * (1 + lsq / norm) * (1 + gamma(7)) - 1
+    relative = (1 + np.expm1(steps * contraction_rounding(p, L) / contraction)) * (1 + lsq / norm) * (1 + gamma(7)) - 1
     ratios, allowed, rounding_share = [], [], []
     for t in steps:
         difference = W_hat - iterates[t]

@@ -32,10 +32,31 @@ from construction.spec import default_penalty
 from rounding import gamma, least_squares_rounding, unit_roundoff
 from test_construction_helpers import hmm_prompt
 
+def position_weight_rounding(beta: float, num_columns: int) -> float:
+    """Relative float64 rounding of a position head's softmax weight over ``N = num_columns`` keys at
+    logit scale beta, or of a sum of its weights over their total: ``2 ((c + 2) beta u + 2 u) +
+    gamma_{N+1}``, ``c = 6 + 2 sqrt(2) + 4 (4 + pi)``, first order in u.
+
+    A position ``(cos k theta, sin k theta)`` is within ``(4 + pi) u`` of its exact value (numpy's
+    4 ulps; ``k theta < pi``, as :meth:`construction.Network.forward` demands, rounds by at most
+    ``pi u``); a query weight ``beta R_ab`` within ``2 beta u`` (math's 1 ulp, the product). The query
+    ``beta R^T pos_i`` (2-term sums; rows of R and positions are unit vectors) is then within
+    ``(2 sqrt(2) + (4 + pi) sqrt(2) + 2) beta u`` entrywise and at most beta in norm, and the logit,
+    its dot product with ``pos_j`` (the key is the identity), within ``c beta u``. Softmax subtracts
+    the row's maximum (common to all weights, it cancels, but the difference of two numbers below
+    beta rounds by ``2 beta u``) and exponentiates (torch's exp, 1 ulp): each exponential is within
+    ``(c + 2) beta u + 2 u`` relative, a weight, a ratio of one exponential (or a sum of some) to the
+    sum of all, within twice that, and the normalisation adds ``gamma_{N+1}``.
+    """
+    u = unit_roundoff()
+    logit = 6 + 2 * math.sqrt(2) + 4 * (4 + math.pi)
+    return 2 * ((logit + 2) * beta * u + 2 * u) + gamma(num_columns + 1)
+
+
 def copy_rounding(copies: float, num_columns: int, beta: float, eps: float) -> float:
     """Float64 rounding a stage 1-2 coordinate carries beyond its leak error ``copies * eps`` after
     ``copies`` softmax copies over ``N = num_columns`` keys at logit scale beta (first order in u):
-    ``copies (gamma_{2N+1} (1 + copies eps) + phi eps)``, ``phi = 206 beta u + 4 u + gamma_{N+1}``.
+    ``copies (gamma_{2N+1} (1 + copies eps) + phi eps)``, ``phi`` = :func:`position_weight_rounding`.
 
     A copy writes ``sum_j w_j v_j`` into an empty slot; with ``j*`` the target key,
     ``sum_j w_j v_j - v_j* = (sum_j w_j - 1) v_j* + sum_{j != j*} w_j (v_j - v_j*)``. The values are
@@ -45,15 +66,9 @@ def copy_rounding(copies: float, num_columns: int, beta: float, eps: float) -> f
       within ``gamma_{N+1}`` whatever the exponentials' error; summing the N products ``w_j v_j``
       rounds by ``gamma_N`` of their magnitudes: ``gamma_{2N+1} (1 + copies eps)`` a copy.
     * Off target, a computed weight is within ``phi`` of the exact one, relatively, so the leak
-      term grows from at most eps to ``eps (1 + phi)``: a logit ``(beta R^T pos_i) . pos_j`` is
-      within ``102 beta u`` of the exact one (positions from numpy's cos/sin, within 4 ulps, at
-      angles below 2 pi: ``11 u``; query entries ``beta cos``: ``6 beta u``; two sums of two
-      products of magnitude at most beta), a logit difference within ``204 beta u``, subtracting
-      the largest logit ``2 beta u``, the exponential 1 ulp (``2 u``, twice), the normalisation
-      ``gamma_{N+1}``.
+      term grows from at most eps to ``eps (1 + phi)``.
     """
-    u = unit_roundoff()
-    phi = 206 * beta * u + 4 * u + gamma(num_columns + 1)
+    phi = position_weight_rounding(beta, num_columns)
     return copies * (gamma(2 * num_columns + 1) * (1 + copies * eps) + phi * eps)
 
 
@@ -100,27 +115,6 @@ def block_errors(trace, tokens, p: int, L: int, m: int) -> dict[str, float]:
     return errors
 
 
-def off_target_rounding(beta: float, num_columns: int) -> float:
-    """Relative rounding bound on a position head's off-target softmax mass, as the network computes
-    it in float64 and :func:`off_target_mass` sums it: ``2 (c + 2) beta u + 16 u + gamma_{2N}``,
-    ``c = 6 + 2 sqrt(2) + 4 (4 + pi)``.
-
-    A position ``(cos k theta, sin k theta)`` is within ``(4 + pi) u`` of its exact value (numpy's
-    4 ulps; ``k theta < pi`` rounds by at most ``pi u``); a query weight ``beta R_ab`` within
-    ``2 beta u`` (math's 1 ulp, the product). The query ``beta R^T pos_i`` (2-term sums; rows of R
-    and positions are unit vectors) is then within ``(2 sqrt(2) + (4 + pi) sqrt(2) + 2) beta u``
-    entrywise and at most beta in norm, and the logit, its dot product with ``pos_j`` (the key is
-    the identity), within ``c beta u``. Softmax subtracts the row's maximum (common to all weights,
-    it cancels, but the difference of two numbers below beta rounds by ``2 beta u``) and
-    exponentiates (4 ulps): each exponential is within ``(c + 2) beta u + 8 u`` relative, the
-    off-target mass, a ratio of two sums of them, within twice that, and the sums and the division
-    add ``gamma_{2N}``.
-    """
-    u = unit_roundoff()
-    logit = 6 + 2 * math.sqrt(2) + 4 * (4 + math.pi)
-    return 2 * ((logit + 2) * beta * u + 8 * u) + gamma(2 * num_columns)
-
-
 def off_target_mass(weights: torch.Tensor, shift: int) -> np.ndarray:
     """Per query, the softmax mass outside the target column ``clamp(i - shift, 0, N-1)``."""
     N = weights.shape[-1]
@@ -148,7 +142,9 @@ def test_leak_formula_matches_measured_attention_and_bounds_stage_1_2(eps):
     # relative (a claim of tightness), never exceeded beyond the softmax's rounding.
     for name, shift in [(f"history.{r}", 1) for r in range(1, L)] + [("label", -1)]:
         worst = off_target_mass(trace.attn_weights[name], shift).max()
-        assert eps / (1.0 + eps) * (1 - 1e-6) <= worst <= eps / (1.0 + eps) * (1 + off_target_rounding(beta, N))
+        # The off-target mass is a sum of weights over their total; off_target_mass's sum adds gamma_N.
+        rounding = position_weight_rounding(beta, N) + gamma(N)
+        assert eps / (1.0 + eps) * (1 - 1e-6) <= worst <= eps / (1.0 + eps) * (1 + rounding)
     errors = block_errors(trace, TOKENS, P, L, 1)
     for r in range(1, L):
         assert errors[f"history.{r}"] <= r * eps + copy_rounding(r, N, beta, eps)

@@ -122,7 +122,7 @@ def test_least_squares_is_minimum_norm_and_ridge_matches_normal_equations():
     gradient = (features @ ridge.T - targets).T @ features + 0.5 * ridge
     # The exact gradient at the computed solution, plus evaluating it: n + D + 3 roundings of
     # (|X||W|^T + |Y|)^T |X| + ridge |W| (the residual, the product with X, the ridge term).
-    evaluation = gamma(3 + 3 + 3) * ((features.abs() @ ridge.abs().T + targets.abs()).T @ features.abs() + 0.5 * ridge.abs())
+    evaluation = gamma(sum(features.shape) + 3) * ((features.abs() @ ridge.abs().T + targets.abs()).T @ features.abs() + 0.5 * ridge.abs())
     assert bool((gradient.abs() <= ridge_residual_rounding(features, targets, 0.5, ridge) + evaluation).all())
     # The bound is no formality: the solution for another ridge lies far outside it.
     other = least_squares(features, targets, ridge=0.4)
