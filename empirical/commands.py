@@ -17,16 +17,20 @@ import torch
 import hmm
 from empirical.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.checkpoint import load_checkpoint
+from empirical.competence import CEILING_SETTINGS, competence_section
 from empirical.data import PromptStream, held_out_prompts
 from empirical.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
-from empirical.plots import plot_calibration, plot_in_context, plot_regime, plot_side_by_side, plot_training_loss
+from empirical.plots import (plot_calibration, plot_competence, plot_in_context, plot_regime, plot_side_by_side,
+                             plot_training_loss)
 from empirical.presets import PRESETS, get_preset, preset_from_task
 from empirical.regime import oracle_predictor, regime_section
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
+from hmm.prior_predictive import SMCSettings
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
+COMPETENCE_FILE = "competence.json"
 SIDE_BY_SIDE_FILE = "hand_built.json"
 
 
@@ -122,7 +126,27 @@ def run_evaluate(args) -> int:
         name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]] for name in predictors}}, indent=2))
     if args.hand_built_prompts:
         write_side_by_side(args, predictors, mixture, prompts, report, out)
+    if args.fresh_tasks and args.ceiling_particles:
+        write_competence(args, predictors, preset, num_prompts, report, out)
     return 0
+
+
+def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: dict, out: Path) -> None:
+    """The competence result (:func:`empirical.competence.competence_section`) on the regime
+    section's fresh-HMM prompts: ``competence.json`` and ``competence.png``."""
+    settings = SMCSettings(particles=args.ceiling_particles, moves=args.ceiling_moves, seed=args.ceiling_seed)
+    started = time.perf_counter()
+    competence = competence_section(predictors["model"], predictors["unigram"], preset, num_prompts, args.fresh_tasks,
+                                    settings)
+    result = {"command": args.command_line, "git_commit": args.git_commit, "checkpoint": report["checkpoint"],
+              "step": report["step"], "task": report["task"], "model": report["model"],
+              "evaluation_time_s": time.perf_counter() - started, **competence}
+    (out / COMPETENCE_FILE).write_text(json.dumps(result, indent=2) + "\n")
+    plot_competence(result, out / "competence.png")
+    print(json.dumps({"out": str(out / COMPETENCE_FILE), "verdict": competence["verdict"],
+                      "gap_closed": competence["gap_closed"],
+                      "loss": {name: round(value["loss"], 4) for name, value in competence["ladder"]["all_positions"].items()}},
+                     indent=1))
 
 
 def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixture, prompts: hmm.Prompts,
@@ -202,6 +226,12 @@ def register(subparsers) -> None:
                         help="HMMs never seen in training for the regime diagnostic (0: no regime section)")
     parser.add_argument("--reference-tasks", type=int, default=16384,
                         help="HMMs of the reference mixture bounding the fresh-HMM ceiling")
+    parser.add_argument("--ceiling-particles", type=int, default=CEILING_SETTINGS.particles,
+                        help="SMC particles per replicate of the prior-predictive ceiling on the fresh HMMs' prompts "
+                             "(competence.json); 0 skips the competence result")
+    parser.add_argument("--ceiling-moves", type=int, default=CEILING_SETTINGS.moves,
+                        help="Gibbs sweeps per SMC rejuvenation of the ceiling")
+    parser.add_argument("--ceiling-seed", type=int, default=CEILING_SETTINGS.seed, help="seed of the ceiling's SMC")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.set_defaults(run=run_evaluate)
 

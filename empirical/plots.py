@@ -84,6 +84,53 @@ def plot_regime(evaluation: dict, path: Path) -> None:
     plt.close(figure)
 
 
+LADDER_STYLES = {
+    "unigram": STYLES["unigram"],
+    "ngram 1": {"color": "tab:olive", "marker": "1", "linestyle": ":", "label": "in-context unigram"},
+    "ngram 2": {"color": "tab:orange", "marker": "2", "linestyle": ":", "label": "in-context bigram"},
+    "ngram 3": {"color": "tab:red", "marker": "3", "linestyle": ":", "label": "in-context trigram"},
+    "model": STYLES["model"],
+    "ceiling": {"color": "black", "marker": "s", "label": "prior-predictive ceiling (SMC)"},
+    "oracle": STYLES["oracle"],
+}
+"""The ladder of predictors of :mod:`empirical.competence`, weakest first."""
+
+
+def plot_competence(competence: dict, path: Path) -> None:
+    """The competence result: top-1 accuracy and loss vs number of demonstrations and vs position
+    in the test sequence for the ladder of predictors on fresh HMMs (top two rows), and the
+    hand-built network beside the same ladder on the rows it serves (bottom row, loss); the title
+    gives the verdict and the fraction of the unigram-to-ceiling gap the model closes."""
+    figure, axes = plt.subplots(3, 2, figsize=(11, 11), constrained_layout=True)
+    panels = [("by_demonstrations", "num_demonstrations", "number of demonstrations"),
+              ("by_test_position", "position", "position in the test sequence")]
+    hand_built_styles = {**LADDER_STYLES, "hand-built": {
+        "color": "tab:brown", "marker": "x", "linestyle": "-.",
+        "label": "hand-built (L = {history_length}, T = {gd_steps})".format(**competence["hand_built_network"])}}
+    rows = [(competence["ladder"], "accuracy", "top-1 accuracy", LADDER_STYLES),
+            (competence["ladder"], "loss", "loss (nats/token)", LADDER_STYLES),
+            (competence["hand_built"], "loss", "loss on the hand-built rows", hand_built_styles)]
+    for row, (evaluation, metric, y_label, styles) in enumerate(rows):
+        for column, (key, x_key, x_label) in enumerate(panels):
+            axis = axes[row, column]
+            _draw_curves(axis, evaluation[key], x_key, metric, styles)
+            axis.set_xlabel(x_label)
+            axis.set_ylabel(y_label)
+            axis.xaxis.get_major_locator().set_params(integer=True)
+            axis.grid(alpha=0.3)
+        axes[row, 1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    closed = competence["gap_closed"]["all_positions"]
+    ceiling = competence["ceiling"]
+    figure.suptitle(
+        f"{competence['num_prompts']} prompts of {competence['fresh_tasks']} fresh HMMs: {competence['verdict']}; "
+        f"closes {closed['fraction']:.0%} [{closed['interval_95'][0]:.0%}, {closed['interval_95'][1]:.0%}] of the "
+        f"in-context-unigram-to-ceiling gap ({closed['gap_nats']:.3f} nats)\nceiling: SMC, {ceiling['replicates']} x "
+        f"{ceiling['particles']} particles, Monte-Carlo s.e. {ceiling['monte_carlo_stderr']['all_positions']:.4f} "
+        f"nats (mean +- s.e. over prompts)", fontsize=10)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def plot_training_loss(metrics_path: Path, evaluation: dict, path: Path) -> None:
     """Training loss (JSON-lines log) vs step, with the held-out Bayes-optimal and unigram losses
     over all predicted positions as horizontal lines."""

@@ -6,14 +6,16 @@ import torch
 from hmm.model import check_stochastic
 
 
-def stationary_distribution(transition: torch.Tensor) -> torch.Tensor:
-    """``(..., S)``: the distribution ``pi`` with ``pi T = pi``, ``sum(pi) = 1``.
+def stationary_or_invalid(transition: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(pi (..., S), valid (...))``: the distribution ``pi`` with ``pi T = pi``, ``sum(pi) = 1``,
+    and where it is unique.
 
     Solves the linear system ``(T^T - I) pi = 0`` with its last equation replaced by
     ``1^T pi = 1`` (one batched LU solve). For an irreducible chain the solution is unique; for a
-    reducible one the system is singular and a ``ValueError`` says so.
+    reducible one the system is singular (or numerically so): ``valid`` is False there and ``pi``
+    is uniform. No validation of ``transition``: for callers that draw many chains and handle the
+    rare invalid one themselves (:mod:`hmm.prior_predictive`).
     """
-    check_stochastic(transition, "transition")
     S = transition.shape[-1]
     system = transition.transpose(-1, -2) - torch.eye(S, dtype=transition.dtype, device=transition.device)
     system = system.clone()
@@ -21,9 +23,19 @@ def stationary_distribution(transition: torch.Tensor) -> torch.Tensor:
     rhs = torch.zeros(*transition.shape[:-1], dtype=transition.dtype, device=transition.device)
     rhs[..., -1] = 1.0
     solution, info = torch.linalg.solve_ex(system, rhs)
-    if bool((info != 0).any()) or not bool(torch.isfinite(solution).all()):
+    valid = (info == 0) & torch.isfinite(solution).all(-1)
+    solution = torch.where(valid[..., None], solution.clamp_min(0.0), torch.full_like(solution, 1.0 / S))
+    return solution / solution.sum(-1, keepdim=True), valid
+
+
+def stationary_distribution(transition: torch.Tensor) -> torch.Tensor:
+    """``(..., S)``: the distribution ``pi`` with ``pi T = pi``, ``sum(pi) = 1``
+    (:func:`stationary_or_invalid`); a ``ValueError`` for a reducible chain."""
+    check_stochastic(transition, "transition")
+    stationary, valid = stationary_or_invalid(transition)
+    if not bool(valid.all()):
         raise ValueError("transition: the chain has no unique stationary distribution (reducible); expected an irreducible chain")
-    return solution.clamp_min(0.0) / solution.clamp_min(0.0).sum(-1, keepdim=True)
+    return stationary
 
 
 def spectral_gap(transition: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ HAND_BUILT_L = (2, 1)
 HAND_BUILT_T = (2, 3)
 EVALUATE_PROMPTS = 16
 FRESH_TASKS, REFERENCE_TASKS = 32, 64
+CEILING_PARTICLES = 16
 
 
 def train_argv(run_dir: Path) -> list[str]:
@@ -24,11 +25,13 @@ def train_argv(run_dir: Path) -> list[str]:
 
 
 def evaluate_argv(checkpoint: Path, out: Path) -> list[str]:
-    """Every section: the in-context curves, the hand-built side by side, the regime diagnostic."""
+    """Every section: the in-context curves, the hand-built side by side, the regime diagnostic, the
+    competence result."""
     return ["evaluate", str(checkpoint), "--num-prompts", str(EVALUATE_PROMPTS), "--out", str(out),
             "--hand-built-prompts", str(HAND_BUILT_PROMPTS), "--hand-built-L", *map(str, HAND_BUILT_L),
             "--hand-built-T", *map(str, HAND_BUILT_T),
-            "--fresh-tasks", str(FRESH_TASKS), "--reference-tasks", str(REFERENCE_TASKS)]
+            "--fresh-tasks", str(FRESH_TASKS), "--reference-tasks", str(REFERENCE_TASKS),
+            "--ceiling-particles", str(CEILING_PARTICLES)]
 
 
 def analyze_argv(checkpoint: Path, out: Path) -> list[str]:

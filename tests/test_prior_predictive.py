@@ -1,0 +1,136 @@
+"""The prior-predictive ceiling (hmm/prior_predictive.py): the SMC against brute-force Monte Carlo
+over 10^7 prior draws on a tiny HMM family, its determinism, and its refusals of bad input."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import hmm
+from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, format_positions, prior_predictive
+
+FORMAT = hmm.PromptFormat(num_demos=1, demo_length=4, test_length=3)
+PROMPT = [0, 0, 1, 0, 2, 1, 1, 0]  # p = 2: delimiter 2 after the demonstration
+PRIOR = DirichletHMMPrior(num_states=2, num_tokens=2, transition_concentration=0.3, emission_concentration=0.5)
+BRUTE_FORCE_DRAWS = 10_000_000
+SIGMAS = 5.0
+"""Agreement within 5 combined standard errors: 24 comparisons, each failing by chance with
+probability 6e-7 if both estimators are right."""
+
+
+def two_state_terms(prompt: list[int], draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``(1 + 3 N, draws)`` on ``draws`` prior draws of ``PRIOR``: row 0 is ``P(prompt | theta)``,
+    rows ``1 + 3t, 2 + 3t, 3 + 3t`` are ``P(prompt[:t+1] | theta)`` and ``P(prompt[:t+1], o | theta)``
+    for ``o = 0, 1`` (o continues the last segment, or starts a new one after a delimiter).
+
+    In closed form for S = 2, a second implementation of the model, independent of the SMC's
+    filter: ``T = [[1 - a, a], [b, 1 - b]]`` with ``a, b ~ Beta(alpha, alpha)`` (2-entry Dirichlet
+    rows), ``O[s, 0] ~ Beta(beta, beta)``, stationary law ``(b, a) / (a + b)``, every segment a
+    fresh run."""
+    alpha, beta = PRIOR.transition_concentration, PRIOR.emission_concentration
+    a, b = rng.beta(alpha, alpha, draws), rng.beta(alpha, alpha, draws)
+    emit_zero = rng.beta(beta, beta, (2, draws))
+    emission = (emit_zero, 1 - emit_zero)  # emission[token][state]
+    start = (b / (a + b), a / (a + b))
+    terms = np.empty((1 + 3 * len(prompt), draws))
+    likelihood = np.ones(draws)
+    predicted = start  # P(next state = 0), P(next state = 1)
+    for t, token in enumerate(prompt):
+        if token == PRIOR.num_tokens:
+            predicted = start
+        else:
+            zero, one = predicted[0] * emission[token][0], predicted[1] * emission[token][1]
+            likelihood = likelihood * (zero + one)
+            zero, one = zero / (zero + one), one / (zero + one)
+            predicted = (zero * (1 - a) + one * b, zero * a + one * (1 - b))
+        terms[1 + 3 * t] = likelihood
+        for o in (0, 1):
+            terms[2 + 3 * t + o] = likelihood * (predicted[0] * emission[o][0] + predicted[1] * emission[o][1])
+    terms[0] = likelihood
+    return terms
+
+
+def brute_force_predictive(prompt: list[int], chunk: int = 1_000_000) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """``(mean (N, 2), stderr (N, 2), Z, Z stderr)``: row t's ``P(o | prompt[:t+1]) =
+    E[P(prefix, o)] / E[P(prefix)]`` over ``BRUTE_FORCE_DRAWS`` prior draws (a ratio estimator with
+    its delta-method standard error), and the evidence ``Z`` of the whole prompt."""
+    N = len(prompt)
+    rng = np.random.default_rng(0)
+    denominators = 1 + 3 * np.arange(N)
+    sums, squares, crossed = np.zeros(1 + 3 * N), np.zeros(1 + 3 * N), np.zeros((N, 2))
+    for _ in range(BRUTE_FORCE_DRAWS // chunk):
+        values = two_state_terms(prompt, chunk, rng)
+        sums += values.sum(1)
+        squares += np.square(values).sum(1)
+        for token in (0, 1):
+            crossed[:, token] += (values[denominators + 1 + token] * values[denominators]).sum(1)
+    mean = sums / BRUTE_FORCE_DRAWS
+    variance = squares / BRUTE_FORCE_DRAWS - mean**2
+    predictive, stderr = np.zeros((N, 2)), np.zeros((N, 2))
+    for t, d in enumerate(denominators):
+        for token in (0, 1):
+            n = d + 1 + token
+            ratio = mean[n] / mean[d]
+            covariance = crossed[t, token] / BRUTE_FORCE_DRAWS - mean[n] * mean[d]
+            residual_variance = variance[n] - 2 * ratio * covariance + ratio**2 * variance[d]
+            predictive[t, token] = ratio
+            stderr[t, token] = math.sqrt(residual_variance / BRUTE_FORCE_DRAWS) / mean[d]
+    return predictive, stderr, mean[0], math.sqrt(variance[0] / BRUTE_FORCE_DRAWS)
+
+
+@pytest.mark.long_running
+def test_smc_matches_brute_force_monte_carlo_over_ten_million_prior_draws():
+    exact, exact_stderr, evidence, evidence_stderr = brute_force_predictive(PROMPT)
+    # ess_threshold 0.99: resampling and moving after nearly every token, so that the moves (FFBS,
+    # the emission's Gibbs step, the transition's Metropolis-Hastings step) are what is tested.
+    settings = [SMCSettings(particles=4096, moves=2, ess_threshold=0.99, seed=seed) for seed in range(4)]
+    replicates = [prior_predictive(torch.tensor([PROMPT]), FORMAT, PRIOR, setting) for setting in settings]
+    estimates = torch.stack([r.next_token[0] for r in replicates]).numpy()  # (R, N, 2)
+    smc, smc_stderr = estimates.mean(0), estimates.std(0, ddof=1) / math.sqrt(len(replicates))
+    assert np.all(np.abs(smc - exact) <= SIGMAS * np.hypot(exact_stderr, smc_stderr)), (smc, exact)
+    assert np.all(exact_stderr < 2e-3)  # the comparison is sharp: 10^7 draws pin each probability to 0.2%
+    assert np.all(np.abs(smc.sum(-1) - 1) < 1e-12)
+    evidences = np.exp(torch.stack([r.log_evidence[0] for r in replicates]).numpy())
+    assert abs(evidences.mean() - evidence) <= SIGMAS * math.hypot(evidence_stderr, evidences.std(ddof=1) / 2)
+    assert all(r.rejuvenations[0] >= len(PROMPT) - 3 for r in replicates) and 0.1 < replicates[0].acceptance < 1
+
+
+def test_the_same_seed_gives_the_same_predictive_and_another_seed_another():
+    tokens = torch.tensor([PROMPT, [1, 1, 1, 0, 2, 0, 0, 1]])
+    settings = SMCSettings(particles=64, moves=1, seed=3, batch_prompts=1)
+    first, again = prior_predictive(tokens, FORMAT, PRIOR, settings), prior_predictive(tokens, FORMAT, PRIOR, settings)
+    assert torch.equal(first.next_token, again.next_token) and torch.equal(first.log_evidence, again.log_evidence)
+    other = prior_predictive(tokens, FORMAT, PRIOR, SMCSettings(particles=64, moves=1, seed=4, batch_prompts=1))
+    assert not torch.equal(first.next_token, other.next_token)
+
+
+def test_positions_and_segment_starts_of_a_format():
+    positions, starts = format_positions(FORMAT)
+    assert positions.tolist() == [0, 1, 2, 3, 5, 6, 7]
+    assert starts.tolist() == [True, False, False, False, True, False, False]
+
+
+@pytest.mark.parametrize(("tokens", "message"), [
+    ([[0, 0, 1, 0, 0, 1, 1, 0]], r"tokens: prompt 0 has an HMM token at position 4; expected a prompt of the format"),
+    ([[0, 2, 1, 0, 2, 1, 1, 0]], r"tokens: prompt 0 has a delimiter at position 1; expected a prompt of the format"),
+    ([[0, 0, 1, 0, 2, 1, 1]], r"tokens: shape \(1, 7\); expected \(B, 8\) prompts of the format"),
+    ([[0, 0, 3, 0, 2, 1, 1, 0]], r"tokens: token 3 at \(0, 2\) is out of range; expected 0..2"),
+])
+def test_a_prompt_of_another_format_or_alphabet_is_refused(tokens, message):
+    with pytest.raises(ValueError, match=message):
+        prior_predictive(torch.tensor(tokens), FORMAT, PRIOR, SMCSettings(particles=8))
+
+
+@pytest.mark.parametrize(("field", "value"), [("particles", 0), ("moves", 0), ("batch_prompts", -1), ("seed", -2)])
+def test_zero_particles_or_moves_are_refused(field, value):
+    with pytest.raises(ValueError, match=rf"{field}: {value}; expected an integer >= "):
+        SMCSettings(**{field: value})
+
+
+def test_a_prior_that_is_not_the_smcs_is_refused():
+    with pytest.raises(ValueError, match=r"spec: rank 2; expected rank None"):
+        DirichletHMMPrior.from_spec(hmm.MixtureSpec(num_tasks=4, num_states=4, num_tokens=2, rank=2))
+    with pytest.raises(ValueError, match=r"transition_concentration: 0; expected a finite number > 0"):
+        DirichletHMMPrior(2, 2, 0, 1.0)
+    with pytest.raises(ValueError, match=r"num_states: 0; expected an integer >= 1"):
+        DirichletHMMPrior(0, 2, 1.0, 1.0)
