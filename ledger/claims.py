@@ -23,6 +23,7 @@ class Verdict(enum.Enum):
     NOT_REPRODUCED = "not reproduced"
     UNTESTED = "untested at this scale"
     NOT_COMPUTED = "not computed"
+    NOT_JUDGED = "not judged"
 
 
 PENDING = (Verdict.UNTESTED, Verdict.NOT_COMPUTED)

@@ -11,11 +11,18 @@ into ``figures/ladder/ladder.json``. The claims below read:
   ``evaluation.json`` and ``analysis.json`` (shuffle and probes) and ``figures/regime/`` (attention
   and patching), judged by the same judges as cpu-small's claims (:mod:`ledger.observations`);
 * the whole ladder (``ladder.json``): where each model memorises and where it infers in context.
+
+Competence before mechanism (``docs/empirical.md``, "Competence"): a claim about the regime
+model's layers, heads, probes or patching is judged only when that model's ``competence.json``
+says it beats the in-context bigram on fresh HMMs (:data:`empirical.competence.COMPETENT`).
+Otherwise the claim is **not judged**: its number is still shown, with what its rule would have
+said, but a verdict on a network that only counts tokens says nothing about the paper's network.
 """
 from __future__ import annotations
 
-from ledger.claims import Claim, Outcome, Section, Verdict
+from ledger.claims import Claim, Judge, Outcome, Section, Verdict
 from ledger.documents import Doc
+from ledger.numbers import fixed
 from ledger.observations import (
     falls_with_distance,
     history_heads,
@@ -32,6 +39,7 @@ REGIME_POINT = "figures/ladder/tasks-8192-deep"
 REGIME_EVALUATION = f"{REGIME_POINT}/evaluation.json"
 REGIME_ANALYSIS = f"{REGIME_POINT}/analysis.json"
 REGIME_EXTRA = "figures/regime/analysis.json"
+REGIME_COMPETENCE = f"{REGIME_POINT}/competence.json"
 LADDER_JSON = "figures/ladder/ladder.json"
 
 
@@ -53,6 +61,44 @@ def regime_change(ladder: Doc) -> Outcome:
                    f"the regime ladder, {len(points)} trained points")
 
 
+def competence_summary(competence: Doc) -> str:
+    """The competence verdict with the model's and the baselines' losses on fresh HMMs."""
+    losses = competence["ladder", "all_positions"]
+    closed = competence["gap_closed", "all_positions"]
+    names = [name for name in ("ngram 1", "ngram 2", "ngram 3", "model", "ceiling", "oracle") if name in losses]
+    return (f"{competence['verdict']}; loss on {competence['num_prompts']} prompts of fresh HMMs, all positions: "
+            + ", ".join(f"{name} {fixed(losses[name]['loss'])}" for name in names)
+            + f"; closes {fixed(closed['fraction'], 2)} [{fixed(closed['interval_95'][0], 2)}, "
+              f"{fixed(closed['interval_95'][1], 2)}] of the in-context-unigram-to-ceiling gap")
+
+
+def competent(competence: Doc) -> Outcome:
+    """The regime model beats the in-context bigram on fresh HMMs (the gate of the mechanism claims)."""
+    verdict = Verdict.HOLDS if competence["competent"] else Verdict.NOT_REPRODUCED
+    beats = competence["beats"]
+    beaten = [name for name in beats["all_positions"] if all(scope[name] for scope in beats.values())]
+    return Outcome(verdict, competence_summary(competence),
+                   f"beats in both scopes: {', '.join(beaten) or 'no in-context n-gram'} (competence.verdict)",
+                   f"on tasks-8192-deep, {competence['fresh_tasks']} fresh HMMs")
+
+
+def gated(judge: Judge) -> Judge:
+    """``judge`` run on the sources after the first, the competence result: its verdict stands when
+    the model is competent, and becomes ``not judged`` (its number kept) when it is not."""
+    def judge_if_competent(competence: Doc, *documents: Doc) -> Outcome:
+        outcome = judge(*documents)
+        if competence["competent"] or outcome.verdict in (Verdict.NOT_COMPUTED, Verdict.UNTESTED):
+            return outcome
+        return Outcome(Verdict.NOT_JUDGED, outcome.number,
+                       f"the network is at the in-context-unigram level ({competence['verdict']}, "
+                       f"{competence.path}); the rule alone would say '{outcome.verdict.value}': {outcome.reason}",
+                       outcome.scale)
+
+    judge_if_competent.__name__ = judge_if_competent.__qualname__ = f"gated_{judge.__name__}"
+    return judge_if_competent
+
+
+GATE_RULE = "; judged only if competence.json says the model beats the in-context bigram, else not judged"
 REGIME_SCALE = "on tasks-8192-deep (the paper's 8192 tasks, 8 layers), "
 
 LADDER = Section("The paper's regime: 8192 tasks inferred in context (the regime ladder)", "Regime", (
@@ -62,35 +108,43 @@ LADDER = Section("The paper's regime: 8192 tasks inferred in context (the regime
           sources=(LADDER_JSON,), judge=regime_change, figure="figures/ladder/ladder_regime.png",
           rule="holds when every model is 'memorising' at its fewest tasks and 'in context' at its most "
                "(memorisation_verdict, empirical/regime.py)"),
+    Claim("R-competence", "The regime network infers more than token counts: it beats the in-context n-gram "
+          "baselines on HMMs it never saw (the premise of every mechanism claim below).",
+          REGIME_SCALE + "loss on fresh HMMs against the in-context 1/2/3-grams, paired per prompt, beside the "
+          "prior-predictive ceiling", sources=(REGIME_COMPETENCE,), judge=competent,
+          figure=f"{REGIME_POINT}/competence.png",
+          rule="holds when competence.json's verdict beats the in-context bigram (95% paired intervals below 0 on "
+               "the test sequence and all positions, empirical/competence.py); otherwise not reproduced"),
     Claim("R-F1-in-context", "Figure 1's network learns in context (the paper's regime).",
           REGIME_SCALE + "the regime diagnostic", sources=(REGIME_EVALUATION,), judge=in_context,
           figure=f"{REGIME_POINT}/regime.png",
           rule="memorisation_verdict: 'in context' holds; otherwise not reproduced"),
     Claim("R-F2-shuffle", "Upper layers are position-independent (Figure 2), in the paper's regime.",
-          REGIME_SCALE + "the shuffle metric, lower vs upper half of the layers", sources=(REGIME_ANALYSIS,),
-          judge=shuffle, figure="figures/ladder/ladder_claim1.png",
-          rule="locality_order, as F2-shuffle"),
+          REGIME_SCALE + "the shuffle metric, lower vs upper half of the layers", sources=(REGIME_COMPETENCE,
+          REGIME_ANALYSIS), judge=gated(shuffle), figure="figures/ladder/ladder_claim1.png",
+          rule="locality_order, as F2-shuffle" + GATE_RULE),
     Claim("R-F3a-state-first", "The hidden state is identified before the task (Figure 3a), in the paper's regime.",
-          REGIME_SCALE + "task and state probes against their Bayes-optimal ceilings", sources=(REGIME_ANALYSIS,),
-          judge=state_before_task, figure="figures/ladder/ladder_claim2.png",
-          rule="decoding_order, as F3a-state-first"),
+          REGIME_SCALE + "task and state probes against their Bayes-optimal ceilings", sources=(REGIME_COMPETENCE,
+          REGIME_ANALYSIS), judge=gated(state_before_task), figure="figures/ladder/ladder_claim2.png",
+          rule="decoding_order, as F3a-state-first" + GATE_RULE),
     Claim("R-F3a-state-used", "Lower layers carry the hidden state causally, in the paper's regime.",
-          REGIME_SCALE + "state forcing against four controls", sources=(REGIME_EXTRA,), judge=state_used,
-          figure="figures/regime/patching_state_forcing.png", rule="uses_state, as F3a-state-used"),
+          REGIME_SCALE + "state forcing against four controls", sources=(REGIME_COMPETENCE,
+          REGIME_EXTRA), judge=gated(state_used), figure="figures/regime/patching_state_forcing.png", rule="uses_state, as F3a-state-used" + GATE_RULE),
     Claim("R-F3b-distance", "Previous tokens are decoded worse the further back (Figure 3b), in the paper's regime.",
-          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_ANALYSIS,), judge=falls_with_distance,
-          figure="figures/ladder/ladder_claim3.png", rule="falls_with_k, as F3b-distance"),
+          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_COMPETENCE, REGIME_ANALYSIS),
+          judge=gated(falls_with_distance), figure="figures/ladder/ladder_claim3.png", rule="falls_with_k, as F3b-distance" + GATE_RULE),
     Claim("R-F3b-nearby-used", "The prediction relies on nearby tokens (Figure 3b, causally), in the paper's regime.",
-          REGIME_SCALE + "history patching", sources=(REGIME_EXTRA,), judge=nearby_used,
-          figure="figures/regime/patching_history.png", rule="as F3b-nearby-used"),
+          REGIME_SCALE + "history patching", sources=(REGIME_COMPETENCE, REGIME_EXTRA),
+          judge=gated(nearby_used), figure="figures/regime/patching_history.png", rule="as F3b-nearby-used" + GATE_RULE),
     Claim("R-F3b-rise-fall", "Each previous-token curve rises then falls, in the paper's regime.",
-          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_ANALYSIS,), judge=rise_then_fall,
-          figure="figures/ladder/ladder_claim3.png", rule="rise_then_fall, as F3b-rise-fall"),
+          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_COMPETENCE, REGIME_ANALYSIS),
+          judge=gated(rise_then_fall), figure="figures/ladder/ladder_claim3.png", rule="rise_then_fall, as F3b-rise-fall" + GATE_RULE),
     Claim("R-F3b-peak-later", "The peak moves up with the distance, in the paper's regime.",
-          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_ANALYSIS,), judge=peak_later,
-          figure="figures/ladder/ladder_claim3.png", rule="peaks_later, as F3b-peak-later"),
+          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_COMPETENCE, REGIME_ANALYSIS),
+          judge=gated(peak_later), figure="figures/ladder/ladder_claim3.png", rule="peaks_later, as F3b-peak-later" + GATE_RULE),
     Claim("R-F7-history-heads", "Trained heads attend like the history layers (Figure 7), in the paper's regime.",
           REGIME_SCALE + "matching score of the best trained head to each hand-built history layer",
-          sources=(REGIME_EXTRA,), judge=history_heads, figure="figures/regime/attention_hand_built_vs_trained.png",
-          rule="as F7-history-heads"),
+          sources=(REGIME_COMPETENCE, REGIME_EXTRA), judge=gated(history_heads),
+          figure="figures/regime/attention_hand_built_vs_trained.png",
+          rule="as F7-history-heads" + GATE_RULE),
 ))

@@ -345,3 +345,38 @@ def test_every_file_of_a_pattern_result_is_checked(repository):
 def test_the_command_refuses_a_root_without_figures(tmp_path):
     with pytest.raises(SystemExit, match="--root: .* has no figures/ folder; expected the repository root"):
         hmmtf.main(["ledger", "--check", "--root", str(tmp_path)])
+
+
+def _competence(competent: bool) -> dict:
+    """A competence.json (empirical/competence.py's layout) whose model beats the in-context bigram or not."""
+    losses = {"ngram 1": 1.95, "ngram 2": 1.93 if competent else 1.90, "ngram 3": 1.92, "model": 1.91, "ceiling": 1.88,
+              "oracle": 1.66}
+    beaten = {"ngram 1": True, "ngram 2": competent, "ngram 3": False}
+    return {"verdict": "beats the in-context bigram" if competent else "beats the in-context unigram",
+            "competent": competent, "num_prompts": 512, "fresh_tasks": 1024,
+            "ladder": {"all_positions": {name: {"loss": loss} for name, loss in losses.items()}},
+            "beats": {"test_sequence": beaten, "all_positions": beaten},
+            "gap_closed": {"all_positions": {"fraction": 0.57, "interval_95": [0.4, 0.7]}}}
+
+
+@pytest.mark.parametrize("competent", [False, True])
+def test_a_mechanism_claim_on_a_network_below_the_bigram_is_not_judged(tmp_path, competent):
+    from ledger.ladder import REGIME_COMPETENCE, gated
+    from ledger.observations import shuffle
+
+    root = _copy_results(tmp_path)
+    (root / REGIME_COMPETENCE).write_text(json.dumps(_competence(competent)))
+    claim = next(claim for claim in all_claims() if claim.id == "R-F2-shuffle")
+    assert claim.judge.__name__ == gated(shuffle).__name__ == "gated_shuffle"
+    ungated = shuffle(Doc.load(root, claim.sources[1]))
+    outcome = judge(claim, root).outcome
+    assert outcome.number == ungated.number
+    if competent:
+        assert outcome == ungated
+    else:
+        assert outcome.verdict is Verdict.NOT_JUDGED
+        assert "in-context-unigram level (beats the in-context unigram" in outcome.reason
+        assert f"the rule alone would say '{ungated.verdict.value}'" in outcome.reason
+    gate = judge(next(claim for claim in all_claims() if claim.id == "R-competence"), root).outcome
+    assert gate.verdict is (Verdict.HOLDS if competent else Verdict.NOT_REPRODUCED)
+    assert ("ngram 2" in gate.reason) is competent and "model 1.910" in gate.number

@@ -1,0 +1,98 @@
+"""The competence result (empirical/competence.py): its decision rule, its interval for the gap
+closed, the command's output on the tiny pipeline, and the committed results' ordering."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import tiny_pipeline
+from empirical.competence import (COMPETENT, NGRAM_ORDERS, VERDICTS, competence_verdict, gap_closed, paired,
+                                  per_prompt_loss, scope_rows)
+from empirical.presets import get_preset
+
+ROOT = Path(__file__).resolve().parents[1]
+LADDER_ORDER = ("ngram 1", "ngram 2", "ngram 3")
+
+
+def _beats(orders_beaten_in_test: int, orders_beaten_everywhere: int) -> dict:
+    return {"test_sequence": {f"ngram {n}": n <= orders_beaten_in_test for n in NGRAM_ORDERS},
+            "all_positions": {f"ngram {n}": n <= orders_beaten_everywhere for n in NGRAM_ORDERS}}
+
+
+@pytest.mark.parametrize(("test", "everywhere", "verdict"), [
+    (0, 3, "at the in-context-unigram level"), (1, 1, "beats the in-context unigram"), (3, 2, COMPETENT),
+    (2, 2, COMPETENT), (3, 3, "beats every in-context n-gram")])
+def test_the_verdict_is_the_lowest_order_not_beaten_in_both_scopes(test, everywhere, verdict):
+    assert competence_verdict(_beats(test, everywhere)) == verdict
+    assert VERDICTS.index(verdict) == min(test, everywhere)
+
+
+def test_a_higher_order_beaten_does_not_count_past_a_lower_one_not_beaten():
+    beats = {scope: {"ngram 1": True, "ngram 2": False, "ngram 3": True} for scope in ("test_sequence", "all_positions")}
+    assert competence_verdict(beats) == "beats the in-context unigram"
+
+
+def test_gap_closed_and_its_delta_method_interval_against_a_bootstrap():
+    generator = torch.Generator().manual_seed(0)
+    difficulty = torch.rand(4000, generator=generator, dtype=torch.float64)
+    unigram = 2.0 + difficulty
+    ceiling = unigram - 0.07 - 0.02 * torch.randn(4000, generator=generator, dtype=torch.float64)
+    model = unigram - 0.035 - 0.03 * torch.randn(4000, generator=generator, dtype=torch.float64)
+    result = gap_closed(unigram, model, ceiling)
+    assert result["fraction"] == pytest.approx(((unigram - model).mean() / (unigram - ceiling).mean()).item(), rel=1e-12,
+                                               abs=0)
+    draws = torch.randint(0, 4000, (2000, 4000), generator=generator)
+    boot = (unigram[draws] - model[draws]).mean(1) / (unigram[draws] - ceiling[draws]).mean(1)
+    # The bootstrap's own standard deviation is known to 1/sqrt(2 * 2000) = 1.6% relative (normal
+    # statistic); allow 5 of those.
+    assert result["stderr"] == pytest.approx(boot.std().item(), rel=0.08, abs=0)
+    low, high = result["interval_95"]
+    assert low < 0.5 < high
+
+
+def test_per_prompt_loss_and_scopes_of_a_format():
+    fmt = get_preset("tiny").prompt_format
+    tokens = torch.zeros(2, fmt.length, dtype=torch.long)
+    tokens[:, fmt.is_delimiter] = 4
+    uniform = torch.full((2, fmt.length, 4), 0.25, dtype=torch.float64)
+    scopes = scope_rows(fmt)
+    assert int(scopes["test_sequence"].sum()) == fmt.test_length
+    for rows in scopes.values():
+        # A mean of n equal terms: n roundings of the running sum, one of the quotient.
+        bound = (fmt.length + 1) * torch.finfo(torch.float64).eps
+        assert per_prompt_loss(uniform, tokens, 4, rows).tolist() == pytest.approx([math.log(4)] * 2, rel=bound, abs=0)
+    interval = paired(torch.tensor([1.0, 3.0], dtype=torch.float64))
+    assert interval["mean"] == 2.0 and interval["stderr"] == 1.0
+
+
+@pytest.mark.long_running
+@pytest.mark.xdist_group(tiny_pipeline.GROUP)
+def test_evaluate_writes_the_competence_result(tiny_evaluation):
+    out, argv = tiny_evaluation
+    competence = json.loads((out / "competence.json").read_text())
+    assert competence["command"] == "hmmtf " + " ".join(argv)
+    assert competence["ceiling"]["particles"] == tiny_pipeline.CEILING_PARTICLES
+    assert competence["num_prompts"] == tiny_pipeline.EVALUATE_PROMPTS
+    assert competence["fresh_tasks"] == tiny_pipeline.FRESH_TASKS
+    assert set(competence["ladder"]["all_positions"]) == {"unigram", *LADDER_ORDER, "model", "ceiling", "oracle"}
+    assert "hand-built" in competence["hand_built"]["all_positions"]
+    assert competence["verdict"] in VERDICTS and competence["competent"] == (
+        VERDICTS.index(competence["verdict"]) >= VERDICTS.index(COMPETENT))
+    assert (out / "competence.png").stat().st_size > 0
+
+
+def test_on_the_committed_results_the_ceiling_lies_between_the_oracle_and_every_baseline():
+    results = sorted((ROOT / "figures").rglob("competence.json"))
+    assert results, "no committed competence.json under figures/"
+    for path in results:
+        competence = json.loads(path.read_text())
+        error = competence["ceiling"]["monte_carlo_stderr"]
+        for scope in ("test_sequence", "all_positions"):
+            loss = {name: value["loss"] for name, value in competence["ladder"][scope].items()}
+            assert loss["oracle"] < loss["ceiling"], (path, scope)
+            for baseline in ("unigram", *LADDER_ORDER):
+                # The ceiling's estimate is biased upwards (an SMC evidence's -log is, by Jensen);
+                # its Monte-Carlo error is the only slack allowed.
+                assert loss["ceiling"] - 3 * error[scope] < loss[baseline], (path, scope, baseline)
