@@ -1,8 +1,9 @@
 """Subcommands of the ``bounds`` package (registered in :mod:`hmmtf`).
 
 ``hmmtf main`` is the README's main job: the verification run of :mod:`bounds.verify` on built-in
-defaults (about 2 minutes on 2 cores); options enlarge the suite. It prints the table, the
-verdicts, and writes ``report.json`` and the five figures into ``--out``
+defaults (about 1 minute on 2 cores); options enlarge the suites. Theorem 2's run (:mod:`bounds.theorem2`)
+shares L, T and the prompt format with Theorem 1's. It prints the table, the
+verdicts, and writes ``report.json`` and the figures into ``--out``
 (default ``figures/verification``). Exit code 1 when a table row of kind ``DERIVED`` fails (a
 stage against its reference, the triangle inequality, the tight Lemma 5, the construction bound:
 checks that hold by derivation); a reconstructed bound that fails is a finding, printed and
@@ -18,9 +19,11 @@ import torch
 from bounds.figures import write_figures
 from bounds.lemma1 import Lemma1Config
 from bounds.suites import SuiteSpec
+from bounds.theorem2 import Theorem2Config, UndercompleteSpec
 from bounds.verify import (
     VerifyConfig,
     build_table,
+    build_theorem2_table,
     derivations_hold,
     format_table,
     lemma1_lines,
@@ -56,6 +59,18 @@ def config_from_args(args) -> VerifyConfig:
         num_sequences=args.sequences,
         burn_in=max(40, args.max_memory),
     )
+    theorem2 = Theorem2Config(
+        suite=UndercompleteSpec(gammas=tuple(args.t2_gammas)),
+        futures=tuple(args.futures),
+        num_sequences=args.t2_sequences,
+        L=args.L,
+        gd_steps=args.T,
+        num_demos=args.demos,
+        demo_length=args.demo_length,
+        test_length=args.test_length,
+        prompts=args.t2_prompts,
+        curve_lengths=tuple(range(1, args.L + 3)),
+    )
     return VerifyConfig(
         suite=suite,
         lemma1=lemma1,
@@ -66,6 +81,7 @@ def config_from_args(args) -> VerifyConfig:
         test_length=args.test_length,
         prompts=args.prompts,
         sweep_prompts=args.sweep_prompts,
+        theorem2=theorem2,
     )
 
 
@@ -74,9 +90,10 @@ def run_main(args) -> int:
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     config = config_from_args(args)
-    measurements, members = measure(config, progress=not args.no_progress)
+    measurements, members, undercomplete = measure(config, progress=not args.no_progress)
     table = build_table(measurements, members)
-    report = report_json(measurements, table)
+    theorem2_table = build_theorem2_table(measurements.theorem2, undercomplete)
+    report = report_json(measurements, table, theorem2_table)
     out = Path(args.out)
     report["figures"] = write_figures(report, out)
     report["verdicts"] = verdict_lines(measurements)
@@ -89,10 +106,12 @@ def run_main(args) -> int:
     print()
     print(format_table(table))
     print()
+    print(format_table(theorem2_table))
+    print()
     print("\n".join(report["verdicts"]))
     print(f"\nreport: {out / 'report.json'}; figures: {', '.join(report['figures'])}")
     print(f"runtime: {report['runtime_seconds']:.1f} s")
-    return 0 if derivations_hold(table) else 1
+    return 0 if derivations_hold(table + theorem2_table) else 1
 
 
 def register(subparsers) -> None:
@@ -118,6 +137,15 @@ def register(subparsers) -> None:
     parser.add_argument("--test-length", type=int, default=defaults.test_length, help="tokens of the test sequence")
     parser.add_argument("--prompts", type=int, default=defaults.prompts, help="Theorem 1: prompts per HMM run through the network")
     parser.add_argument("--sweep-prompts", type=int, default=defaults.sweep_prompts, help="prompts per HMM and N' in the N' sweep")
+    theorem2 = defaults.theorem2
+    parser.add_argument("--futures", type=int, nargs="+", default=list(theorem2.futures),
+                        help="Theorem 2: numbers m of future tokens (decay curves; the table for m >= 2)")
+    parser.add_argument("--t2-gammas", type=float, nargs="+", default=list(theorem2.suite.gammas),
+                        help="Theorem 2: channel knobs g of the shift registers (gamma_2 = g^2)")
+    parser.add_argument("--t2-sequences", type=int, default=theorem2.num_sequences,
+                        help="Theorem 2: sequences per HMM of the approximation curves")
+    parser.add_argument("--t2-prompts", type=int, default=theorem2.prompts,
+                        help="Theorem 2: prompts per HMM and m >= 2 run through the network")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the tensors are small, threads only add overhead)")
     parser.add_argument("--out", default="figures/verification", help="directory of report.json and the figures")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")

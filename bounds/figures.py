@@ -1,4 +1,4 @@
-"""The five figures of the verification run, drawn from the report dict alone (the JSON).
+"""The six figures of the verification run, drawn from the report dict alone (the JSON).
 
 1. ``lemma1_decay.png``: ``E|P - P_L|_1`` vs L (log scale), one panel per gamma, fitted lines and
    the Lemma 1 bound ``d exp(-gamma^4 L / C)`` with the fitted C.
@@ -8,6 +8,9 @@
    construction vs beta, each beside its bound.
 4. ``gd_convergence.png``: ``||W_t - W_hat||_F / ||W_hat||_F`` vs t / kappa beside Lemma 5.
 5. ``construction_vs_beta.png``: construction error vs beta beside the leak formula and the bound.
+6. ``theorem2_decay.png``: under-complete HMMs, m = 1, 2, 3: ``E|P^(m) - P_L^(m)|_1`` vs L beside
+   Lemma 2's bound with ``gamma_m``; the in-context predictor's error vs L (joint law and next
+   token); ``gamma_m`` of the suite and the certified bounds of the preset's HMMs.
 """
 from __future__ import annotations
 
@@ -202,12 +205,79 @@ def construction_vs_beta(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def theorem2_decay(report: dict, path: Path) -> None:
+    """Figure 6 (module docstring)."""
+    result = report["theorem2"]
+    suite, futures = result["suite"], result["config"]["futures"]
+    lengths = np.array(result["config"]["lengths"], dtype=float)
+    knobs = sorted({entry["gamma_knob"] for entry in suite})
+    fig, axes = plt.subplots(2, max(len(knobs), 3), figsize=(4.4 * max(len(knobs), 3), 8.6), squeeze=False)
+    for ax, knob in zip(axes[0], knobs):
+        members = [entry for entry in suite if entry["gamma_knob"] == knob]
+        for index, m in enumerate(futures):
+            key, color = f"m={m}", f"C{index}"
+            gamma = float(np.mean([entry["gamma_m"][m - 1] for entry in members]))
+            errors = np.mean([entry["approximation"][key]["errors"] for entry in members], axis=0)
+            ax.semilogy(lengths, np.maximum(errors, 1e-18), "o-", color=color, ms=3,
+                        label=f"m={m}: measured (gamma_{m} = {gamma:.2g})")
+            d = members[0]["num_states"]
+            if key in result["lemma2"]:
+                C = result["lemma2"][key]["C"]
+                ax.semilogy(lengths, [formulas.lemma1_bound(gamma, d, n, C) for n in lengths], "--", color=color,
+                            label=f"m={m}: Lemma 2 bound, C = {C:.2g}")
+            elif gamma == 0:
+                ax.axhline(d, color=color, ls=":", label=f"m={m}: bound d = {d} (gamma_{m} = 0)")
+        lowest = min(min(entry["approximation"][f"m={m}"]["errors"]) for entry in members for m in futures)
+        ax.set(xlabel="memory length L (tokens)", ylabel="E ||P^(m) - P_L^(m)||_1 (mean over HMMs)",
+               title=f"g = {knob:g} ({len(members)} HMMs)")
+        ax.set_ylim(max(lowest / 10, fitting.ROUNDING_FLOOR), 20)
+        ax.legend(fontsize=6, loc="lower left")
+    ax = axes[1, 0]
+    for index, m in enumerate(futures):
+        points = [entry["predictor"][f"m={m}"] for entry in suite]
+        curve_lengths = [point["L"] for point in points[0]]
+        ax.plot(curve_lengths, np.mean([[point["joint"] for point in row] for row in points], axis=0), "o-",
+                color=f"C{index}", ms=3, label=f"m={m}: joint law of the next {m} tokens")
+        ax.plot(curve_lengths, np.mean([[point["next_token"] for point in row] for row in points], axis=0), "s--",
+                color=f"C{index}", ms=3, label=f"m={m}: its next-token marginal")
+    ax.set(xlabel="history length L", ylabel="l1 error (mean over HMMs and prompts)",
+           title=f"in-context predictor |P - W_T x| (T = {result['config']['T']})")
+    ax.legend(fontsize=7)
+    ax = axes[1, 1]
+    for offset, entry in enumerate(suite):
+        shift = (offset / len(suite) - 0.5) * 0.3
+        ax.plot(np.arange(1, len(entry["gamma_m"]) + 1) + shift, entry["gamma_m"], "o",
+                color=_gamma_color(entry["gamma_knob"], knobs), ms=4)
+    for knob in knobs:
+        closed = [entry["gamma_closed_form"] for entry in suite if entry["gamma_knob"] == knob][0]
+        ax.plot([], [], "o", color=_gamma_color(knob, knobs), label=f"g = {knob:g} (closed form gamma_r = {closed:.3g})")
+    ax.set(xlabel="m (tokens ahead)", ylabel="gamma_m (exact LP)", title="Assumption 4 on the suite: gamma_m vs m",
+           xticks=range(1, len(suite[0]["gamma_m"]) + 1))
+    ax.legend(fontsize=7)
+    ax = axes[1, 2]
+    preset = result["preset"]
+    for task, (lower, upper) in enumerate(zip(preset["lower"], preset["upper"])):
+        m = np.arange(1, len(lower) + 1) + (task / len(preset["lower"]) - 0.5) * 0.3
+        ax.vlines(m, lower, upper, color=f"C{task % 10}")
+        ax.plot(m, lower, "_", color=f"C{task % 10}")
+    ax.set(xlabel="m (tokens ahead)", ylabel="gamma_m: certified lower to sampled upper bound",
+           title=f"{preset['preset']}: {len(preset['lower'])} HMMs, S = {preset['num_states']}, p = {preset['num_tokens']}",
+           xticks=range(1, len(preset["lower"][0]) + 1))
+    for ax in axes[0, len(knobs):]:
+        ax.axis("off")
+    fig.suptitle("Theorem 2: under-complete HMMs (S > p), errors vs L for m = 1, 2, 3 beside gamma_m")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 FIGURES = {
     "lemma1_decay.png": lemma1_decay,
     "decay_rate_vs_gamma4.png": decay_rate_vs_gamma4,
     "theorem1_terms.png": theorem1_terms,
     "gd_convergence.png": gd_convergence,
     "construction_vs_beta.png": construction_vs_beta,
+    "theorem2_decay.png": theorem2_decay,
 }
 
 

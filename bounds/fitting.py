@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bounds.formulas import lemma1_constant
+from bounds.formulas import generalization_bound, lemma1_constant
+from bounds.suites import MemberResult
 
 ROUNDING_FLOOR = 1e-12
 """Errors at or below this are float64 rounding of two separately computed predictors."""
@@ -110,3 +111,43 @@ def fit_and_check(constants: list[float], halves: list[str]) -> FitVerdict:
     constant = max(constants[i] for i in fit)
     failures = [i for i in held if not constants[i] <= constant]
     return FitVerdict(constant=constant, fit_members=fit, held_out_members=held, held_out_failures=failures)
+
+
+@dataclass(frozen=True)
+class GeneralizationFailure(MemberResult):
+    """A held-out HMM whose own smallest C_g exceeds the fitted one."""
+
+    smallest_C_g: float
+
+
+@dataclass(frozen=True)
+class GeneralizationFit:
+    """``C_g`` of the fit half, every HMM's own smallest C_g, and the held-out failures."""
+
+    C_g: float
+    smallest_C_g: list[float]
+    held_out_members: int
+    held_out_failures: list[GeneralizationFailure]
+
+
+def generalization_fit(members: list, sweeps: list, p: int, L: int, lambdas: list[float]) -> GeneralizationFit:
+    """``C_g`` from the fit half of the N' sweeps, verdict on the held-out half (module docstring).
+
+    ``members`` have a ``half`` and a ``describe()``; ``sweeps[i]`` are member i's
+    :class:`bounds.theorem1.SweepPoint` (mean N' and generalization term); ``p`` is the
+    prediction's dimension (``p^m`` for Theorem 2).
+    """
+    constants = []
+    for sweep, lam in zip(sweeps, lambdas):
+        measured = [point.generalization for point in sweep]
+        form = [generalization_bound(p, L, lam, point.n_samples, 1.0) for point in sweep]
+        constants.append(smallest_scale(measured, form))
+    verdict = fit_and_check(constants, [member.half for member in members])
+    return GeneralizationFit(
+        C_g=verdict.constant,
+        smallest_C_g=constants,
+        held_out_members=len(verdict.held_out_members),
+        held_out_failures=[
+            GeneralizationFailure(member=members[i].describe(), smallest_C_g=constants[i]) for i in verdict.held_out_failures
+        ],
+    )

@@ -1,14 +1,21 @@
-"""Theorem 1 measured term by term on prompts from one HMM, and each construction stage checked.
+"""Theorem 1 (and Theorem 2) measured term by term on prompts from one HMM, and each construction
+stage checked.
 
 Decomposition at the test position of a prompt ``demo_1, p, ..., demo_n, p, o_1..o_t`` (one HMM,
-started in its stationary law), all distances in l1 over the p next tokens::
+started in its stationary law), all distances in l1 over the ``q = p^m`` values of the next m
+tokens (m = 1: the p next tokens, Theorem 1; m >= 2: Theorem 2's joint law)::
 
-    P       = P(o_{t+1} | o_1..o_t)            exact filtering of the test segment
-    P_L     = P_L(o_{t+1} | o_{t-L+1..t})      memory predictor, stationary prior (t >= L)
-    W* x    population least squares of e(o_{t+1}) on the one-hot history x (below)
+    P       = P(o_{t+1..t+m} | o_1..o_t)       exact filtering of the test segment
+    P_L     = P_L(o_{t+1..t+m} | o_{t-L+1..t}) memory predictor, stationary prior (t >= L)
+    W* x    population least squares of the joint one-hot of o_{t+1..t+m} on the one-hot history x
     W_hat x min-norm least squares from the prompt's N' samples (construction.reference)
     W_T x   T = gd_steps gradient-descent iterates, eta = 1/lambda_max (construction.parameters_for_prompt)
-    TF      the hand-built network's prediction (construction.build_network)
+    TF      the hand-built network with m label layers (construction.build_network)
+
+Both laws come from a belief through the m-step operator (:func:`ahead_law`):
+``P(o_{t+1..t+m} = . | b_t) = b_t^T Q O_m`` with ``O_m`` of :func:`hmm.observability.multistep_emission`
+(``O_1 = O``); ``P`` uses the filtered belief of the whole test segment, ``P_L`` that of its last L
+tokens filtered from the stationary law.
 
     approximation |P - P_L|, linearization |P_L - W* x|, generalization |W* x - W_hat x|,
     optimization |W_hat x - W_T x|, construction |W_T x - TF|, total |P - TF|
@@ -16,9 +23,9 @@ started in its stationary law), all distances in l1 over the p next tokens::
 and ``total <= sum of the five`` by the triangle inequality.
 
 **Population regression** W*. At stationarity the windows ``o_{t-L+1..t}`` (t >= L) have the
-law of the first L tokens, ``P(w) = exp(log_likelihood(w))``, and ``E[e(o_{t+1}) | window] = P_L``
-(stationary prior). The least squares of ``e(o_{t+1})`` on x is therefore the weighted least
-squares of ``P_L(w)`` on ``x(w)`` with weights ``P(w)``, computed **exactly** by enumerating the
+law of the first L tokens, ``P(w) = exp(log_likelihood(w))``, and the expected joint one-hot of the
+next m tokens given the window is ``P_L(w)`` (stationary prior). The least squares of that one-hot
+on x is therefore the weighted least squares of ``P_L(w)`` on ``x(w)`` with weights ``P(w)``, computed **exactly** by enumerating the
 ``p^L`` windows (no sample needed): ``W* = least_squares(sqrt(P) x, sqrt(P) P_L)`` (min-norm; the
 design is singular for L >= 2 but ``W* x`` is unique on the support). ``Sigma = E[x x^T]`` gives
 the ``lambda`` of the generalization bound: its smallest nonzero eigenvalue.
@@ -37,7 +44,9 @@ import hmm
 from bounds import formulas
 from construction import build_layout, build_network, layer_leak, parameters_for_prompt, reference
 from construction.checks import check_prompt
-from hmm.memory import least_squares, memory_predictor, one_hot_history
+from construction.weights import Stage
+from hmm.memory import least_squares, one_hot_history, resolve_prior
+from hmm.observability import multistep_emission
 
 TERMS = ("approximation", "linearization", "generalization", "optimization", "construction")
 """The five measured terms of the decomposition (module docstring), fields of :class:`PromptTerms`."""
@@ -61,8 +70,13 @@ def spectrum(matrix: np.ndarray) -> tuple[float, float]:
     return top, float(eigenvalues[eigenvalues > EIGENVALUE_TOLERANCE * top][0])
 
 
-def population_regression(model: hmm.HMM, L: int) -> tuple[np.ndarray, float]:
-    """``(W* (p, pL), lambda_min+ of E[x x^T])`` by enumerating the p^L windows (module docstring)."""
+def ahead_law(model: hmm.HMM, beliefs: torch.Tensor, m: int) -> torch.Tensor:
+    """``(..., p^m)``: ``P(o_{t+1..t+m} = . | s_t ~ b) = b^T Q O_m`` for filtered beliefs ``b (..., S)``."""
+    return beliefs @ model.transition @ multistep_emission(model, m)
+
+
+def population_regression(model: hmm.HMM, L: int, m: int = 1) -> tuple[np.ndarray, float]:
+    """``(W* (p^m, pL), lambda_min+ of E[x x^T])`` by enumerating the p^L windows (module docstring)."""
     p = model.num_tokens
     if p**L > MAX_WINDOWS:
         raise ValueError(f"L: {L}; expected p^L <= {MAX_WINDOWS} windows to enumerate (p = {p})")
@@ -71,7 +85,7 @@ def population_regression(model: hmm.HMM, L: int) -> tuple[np.ndarray, float]:
     windows = torch.tensor(list(itertools.product(range(p), repeat=L)))
     probability = hmm.log_likelihood(model, windows).exp()
     x = one_hot_history(windows, L, p)[:, -1]
-    memory = hmm.next_token_probs(model, windows)[:, -1]
+    memory = ahead_law(model, hmm.filter_beliefs(model, windows).filtered[:, -1], m)
     root = probability.sqrt()[:, None]
     W_star = least_squares(root * x, root * memory).numpy()
     covariance = (x.T @ (probability[:, None] * x)).numpy()
@@ -141,15 +155,17 @@ class PromptTerms:
         return sum(getattr(self, term) for term in TERMS)
 
 
-def regression_terms(model: hmm.HMM, tokens: np.ndarray, L: int, W_star: np.ndarray) -> RegressionTerms:
-    """Approximation, linearization and generalization of one prompt, and its ``X, Y, x_test``."""
+def regression_terms(model: hmm.HMM, tokens: np.ndarray, L: int, W_star: np.ndarray, m: int = 1) -> RegressionTerms:
+    """Approximation, linearization and generalization of one prompt (the law of the next m tokens),
+    and its ``X, Y, x_test``."""
     p = model.num_tokens
     test = torch.as_tensor(final_segment(tokens, p))
     if test.numel() <= L:
         raise ValueError(f"tokens: test segment of {test.numel()} tokens; expected more than L = {L}")
-    exact = hmm.next_token_probs(model, test)[-1].numpy()
-    memory = memory_predictor(model, test, L, "stationary")[-1].numpy()
-    X, Y, x_test = reference.regression_problem(tokens, p, L)
+    window = hmm.HMM(resolve_prior(model, "stationary"), model.transition, model.emission)
+    exact = ahead_law(model, hmm.filter_beliefs(model, test).filtered[-1], m).numpy()
+    memory = ahead_law(model, hmm.filter_beliefs(window, test[-L:]).filtered[-1], m).numpy()
+    X, Y, x_test = reference.regression_problem(tokens, p, L, m)
     W_hat = reference.min_norm_solution(X, Y)
     return RegressionTerms(
         exact=exact,
@@ -165,15 +181,18 @@ def regression_terms(model: hmm.HMM, tokens: np.ndarray, L: int, W_star: np.ndar
     )
 
 
-def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, gd_steps: int, W_star: np.ndarray) -> PromptTerms:
-    """Every term and the deterministic bounds of one prompt, with its stage checks."""
-    p = model.num_tokens
+def decompose_prompt(
+    model: hmm.HMM, tokens: np.ndarray, L: int, gd_steps: int, W_star: np.ndarray, m: int = 1
+) -> PromptTerms:
+    """Every term and the deterministic bounds of one prompt, with its stage checks; ``m`` labels
+    (m >= 2: Theorem 2's network and the joint law of the next m tokens, dimension ``q = p^m``)."""
+    q = model.num_tokens**m
     N = len(tokens) + 1
-    terms = regression_terms(model, tokens, L, W_star)
-    spec = parameters_for_prompt(tokens, p, L, gd_steps)
+    terms = regression_terms(model, tokens, L, W_star, m)
+    spec = parameters_for_prompt(tokens, model.num_tokens, L, gd_steps, future_length=m)
     iterates = reference.gd_iterates(terms.X, terms.Y, spec.eta, gd_steps, N)
     network = build_network(spec)
-    trace = network.forward(tokens)
+    trace = network.forward(tokens, record_attention=False)
     transformer = trace.prediction.numpy()
     gd_prediction = iterates[-1] @ terms.x_test
     lambda_max, lambda_min = spectrum(reference.hessian(terms.X, N))
@@ -194,9 +213,9 @@ def decompose_prompt(model: hmm.HMM, tokens: np.ndarray, L: int, gd_steps: int, 
         eta=spec.eta,
         beta=spec.beta,
         theta=spec.theta,
-        optimization_bound=formulas.optimization_bound(p, L, weight_norm, kappa, gd_steps),
-        optimization_bound_paper=formulas.optimization_bound_paper(p, L, weight_norm, kappa, gd_steps),
-        construction_bound=p * bound,
+        optimization_bound=formulas.optimization_bound(q, L, weight_norm, kappa, gd_steps),
+        optimization_bound_paper=formulas.optimization_bound_paper(q, L, weight_norm, kappa, gd_steps),
+        construction_bound=q * bound,
         stages=stage_checks(trace, network, tokens, iterates, gd_prediction, bound),
     )
 
@@ -210,28 +229,40 @@ def stage_checks(
     ``bound`` the construction error bound B of this prompt (``network.spec.error_bound(N)``), both
     already computed by :func:`decompose_prompt`.
 
-    * history block r (after the label layer): ``r eps`` + rounding (construction.leak);
-    * label ``future.1``: ``eps`` + rounding;
+    * history block r (after the last label layer): ``r eps`` + rounding (construction.leak);
+    * label r, ``future.r`` (named ``label`` when m = 1): ``r eps`` + rounding;
+    * joint one-hot (m >= 2): the unit ``relu(sum_r future.r[u_r] - (m - 1))`` is 1-Lipschitz in
+      each input, so it errs by at most the sum of the m label errors, ``m(m+1)/2 eps`` plus their
+      rounding, plus its own: a sum of m + 1 terms of magnitude at most ``m - 1 + sum_r future.r``,
+      within ``gamma_m (2m - 1)`` (Higham's ``gamma_n = n u / (1 - n u)``); the copy into ``joint``
+      is exact;
     * GD iterates ``W_t`` (every t, every entry, copy held by the last column): the construction
       error bound B. Its amplification is at least ``T x forcing / eps``, and the row errors obey
       ``||Delta_t||_2 <= t x forcing`` (construction.leak), so every entry is within B;
     * read-out ``W_T x_test`` per coordinate: B.
     """
     spec = network.spec
-    p, L = spec.num_tokens, spec.history_length
+    p, L, m = spec.num_tokens, spec.history_length, spec.future_length
     N = len(tokens) + 1
     eps = layer_leak(spec.beta, spec.theta, N)
     history = reference.history(tokens, p, L)
+    labelled = trace.layers_of(Stage.LABEL)[-1]
     checks = {}
     for r in range(1, L):
-        deviation = np.abs(trace.slot(f"history.{r}", "label").numpy().T - history[:, r]).max()
+        deviation = np.abs(trace.slot(f"history.{r}", labelled).numpy().T - history[:, r]).max()
         checks[f"history.{r}"] = StageCheck(deviation=float(deviation), allowed=r * eps + STAGE_ROUNDING)
-    future = reference.future(tokens, p, 1)[:, 0]
-    label = float(np.abs(trace.slot("future.1", "label").numpy().T - future).max())
-    checks["label"] = StageCheck(deviation=label, allowed=eps + STAGE_ROUNDING)
+    future = reference.future(tokens, p, m)
+    for r in range(1, m + 1):
+        label = float(np.abs(trace.slot(f"future.{r}", labelled).numpy().T - future[:, r - 1]).max())
+        checks["label" if m == 1 else f"label.{r}"] = StageCheck(deviation=label, allowed=r * eps + STAGE_ROUNDING)
+    if m >= 2:
+        unit_roundoff = np.finfo(np.float64).eps / 2
+        own = (2 * m - 1) * m * unit_roundoff / (1 - m * unit_roundoff)
+        joint = float(np.abs(trace.slot("joint", "joint").numpy().T - reference.joint(future, p)).max())
+        checks["joint"] = StageCheck(deviation=joint, allowed=m * (m + 1) / 2 * eps + m * STAGE_ROUNDING + own)
     worst = 0.0
     for t in range(1, spec.gd_steps + 1):
-        weights = np.stack([trace.slot(f"weights.{k}", f"gd.{t}").numpy()[:, -1] for k in range(p)])
+        weights = np.stack([trace.slot(f"weights.{k}", f"gd.{t}").numpy()[:, -1] for k in range(spec.layout.target_dim)])
         worst = max(worst, float(np.abs(weights - iterates[t]).max()))
     checks["gd"] = StageCheck(deviation=worst, allowed=bound)
     readout = np.abs(trace.prediction.numpy() - gd_prediction).max()
@@ -287,13 +318,16 @@ class ConstructionCurve:
 
 
 def generalization_sweep(
-    model: hmm.HMM, L: int, W_star: np.ndarray, demo_counts, demo_length: int, test_length: int, prompts: int, seed: int
+    model: hmm.HMM, L: int, W_star: np.ndarray, demo_counts, demo_length: int, test_length: int, prompts: int, seed: int,
+    m: int = 1,
 ) -> list[SweepPoint]:
-    """Mean generalization term ``|W* x - W_hat x|_1`` and mean N' for each number of demonstrations."""
+    """Mean generalization term ``|W* x - W_hat x|_1`` and mean N' for each number of demonstrations
+    (m labels: ``W*`` is the m-step population regression)."""
     points = []
     for offset, num_demos in enumerate(demo_counts):
         fmt = hmm.PromptFormat(num_demos, demo_length, test_length)
-        terms = [regression_terms(model, tokens, L, W_star) for tokens in sample_prompt_tokens(model, prompts, fmt, seed + offset)]
+        terms = [regression_terms(model, tokens, L, W_star, m)
+                 for tokens in sample_prompt_tokens(model, prompts, fmt, seed + offset)]
         points.append(
             SweepPoint(
                 num_demos=num_demos,

@@ -10,12 +10,15 @@ Steps (docs/bounds.md states every formula):
    terms, the total, the deterministic bounds and the stage checks of the hand-built network.
 5. GD convergence vs T (the number of GD steps, ``gd_steps``) and construction error vs beta on a
    few prompts.
-6. The table: one row per claim, with the unit it is checked on and its :class:`RowKind`: a
+6. The tables: one row per claim, with the unit it is checked on and its :class:`RowKind`: a
    ``DERIVED`` row holds by derivation (a failure is a bug, exit code 1), a ``RECONSTRUCTED`` one
    states a reconstructed claim of the paper (a failure is a finding).
+7. Theorem 2 on under-complete HMMs (:mod:`bounds.theorem2`): gamma_m, the approximation and the
+   in-context predictor vs L for m = 1, 2, 3, and the decomposition of step 4 for every m >= 2, with
+   its own table (:func:`build_theorem2_table`).
 
-Steps 1-5 give typed results (:class:`Measurements`), step 6 a list of :class:`TableRow`;
-:func:`report_json` converts both to JSON once (:mod:`bounds.serialize`), and ``figures`` draws
+Steps 1-5 and 7 give typed results (:class:`Measurements`), step 6 lists of :class:`TableRow`;
+:func:`report_json` converts them to JSON once (:mod:`bounds.serialize`), and ``figures`` draws
 the PNGs from that JSON alone. A row's *measured* and *bound* are those of the unit (prompt or
 HMM) with the largest measured / bound ratio, so ``holds`` is decided by the numbers shown.
 """
@@ -30,8 +33,8 @@ import numpy as np
 from tqdm import tqdm
 
 import hmm
-from bounds import formulas, lemma1, theorem1
-from bounds.fitting import fit_and_check, smallest_scale
+from bounds import formulas, lemma1, theorem1, theorem2
+from bounds.fitting import GeneralizationFit, generalization_fit
 from bounds.lemma1 import Lemma1Config, PriorDecay, PriorFit
 from bounds.serialize import INLINE, OMIT, json_key, to_json
 from bounds.suites import MemberResult, SuiteMember, SuiteSpec, build_suite
@@ -68,29 +71,13 @@ class VerifyConfig:
     leaks: tuple[float, ...] = tuple(10.0**-k for k in range(1, 13))
     construction_prompts: int = 2
     seed: int = 2026
+    theorem2: theorem2.Theorem2Config = field(default_factory=theorem2.Theorem2Config)
 
     def __post_init__(self) -> None:
         if self.test_length <= self.L:
             raise ValueError(f"test_length: {self.test_length}; expected > L = {self.L} (P_L must differ from P)")
         if self.demo_length < self.L + 1:
             raise ValueError(f"demo_length: {self.demo_length}; expected >= L + 1 = {self.L + 1}")
-
-
-@dataclass(frozen=True)
-class GeneralizationFailure(MemberResult):
-    """A held-out HMM whose own smallest C_g exceeds the fitted one."""
-
-    smallest_C_g: float
-
-
-@dataclass(frozen=True)
-class GeneralizationFit:
-    """``C_g`` of the fit half, every HMM's own smallest C_g, and the held-out failures."""
-
-    C_g: float
-    smallest_C_g: list[float]
-    held_out_members: int
-    held_out_failures: list[GeneralizationFailure]
 
 
 @dataclass(frozen=True)
@@ -140,6 +127,7 @@ class Measurements:
     construction_curves: list[ConstructionCurve]
     network_counts: formulas.NetworkCounts
     contraction_below_paper_rate: bool
+    theorem2: theorem2.Theorem2Results
 
 
 class RowKind(enum.Enum):
@@ -161,26 +149,6 @@ class TableRow:
     units: int
     over: str
     kind: RowKind = field(metadata=OMIT)
-
-
-def generalization_fit(
-    members: list[SuiteMember], sweeps: list[list[SweepPoint]], p: int, L: int, lambdas: list[float]
-) -> GeneralizationFit:
-    """``C_g`` from the fit half of the N' sweeps (bounds.fitting), verdict on the held-out half."""
-    constants = []
-    for sweep, lam in zip(sweeps, lambdas):
-        measured = [point.generalization for point in sweep]
-        form = [formulas.generalization_bound(p, L, lam, point.n_samples, 1.0) for point in sweep]
-        constants.append(smallest_scale(measured, form))
-    verdict = fit_and_check(constants, [member.half for member in members])
-    return GeneralizationFit(
-        C_g=verdict.constant,
-        smallest_C_g=constants,
-        held_out_members=len(verdict.held_out_members),
-        held_out_failures=[
-            GeneralizationFailure(member=members[i].describe(), smallest_C_g=constants[i]) for i in verdict.held_out_failures
-        ],
-    )
 
 
 def table_row(term: str, measured: list[float], bounds: list[float], units: str, kind: RowKind) -> TableRow:
@@ -207,18 +175,13 @@ def mean_by_member(prompts: list[PromptResult], members: list[int], value) -> li
     return [float(np.mean([value(row.terms) for row in prompts if row.member == index])) for index in members]
 
 
-def build_table(measurements: Measurements, members: list[SuiteMember]) -> list[TableRow]:
-    """Every claim of Lemma 1 and Theorem 1 as a table row (module docstring)."""
-    config, prompts = measurements.config, measurements.theorem1.prompts
+def decomposition_rows(prompts: list, held: list[int], approximation_bound: list[float],
+                       generalization_bound: list[float], lemma: str, prefix: str = "") -> list[TableRow]:
+    """The rows of one decomposition (Theorem 1's, or Theorem 2's for one m): every term beside its
+    bound, the totals and the stages, over ``prompts`` (each with ``member`` and ``terms``); the
+    rows over held-out HMMs take the bounds of the members ``held``, in that order. ``lemma`` names
+    the approximation's bound, ``prefix`` starts every title."""
     terms = [row.terms for row in prompts]
-    p, L = config.suite.num_tokens, config.L
-    held = [member.index for member in members if member.half == "held-out"]
-    fits = measurements.lemma1.fits
-    C, C_g = fits["stationary"].C, measurements.generalization.C_g
-    lambdas = [entry.lambda_min for entry in measurements.suite]
-    approximation_bound = [formulas.lemma1_bound(members[i].gamma, members[i].rank, L, C) for i in held]
-    n_samples = mean_by_member(prompts, held, lambda row: row.n_samples)
-    generalization_bound = [formulas.generalization_bound(p, L, lambdas[i], n, C_g) for i, n in zip(held, n_samples)]
     theorem_bound = [
         a + g + o + c
         for a, g, o, c in zip(
@@ -229,80 +192,72 @@ def build_table(measurements: Measurements, members: list[SuiteMember]) -> list[
         )
     ]
     claim, derived = RowKind.RECONSTRUCTED, RowKind.DERIVED
+
+    def over_prompts(title: str, measured, bound, kind: RowKind) -> TableRow:
+        return table_row(f"{prefix}{title}", [measured(row) for row in terms], [bound(row) for row in terms], "prompts", kind)
+
+    def over_held_out(title: str, measured, bound: list[float]) -> TableRow:
+        return table_row(f"{prefix}{title}", mean_by_member(prompts, held, measured), bound, "held-out HMMs", claim)
+
+    return [
+        over_held_out(f"approximation |P - P_L| ({lemma})", lambda row: row.approximation, approximation_bound),
+        over_prompts("linearization |P_L - W*x| (paper: 0)", lambda row: row.linearization,
+                     lambda row: LINEARIZATION_ZERO, claim),
+        over_held_out("generalization |W*x - W_hat x|", lambda row: row.generalization, generalization_bound),
+        over_prompts("optimization |W_hat x - W_T x| (tight)", lambda row: row.optimization,
+                     lambda row: row.optimization_bound, derived),
+        over_prompts("optimization (paper form)", lambda row: row.optimization, lambda row: row.optimization_bound_paper,
+                     claim),
+        over_prompts("construction |W_T x - TF|", lambda row: row.construction, lambda row: row.construction_bound,
+                     derived),
+        over_held_out("total |P - TF| <= sum of bounds", lambda row: row.total, theorem_bound),
+        over_prompts("total <= sum of the 5 measured terms", lambda row: row.total,
+                     lambda row: row.sum_of_terms() + SUM_ROUNDING, derived),
+        *(over_prompts(f"stage {stage} vs reference", lambda row, stage=stage: row.stages[stage].deviation,
+                       lambda row, stage=stage: row.stages[stage].allowed, derived) for stage in terms[0].stages),
+    ]
+
+
+def build_table(measurements: Measurements, members: list[SuiteMember]) -> list[TableRow]:
+    """Every claim of Lemma 1 and Theorem 1 as a table row (module docstring)."""
+    config, prompts = measurements.config, measurements.theorem1.prompts
+    p, L = config.suite.num_tokens, config.L
+    held = [member.index for member in members if member.half == "held-out"]
+    fits = measurements.lemma1.fits
+    C, C_g = fits["stationary"].C, measurements.generalization.C_g
+    lambdas = [entry.lambda_min for entry in measurements.suite]
+    approximation_bound = [formulas.lemma1_bound(members[i].gamma, members[i].rank, L, C) for i in held]
+    n_samples = mean_by_member(prompts, held, lambda row: row.n_samples)
+    generalization_bound = [formulas.generalization_bound(p, L, lambdas[i], n, C_g) for i, n in zip(held, n_samples)]
     rows = []
     for prior, fit in fits.items():
         smallest = [measurements.suite[i].lemma1[prior].smallest_C for i in held]
-        rows.append(
-            table_row(f"Lemma 1 smallest C ({prior} prior) <= fitted C", smallest, [fit.C] * len(held), "held-out HMMs", claim)
-        )
-    rows += [
-        table_row(
-            "approximation |P - P_L| (Lemma 1)",
-            mean_by_member(prompts, held, lambda row: row.approximation),
-            approximation_bound,
-            "held-out HMMs",
-            claim,
-        ),
-        table_row(
-            "linearization |P_L - W*x| (paper: 0)",
-            [row.linearization for row in terms],
-            [LINEARIZATION_ZERO] * len(terms),
-            "prompts",
-            claim,
-        ),
-        table_row(
-            "generalization |W*x - W_hat x|",
-            mean_by_member(prompts, held, lambda row: row.generalization),
-            generalization_bound,
-            "held-out HMMs",
-            claim,
-        ),
-        table_row(
-            "optimization |W_hat x - W_T x| (tight)",
-            [row.optimization for row in terms],
-            [row.optimization_bound for row in terms],
-            "prompts",
-            derived,
-        ),
-        table_row(
-            "optimization (paper form)",
-            [row.optimization for row in terms],
-            [row.optimization_bound_paper for row in terms],
-            "prompts",
-            claim,
-        ),
-        table_row(
-            "construction |W_T x - TF|",
-            [row.construction for row in terms],
-            [row.construction_bound for row in terms],
-            "prompts",
-            derived,
-        ),
-        table_row(
-            "total |P - TF| <= sum of bounds",
-            mean_by_member(prompts, held, lambda row: row.total),
-            theorem_bound,
-            "held-out HMMs",
-            claim,
-        ),
-        table_row(
-            "total <= sum of the 5 measured terms",
-            [row.total for row in terms],
-            [row.sum_of_terms() + SUM_ROUNDING for row in terms],
-            "prompts",
-            derived,
-        ),
-    ]
-    for stage in terms[0].stages:
-        rows.append(
-            table_row(
-                f"stage {stage} vs reference",
-                [row.stages[stage].deviation for row in terms],
-                [row.stages[stage].allowed for row in terms],
-                "prompts",
-                derived,
-            )
-        )
+        rows.append(table_row(f"Lemma 1 smallest C ({prior} prior) <= fitted C", smallest, [fit.C] * len(held),
+                              "held-out HMMs", RowKind.RECONSTRUCTED))
+    return rows + decomposition_rows(prompts, held, approximation_bound, generalization_bound, "Lemma 1")
+
+
+def build_theorem2_table(results: theorem2.Theorem2Results, members: list[theorem2.UndercompleteMember]) -> list[TableRow]:
+    """Theorem 2's rows for every m >= 2 of the run, titles starting ``m=2: ``: Lemma 2's held-out
+    constants, then the decomposition of :func:`decomposition_rows` in ``q = p^m`` outcomes."""
+    config = results.config
+    p, L = config.suite.num_tokens, config.L
+    held = [member.index for member in members if member.half == "held-out"]
+    rows = []
+    for m in config.table_futures:
+        key = theorem2.m_key(m)
+        prompts = [row for row in results.prompts if row.m == m]
+        fit = results.lemma2[key]
+        smallest = [results.suite[i].approximation[key].smallest_C for i in held]
+        rows.append(table_row(f"{key}: Lemma 2 smallest C <= fitted C", smallest, [fit.C] * len(held), "held-out HMMs",
+                              RowKind.RECONSTRUCTED))
+        n_samples = mean_by_member(prompts, held, lambda row: row.n_samples)
+        generalization_bound = [
+            formulas.generalization_bound(p**m, L, results.suite[i].lambda_min, n, results.generalization[key].C_g)
+            for i, n in zip(held, n_samples)
+        ]
+        rows += decomposition_rows(prompts, held, theorem2.approximation_bounds(results, members, m, held),
+                                   generalization_bound, "Lemma 2", f"{key}: ")
     return rows
 
 
@@ -319,8 +274,11 @@ def format_table(rows: list[TableRow]) -> str:
     return "\n".join(lines)
 
 
-def measure(config: VerifyConfig, progress: bool = True) -> tuple[Measurements, list[SuiteMember]]:
-    """Steps 1-5 of the module docstring: everything measured (without the table) and the suite."""
+def measure(
+    config: VerifyConfig, progress: bool = True
+) -> tuple[Measurements, list[SuiteMember], list[theorem2.UndercompleteMember]]:
+    """Steps 1-5 and 7 of the module docstring: everything measured (without the tables) and the
+    two suites (Theorem 1's, Theorem 2's)."""
     members = build_suite(config.suite, base_seed=config.seed)
     p, L = config.suite.num_tokens, config.L
     lemma1_results = lemma1.measure_suite(members, config.lemma1, progress)
@@ -346,6 +304,7 @@ def measure(config: VerifyConfig, progress: bool = True) -> tuple[Measurements, 
         theorem1.construction_curve(tokens, p, L, config.gd_steps, config.leaks)
         for tokens in tqdm(curve_tokens[: config.construction_prompts], desc="construction error vs beta", disable=not progress)
     ]
+    undercomplete, undercomplete_members = theorem2.measure(config.theorem2, progress)
     lambdas = [lam for _, lam in populations]
     suite = [
         SuiteEntry(member=member.describe(), lambda_min=lam, lemma1=result, generalization_sweep=sweep)
@@ -361,13 +320,17 @@ def measure(config: VerifyConfig, progress: bool = True) -> tuple[Measurements, 
         construction_curves=construction_curves,
         network_counts=formulas.network_counts(p, L, config.gd_steps),
         contraction_below_paper_rate=formulas.contraction_below_paper_rate(),
+        theorem2=undercomplete,
     )
-    return measurements, members
+    return measurements, members, undercomplete_members
 
 
-def report_json(measurements: Measurements, table: list[TableRow]) -> dict:
-    """The JSON form of the measurements and the table, the start of report.json (:mod:`bounds.serialize`)."""
-    return {**to_json(measurements), "table": to_json(table)}
+def report_json(measurements: Measurements, table: list[TableRow], theorem2_table: list[TableRow]) -> dict:
+    """The JSON form of the measurements and the tables, the start of report.json
+    (:mod:`bounds.serialize`); Theorem 2's table is ``theorem2.table``."""
+    report = {**to_json(measurements), "table": to_json(table)}
+    report["theorem2"]["table"] = to_json(theorem2_table)
+    return report
 
 
 def write_report(report: dict, path: Path) -> None:
@@ -409,6 +372,38 @@ def verdict_lines(measurements: Measurements) -> list[str]:
         f"T={config.gd_steps}): {counts.layers} layers = (L-1)+1+T+1, "
         f"{counts.heads_per_gd_layer} heads per GD layer = 2p, width {counts.width}"
     )
+    return lines + theorem2_lines(measurements.theorem2)
+
+
+def theorem2_lines(results: theorem2.Theorem2Results) -> list[str]:
+    """Theorem 2's verdict sentences: gamma_m of the suite and of the preset, Lemma 2 and C_g per m,
+    the network's size per m."""
+    config, suite = results.config, results.suite
+    futures = range(1, max(config.futures) + 1)
+    gammas = ", ".join(
+        f"gamma_{m} in [{min(e.member.gamma_m[m - 1] for e in suite):.3g}, {max(e.member.gamma_m[m - 1] for e in suite):.3g}]"
+        for m in futures)
+    closed = max(abs(e.member.gamma - e.member.gamma_closed_form) for e in suite if e.member.gamma_closed_form is not None)
+    preset = results.preset
+    bounds = ", ".join(f"gamma_{m} in [{min(row[m - 1] for row in preset.lower):.3g}, "
+                       f"{max(row[m - 1] for row in preset.upper):.3g}]" for m in futures)
+    lines = [f"Theorem 2 suite ({len(suite)} shift registers, S = {suite[0].member.num_states} > p = "
+             f"{suite[0].member.num_tokens}): {gammas}; max |gamma_r - g^r| = {closed:.2g}",
+             f"Assumption 4 on {preset.preset} ({len(preset.lower)} HMMs, S = {preset.num_states}, p = "
+             f"{preset.num_tokens}), certified lower to sampled upper bounds: {bounds}"]
+    for m in config.table_futures:
+        key = theorem2.m_key(m)
+        fit, gen, counts = results.lemma2[key], results.generalization[key], results.network_counts[key]
+        failures = ", ".join(f"{f.member.name} (C_i={f.smallest_C:.3g})" for f in fit.held_out_failures)
+        lines.append(
+            f"Theorem 2 [{key}]: Lemma 2 C = {fit.C:.3g} (fit half); held-out: "
+            f"{fit.held_out_members - len(fit.held_out_failures)}/{fit.held_out_members} hold"
+            + (f"; fails on {failures}" if failures else "")
+            + f". C_g = {gen.C_g:.3g}; held-out: {gen.held_out_members - len(gen.held_out_failures)}/"
+            f"{gen.held_out_members} hold. Network (p={config.suite.num_tokens}, L={config.L}, T={config.gd_steps}): "
+            f"{counts.layers} layers = (L-1)+m+1+T+1, {counts.heads_per_gd_layer} heads per GD layer = 2p^m, "
+            f"width {counts.width}"
+        )
     return lines
 
 

@@ -38,6 +38,9 @@ from hmm.model import HMM, as_tensor, check_stochastic
 EXACT_MAX_STATES = 12
 """Largest S solved exactly (2^11 - 1 = 2047 linear programs, a few seconds)."""
 
+MAX_OPERATOR_BYTES = 1 << 30
+"""Largest m-step operator ``O_m`` (``S x p^m`` float64 entries) :func:`multistep_emission` builds."""
+
 RANK_TOLERANCE = 1e-10
 """Singular values of ``M^T`` on the sum-zero subspace below this count as zero."""
 
@@ -133,12 +136,18 @@ def multistep_emission(model: HMM, m: int) -> torch.Tensor:
     """``O_m (S, p^m)``: ``O_m[s, (o_1..o_m)] = P(o_t..o_{t+m-1} = o_1..o_m | s_t = s)``.
 
     Recursion ``O_1 = O``, ``O_m[s, (o, rest)] = O(s, o) sum_{s'} T(s, s') O_{m-1}[s', rest]``;
-    the token tuple is flattened with ``o_1`` most significant. Single HMM only.
+    the token tuple is flattened with ``o_1`` most significant. Single HMM only; an operator of
+    more than :data:`MAX_OPERATOR_BYTES` is refused, with its size.
     """
     if model.batch_shape != ():
         raise ValueError(f"model: batch shape {tuple(model.batch_shape)}; expected a single HMM")
     if not isinstance(m, int) or m < 1:
         raise ValueError(f"m: {m!r}; expected an integer >= 1")
+    S, p = model.num_states, model.num_tokens
+    size = S * p**m * model.emission.element_size()
+    if size > MAX_OPERATOR_BYTES:
+        raise ValueError(f"m: {m}; O_m has S x p^m = {S} x {p}^{m} = {S * p**m:.3g} entries ({size / 2**30:.3g} GiB); "
+                         f"expected at most {MAX_OPERATOR_BYTES / 2**30:.3g} GiB (a smaller m)")
     operator = model.emission
     for _ in range(m - 1):
         ahead = model.transition @ operator  # (S, p^(k))

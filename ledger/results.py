@@ -76,7 +76,8 @@ REGIME_CHECKPOINT = ("runs/tasks-8192-deep/checkpoint, from `hmmtf train --prese
 
 RESULTS: tuple[Result, ...] = (
     Result("figures/verification/report.json", "hmmtf main",
-           ("bounds/", "!bounds/figures.py", *CONSTRUCTION, *HMM_ENGINE, "hmm/memory.py", "hmm/observability.py"),
+           ("bounds/", "!bounds/figures.py", *CONSTRUCTION, *HMM_ENGINE, "hmm/memory.py", "hmm/observability.py",
+            "hmm/undercomplete.py", "hmm/presets.py"),
            needs="about 1 minute on 2 cores"),
     Result("figures/calibration/cpu-small.json", "hmmtf calibrate --preset cpu-small",
            ("empirical/calibrate.py", "empirical/evaluate.py", *MIXTURE), needs="seconds"),

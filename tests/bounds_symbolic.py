@@ -12,6 +12,8 @@ def _symbolic_forms() -> dict[str, sympy.Expr]:
     p, n_samples, lam, C_g = sympy.symbols("p Nprime lambda C_g", positive=True)
     kappa, T, B_W = sympy.symbols("kappa T B_W", positive=True)
     beta, theta, N, A, k = sympy.symbols("beta theta N A k", positive=True)
+    m = sympy.symbols("m", positive=True, integer=True)
+    joint = sympy.Piecewise((1, m >= 2), (0, True))  # the joint one-hot MLP and its slot exist for m >= 2
     return {
         "lemma1_bound": d * sympy.exp(-(gamma**4) * L / C),
         "lemma1_constant": gamma**4 * L / sympy.log(d / e),
@@ -19,9 +21,9 @@ def _symbolic_forms() -> dict[str, sympy.Expr]:
         "optimization_bound": sympy.sqrt(p) * B_W * sympy.sqrt(L) * (1 - 1 / kappa) ** T,
         "optimization_bound_paper": sympy.sqrt(p) * sympy.sqrt(L) * B_W * sympy.exp(-T / (2 * kappa)),
         "construction_bound": p * A * 2 * sympy.Sum(sympy.exp(-beta * (1 - sympy.cos(k * theta))), (k, 1, N - 1)),
-        "layers": (L - 1) + 1 + T + 1,
-        "heads_per_gd_layer": 2 * p,
-        "width": p**2 * L + (p + 1) * (L + 1) + p + 4,
+        "layers": (L - 1) + m + joint + T + 1,
+        "heads_per_gd_layer": 2 * p**m,
+        "width": (p + 1) * (L + m) + 4 + joint * p**m + p**m * p * L + p**m,
     }
 
 

@@ -68,14 +68,15 @@ def test_construction_bound_is_p_times_the_leak_sum_times_the_amplification():
         assert numeric == pytest.approx(symbolic, rel=relative, abs=0)
 
 
-@pytest.mark.parametrize("p, L, T", [(2, 1, 1), (4, 3, 10), (6, 5, 40)])
-def test_network_counts_match_the_built_network_and_the_symbolic_width(p, L, T):
-    counts = formulas.network_counts(p, L, T)
-    network = build_network(ConstructionSpec(p, L, T, eta=0.1, beta=1e3, theta=0.01))
-    assert counts.layers == len(network.layers) == symbolic_value("layers", L=L, T=T)
+@pytest.mark.parametrize("p, L, T, m", [(2, 1, 1, 1), (4, 3, 10, 1), (6, 5, 40, 1), (2, 3, 4, 2), (3, 2, 3, 3)])
+def test_network_counts_match_the_built_network_and_the_symbolic_width(p, L, T, m):
+    counts = formulas.network_counts(p, L, T, m)
+    network = build_network(ConstructionSpec(p, L, T, eta=0.1, beta=1e3, theta=0.01, future_length=m))
+    assert counts.layers == len(network.layers) == symbolic_value("layers", L=L, T=T, m=m)
     gd_heads = {len(layer.heads) for layer in network.layers if layer.name.startswith("gd.")}
-    assert gd_heads == {counts.heads_per_gd_layer} and counts.heads_per_gd_layer == symbolic_value("heads_per_gd_layer", p=p)
-    assert counts.width == network.layout.width == symbolic_value("width", p=p, L=L)
+    assert gd_heads == {counts.heads_per_gd_layer}
+    assert counts.heads_per_gd_layer == symbolic_value("heads_per_gd_layer", p=p, m=m)
+    assert counts.width == network.layout.width == symbolic_value("width", p=p, L=L, m=m)
 
 
 def test_sympy_proves_the_tight_rate_below_the_paper_rate():

@@ -14,7 +14,8 @@ from bounds.theorem1 import TERMS
 from rounding import gamma, least_squares_rounding, predictive_rounding, unit_roundoff
 
 TINY = [
-    "main", "--gammas", "0.5", "0.9", "--ranks", "2", "--concentrations", "1.0", "--seeds", "2",
+    "main", "--gammas", "0.5", "0.9", "--ranks", "2", "--concentrations", "1.0", "--seeds", "2", "--t2-gammas", "0.8",
+    "--t2-sequences", "50",
     "--states", "3", "--tokens", "4", "--max-memory", "6", "--sequences", "100", "--L", "2", "--T", "4",
     "--demos", "3", "--demo-length", "8", "--test-length", "5", "--prompts", "1", "--sweep-prompts", "2",
     "--threads", "1", "--no-progress",
@@ -73,7 +74,8 @@ def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, c
     report = json.loads((tmp_path / "report.json").read_text())
     assert code == 0
     for key in ("config", "suite", "lemma1", "generalization", "theorem1", "optimization_curves", "construction_curves",
-                "network_counts", "table", "verdicts", "figures", "command", "git_commit", "options", "runtime_seconds"):
+                "network_counts", "table", "verdicts", "figures", "command", "git_commit", "options", "runtime_seconds",
+                "theorem2"):
         assert key in report
     assert report["command"].startswith("hmmtf main --gammas 0.5 0.9")
     assert report["git_commit"] == hmmtf.source_commit()
@@ -81,7 +83,8 @@ def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, c
     for path in report["figures"]:
         assert (tmp_path / path.split("/")[-1]).stat().st_size > 10_000
     lines = printed.splitlines()
-    for row in report["table"]:
+    assert len(report["theorem2"]["suite"]) == 4 and len(report["theorem2"]["prompts"]) == 4 * 2  # m = 2, 3
+    for row in report["table"] + report["theorem2"]["table"]:
         (line,) = [text for text in lines if text.startswith(row["term"])]
         numbers = re.split(r"\s+", line[len(row["term"]):].strip())
         assert [float(numbers[0]), float(numbers[1]), float(numbers[2])] == [
