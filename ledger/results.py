@@ -128,6 +128,12 @@ RESULTS: tuple[Result, ...] = (
            ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
             "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", *ROFORMER, *MIXTURE,
             *CONSTRUCTION), needs="the point's checkpoint; the SMC ceiling takes about 25 minutes on a core"),
+    Result("figures/competence/prior_predictive.json",
+           "python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 32 --out "
+           "figures/competence/prior_predictive.json",
+           ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive.py", "hmm/bidirectional.py", "hmm/markov.py",
+            "empirical/competence.py", "empirical/regime.py", *MIXTURE),
+           needs="about 30 minutes on a core (a timing: idle cores)"),
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
            ANALYSIS, needs="the point's checkpoint"),

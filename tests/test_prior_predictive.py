@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import hmm
+from hmm.bidirectional import evidence_bounds
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, format_positions, prior_predictive
 
 FORMAT = hmm.PromptFormat(num_demos=1, demo_length=4, test_length=3)
@@ -134,3 +135,28 @@ def test_a_prior_that_is_not_the_smcs_is_refused():
         DirichletHMMPrior(2, 2, 0, 1.0)
     with pytest.raises(ValueError, match=r"num_states: 0; expected an integer >= 1"):
         DirichletHMMPrior(0, 2, 1.0, 1.0)
+
+
+@pytest.mark.long_running
+def test_the_smc_evidence_lies_between_the_bidirectional_bounds_on_average_over_simulated_prompts():
+    count = 96
+    transition, emission, stationary = PRIOR.sample(count, torch.Generator().manual_seed(5))
+    prompts = hmm.sample_prompts(hmm.Mixture.uniform(hmm.HMM(stationary, transition, emission)), count, FORMAT, seed=3)
+    own = prompts.task_ids
+    bounds = evidence_bounds(prompts.tokens, FORMAT, PRIOR, transition[own], emission[own], chains=64, seed=0)
+    smc = prior_predictive(prompts.tokens, FORMAT, PRIOR, SMCSettings(particles=1024)).log_evidence
+    # Both bounds hold in expectation over prompts drawn from the prior: one-sided, 3 standard
+    # errors of the paired differences.
+    for difference in (smc - bounds.lower, bounds.upper - smc):
+        assert difference.mean() > -3 * difference.std() / math.sqrt(count)
+    assert (bounds.upper - bounds.lower).mean() > 0
+
+
+@pytest.mark.parametrize(("chains", "shape", "message"), [
+    (0, (1, 2, 2), r"chains: 0; expected an integer >= 1"),
+    (4, (1, 3, 3), r"transition, emission: shapes \(1, 3, 3\), \(1, 2, 2\); expected \(1, 2, 2\) and \(1, 2, 2\)"),
+])
+def test_bad_bounds_input_is_refused(chains, shape, message):
+    with pytest.raises(ValueError, match=message):
+        evidence_bounds(torch.tensor([PROMPT]), FORMAT, PRIOR, torch.full(shape, 1.0 / shape[-1], dtype=torch.float64),
+                        torch.full((1, 2, 2), 0.5, dtype=torch.float64), chains)
