@@ -1,0 +1,50 @@
+"""The trained models shipped under models/ (models/README.md): each loads by path and its weights
+reproduce the loss its committed evaluation recorded on fresh HMMs."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import hmm
+from empirical.checkpoint import load_checkpoint
+from empirical.competence import per_prompt_loss, scope_rows
+from empirical.data import stream_seed
+from empirical.evaluate import model_predictor
+from empirical.presets import preset_from_task
+from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, unseen_mixture
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = sorted(path.parent for path in (ROOT / "models").glob("*/model.safetensors"))
+FLOAT32_LOSS_BOUND = 1e-5
+"""Relative: the recorded loss came from this code on these weights; another machine's float32
+kernels may sum the logits' products in another order. Each logit's relative rounding is at most
+about (depth x 3 products + norms) x width x eps32 ~ 8 x 4 x 64 x 6e-8 = 1.5e-4 in the worst case;
+averaged over 100,000 tokens with independent signs it is far below 1e-5 of a loss of 1.9."""
+
+
+def test_models_are_shipped():
+    assert MODELS, "no models/*/model.safetensors"
+    assert (ROOT / "models" / "README.md").is_file()
+
+
+@pytest.mark.long_running
+@pytest.mark.parametrize("folder", MODELS, ids=[path.name for path in MODELS])
+def test_a_shipped_model_reproduces_its_recorded_fresh_hmm_loss(folder):
+    evaluation = json.loads((ROOT / "figures" / "ladder" / folder.name / "evaluation.json").read_text())
+    saved = load_checkpoint(folder)
+    assert saved.config["step"] == evaluation["step"] and saved.config["model"] == evaluation["model"]
+    preset = preset_from_task(saved.config["task"])
+    regime = evaluation["regime"]
+    fresh = unseen_mixture(preset, regime["fresh_tasks"], FRESH_MIXTURE_STREAM)
+    prompts = hmm.sample_prompts(fresh, regime["fresh_hmms"]["num_prompts"], preset.prompt_format,
+                                 seed=stream_seed(preset.data_seed, FRESH_PROMPT_STREAM, 0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        probabilities = model_predictor(saved.model, fresh.num_tokens)(prompts.tokens)
+    finally:
+        torch.set_num_threads(threads)
+    rows = scope_rows(preset.prompt_format)["all_positions"]
+    loss = per_prompt_loss(probabilities, prompts.tokens, fresh.num_tokens, rows).mean().item()
+    assert loss == pytest.approx(regime["fresh_hmms"]["all_positions"]["model"]["loss"], rel=FLOAT32_LOSS_BOUND, abs=0)
