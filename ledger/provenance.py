@@ -19,11 +19,16 @@ the reason names the changed files and the commits ``git log --no-merges COMMIT.
 from a dirty tree is reported too: which code made it cannot be told.
 
 **What counts as a change.** A Python file counts as changed only when what it computes can differ:
-its syntax tree without docstrings and other bare string statements (:func:`code_fingerprint`).
-Comments, docstrings, line breaks and spacing leave the tree as it is, so mending a docstring does
-not send hours of results back to be made again. What a module's ``__doc__`` holds is thereby
-read as no change; the producers use it for command-line help only, never in a number. Any other
-file (and a Python file that does not parse, or that exists on one side only) changes with its bytes.
+its syntax tree without docstrings and other bare string statements, and without type annotations
+(:func:`code_fingerprint`). Comments, docstrings, annotations, line breaks and spacing leave the
+tree as it is, so mending a docstring or satisfying the type checker does not send hours of results
+back to be made again. What a module's ``__doc__`` holds is thereby read as no change; the
+producers use it for command-line help only, never in a number. Annotations are read at run time
+in one place, :func:`empirical.configs.add_config_options`, which turns a config field's annotation
+into its option's type: a command line parses the same way as long as the field's default and the
+recorded command's values keep their types, and an annotated assignment keeps its target and value
+(a dataclass keeps its fields). Any other file (and a Python file that does not parse, or that
+exists on one side only) changes with its bytes.
 """
 from __future__ import annotations
 
@@ -96,13 +101,21 @@ def require_git(root: Path) -> None:
 
 def code_fingerprint(source: str) -> str | None:
     """The syntax tree of the Python ``source`` with every statement that is a bare string (a
-    docstring, an attribute's docstring) removed, as ``ast.dump`` text without line numbers: equal
-    for two sources that differ only in comments, docstrings and layout. None when it does not parse."""
+    docstring, an attribute's docstring) removed and every type annotation (of arguments, return
+    values and annotated assignments) blanked, as ``ast.dump`` text without line numbers: equal for
+    two sources that differ only in comments, docstrings, annotations and layout. None when it
+    does not parse."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
     for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            node.annotation = None
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+        elif isinstance(node, ast.AnnAssign):
+            node.annotation = ast.Constant(None)
         for field in ("body", "orelse", "finalbody"):
             statements = getattr(node, field, None)
             if isinstance(statements, list):

@@ -299,6 +299,11 @@ def test_comments_docstrings_and_layout_leave_a_result_fresh_and_code_does_not(r
     ("x = 'a'\n", "x = 'b'\n", False),
     ("f(1, 2)\n", "f(2, 1)\n", False),
     ("x = 1\n", "x = (\n", False),
+    ("def f(x):\n    return x\n", "def f(x: int) -> int:\n    return x\n", True),
+    ("class A:\n    x: int = 1\n", "class A:\n    x: float = 1\n", True),
+    ("class A:\n    x: int\n", "class A:\n    y: int\n", False),
+    ("class A:\n    x: int = 1\n", "class A:\n    x: int = 2\n", False),
+    ("def f(x: int = 1):\n    return x\n", "def f(x: int = 2):\n    return x\n", False),
 ])
 def test_the_fingerprint_ignores_what_cannot_compute(before, after, same):
     assert (code_fingerprint(before) == code_fingerprint(after) and code_fingerprint(after) is not None) is same
