@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = {
     "markov-verdict": "empirical.markov.commands",
     "analyze": "empirical.analysis.commands",
     "ladder": "empirical.ladder",
+    "signal": "empirical.signal",
     "reproduce": "empirical.reproduce.commands",
     "export": "empirical.transformer_lens_interop",
     "construction-info": "construction.commands",

@@ -217,3 +217,36 @@ def plot_side_by_side(evaluation: dict, history_lengths: list[int], gd_steps: li
     )
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+SIGNAL_BARS = ("ngram 2", "ngram 3", "ceiling", "oracle")
+"""The predictors of :func:`plot_signal`, each drawn as its gain over the in-context unigram."""
+
+
+def plot_signal(report: dict, path: Path) -> None:
+    """``hmmtf signal``: per family, the loss each predictor gains over the in-context unigram
+    (nats/token, mean +- s.e. over prompts), in the test sequence and over all positions; the
+    ceiling's bar is the family's in-context signal."""
+    names = list(report["families"])
+    figure, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.9 * len(names)), sharey=True, constrained_layout=True)
+    height = 0.8 / len(SIGNAL_BARS)
+    for axis, scope in zip(axes, ("test_sequence", "all_positions")):
+        for index, predictor in enumerate(SIGNAL_BARS):
+            gains, errors = [], []
+            for name in names:
+                losses = report["families"][name]["scopes"][scope]["loss"]
+                gains.append(losses["ngram 1"]["mean"] - losses[predictor]["mean"])
+                errors.append(losses[predictor]["stderr"])
+            rows = [row - 0.4 + height * (index + 0.5) for row in range(len(names))]
+            axis.barh(rows, gains, height=height, xerr=errors, color=LADDER_STYLES[predictor]["color"],
+                      label=LADDER_STYLES[predictor]["label"], capsize=2)
+        axis.set_yticks(range(len(names)), names)
+        axis.invert_yaxis()
+        axis.set_xlabel("gain over the in-context unigram (nats/token)")
+        axis.set_title(scope.replace("_", " "))
+        axis.grid(axis="x", alpha=0.3)
+    axes[1].legend(fontsize=8, loc="lower right")
+    figure.suptitle(f"In-context signal of each family: {report['families'][names[0]]['num_prompts']} prompts of "
+                    f"{report['families'][names[0]]['fresh_tasks']} fresh HMMs per family", fontsize=10)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

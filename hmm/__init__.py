@@ -6,7 +6,8 @@ Public API (other packages rely on these names):
   :class:`Mixture`, :class:`PromptFormat`, :class:`Prompts`;
 - filtering: :func:`filter_beliefs`, :func:`next_token_probs`, :func:`log_likelihood`;
 - sampling: :func:`sample_sequences`, :func:`sample_prompts`;
-- mixtures: :func:`bayes_predictive`; presets: :func:`mixture_preset`, :data:`PROMPT_FORMATS`;
+- mixtures: :func:`bayes_predictive`; presets: :func:`mixture_preset`, :data:`PROMPT_FORMATS`
+  (the paper's family, and the observable family of :mod:`hmm.families`);
 - generators: :func:`random_hmm`, :func:`dirichlet_rows`, :func:`low_rank_transition`,
   :func:`observable_emission`;
 - chains: :func:`stationary_distribution`, :func:`spectral_gap`, :func:`dobrushin_coefficient`.
@@ -17,6 +18,7 @@ from hmm.generators import LowRankTransition, dirichlet_rows, low_rank_transitio
 from hmm.markov import dobrushin_coefficient, spectral_gap, stationary_distribution
 from hmm.model import HMM, check_stochastic, check_tokens
 from hmm.presets import MIXTURE_SPECS, PROMPT_FORMATS, MixtureSpec, mixture_preset
+from hmm import families  # noqa: F401  (registers the observable family's mixtures and formats)
 from hmm.prompts import Mixture, PromptFormat, Prompts, sample_prompts, sample_sequences
 
 __all__ = [
