@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = {
     "analyze": "empirical.analysis.commands",
     "ladder": "empirical.ladder",
     "signal": "empirical.signal",
+    "curve": "empirical.curves",
     "reproduce": "empirical.reproduce.commands",
     "export": "empirical.transformer_lens_interop",
     "construction-info": "construction.commands",

@@ -250,3 +250,25 @@ def plot_signal(report: dict, path: Path) -> None:
                     f"{report['families'][names[0]]['fresh_tasks']} fresh HMMs per family", fontsize=10)
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def plot_curve(points: list[dict], baselines: dict[str, dict[str, float]], path: Path) -> None:
+    """A learning curve of :mod:`empirical.curves`: the model's loss on fresh HMMs against the
+    tokens it has seen, in the test sequence and over all positions, beside the in-context
+    n-grams, the prior-predictive ceiling and the oracle on the same prompts (horizontal lines)."""
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    tokens = [point["tokens"] for point in points]
+    for axis, scope in zip(axes, ("test_sequence", "all_positions")):
+        axis.plot(tokens, [point[scope]["model_loss"] for point in points], **{**STYLES["model"], "markersize": 3})
+        for name in ("ngram 1", "ngram 2", "ngram 3", "ceiling", "oracle"):
+            style = LADDER_STYLES[name]
+            axis.axhline(baselines[scope][name], color=style["color"], linestyle=style.get("linestyle", "--"),
+                         label=style["label"])
+        axis.set_xscale("log")
+        axis.set_xlabel("training tokens seen")
+        axis.set_ylabel("loss on fresh HMMs (nats/token)")
+        axis.set_title(scope.replace("_", " "))
+        axis.grid(alpha=0.3)
+    axes[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

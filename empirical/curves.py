@@ -1,0 +1,196 @@
+"""Learning curves on fresh HMMs: how a run's in-context competence grows with the tokens it has seen.
+
+``hmmtf curve`` trains like ``hmmtf train`` and, every ``--every`` steps, scores the network on a
+fixed set of prompts of HMMs it never saw (the competence result's fresh HMMs and prompts,
+:mod:`empirical.competence`), beside the in-context 1/2/3-grams, the prior-predictive ceiling and
+the oracle on the same prompts. Each point is a line of ``curve.jsonl`` in the run folder:
+
+* the model's mean loss per scope (test sequence, all positions);
+* ``model - ngram n``: the paired per-prompt difference, mean and 95% interval (the competence
+  rule's statistic: the model beats order n where the interval lies below 0);
+* the fraction of the in-context-unigram-to-ceiling gap closed, with its delta-method interval.
+
+Training runs in chunks of ``--every`` steps, each a call of :func:`empirical.train.train` with
+``stop_at``; a chunk resumes the previous one's checkpoint bit-exactly (``train``'s guarantee), so
+the network is the one an uninterrupted run trains, and a stopped curve resumes where its last
+point was written. The n-grams' and the ceiling's per-prompt losses are computed once per run and
+kept in ``curve_baselines.json`` beside the log.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+import hmm
+from empirical.competence import (CEILING_SETTINGS, ceiling_replicates, fitted_ngrams, gap_closed, paired,
+                                  per_prompt_loss, scope_rows)
+from empirical.data import PromptStream, stream_seed
+from empirical.evaluate import model_predictor
+from empirical.model import RoFormer
+from empirical.plots import plot_curve
+from empirical.presets import PRESETS, ExperimentPreset, get_preset
+from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor, unseen_mixture
+from empirical.train import train
+from hmm.prior_predictive import SMCSettings
+
+CURVE_FILE = "curve.jsonl"
+BASELINES_FILE = "curve_baselines.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveProbe:
+    """The fixed fresh-HMM prompts of a curve and every baseline's per-prompt loss on them:
+    ``losses[scope][name]`` is a list over prompts (``name`` in ``ngram 1..3``, ``ceiling``, ``oracle``)."""
+
+    tokens: torch.Tensor
+    num_tokens: int
+    prompt_format: hmm.PromptFormat
+    losses: dict[str, dict[str, list[float]]]
+
+    def scope_rows(self) -> dict[str, torch.Tensor]:
+        return scope_rows(self.prompt_format)
+
+
+def fresh_prompts(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int) -> tuple[hmm.Mixture, hmm.Prompts]:
+    """The competence result's fresh HMMs and the first ``num_prompts`` of its prompt stream."""
+    fresh = unseen_mixture(preset, fresh_tasks, FRESH_MIXTURE_STREAM)
+    return fresh, hmm.sample_prompts(fresh, num_prompts, preset.prompt_format,
+                                     seed=stream_seed(preset.data_seed, FRESH_PROMPT_STREAM, 0))
+
+
+def build_probe(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int, settings: SMCSettings) -> dict:
+    """The baselines of a curve as a JSON-ready dict (:class:`CurveProbe`'s ``losses`` with the
+    settings that made them): in-context n-grams fitted as the competence result fits them, the
+    ceiling averaged over its SMC replicates, and the oracle."""
+    fresh, prompts = fresh_prompts(preset, num_prompts, fresh_tasks)
+    tokens, p = prompts.tokens, fresh.num_tokens
+    started = time.perf_counter()
+    probabilities = {name: ngram(tokens) for name, ngram in fitted_ngrams(preset, fresh_tasks).items()}
+    probabilities["ceiling"] = torch.stack(ceiling_replicates(tokens, preset, settings)).mean(0)
+    probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
+    losses = {scope: {name: per_prompt_loss(probs, tokens, p, rows).tolist() for name, probs in probabilities.items()}
+              for scope, rows in scope_rows(preset.prompt_format).items()}
+    return {"num_prompts": num_prompts, "fresh_tasks": fresh_tasks, "ceiling_settings": dataclasses.asdict(settings),
+            "seconds": time.perf_counter() - started, "losses": losses}
+
+
+def load_probe(preset: ExperimentPreset, baselines: dict) -> CurveProbe:
+    """The :class:`CurveProbe` of a :func:`build_probe` record (its prompts drawn again from their seeds)."""
+    fresh, prompts = fresh_prompts(preset, baselines["num_prompts"], baselines["fresh_tasks"])
+    return CurveProbe(prompts.tokens, fresh.num_tokens, preset.prompt_format, baselines["losses"])
+
+
+def curve_point(model: RoFormer, probe: CurveProbe, step: int, tokens_seen: int) -> dict:
+    """One point of the curve (module docstring) for ``model`` after ``step`` steps."""
+    probabilities = model_predictor(model, probe.num_tokens)(probe.tokens)
+    point = {"step": step, "tokens": tokens_seen}
+    for scope, rows in probe.scope_rows().items():
+        model_loss = per_prompt_loss(probabilities, probe.tokens, probe.num_tokens, rows)
+        baselines = {name: torch.tensor(values, dtype=torch.float64) for name, values in probe.losses[scope].items()}
+        point[scope] = {
+            "model_loss": model_loss.mean().item(),
+            "model_minus": {name: paired(model_loss - baselines[name])
+                            for name in baselines if name.startswith("ngram")},
+            "gap_closed": gap_closed(baselines["ngram 1"], model_loss, baselines["ceiling"]),
+        }
+    return point
+
+
+def written_points(run_dir: Path) -> list[dict]:
+    """The points already in ``run_dir``'s curve log."""
+    path = run_dir / CURVE_FILE
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def train_with_curve(preset: ExperimentPreset, run_dir: Path, every: int, num_prompts: int, fresh_tasks: int,
+                     settings: SMCSettings = CEILING_SETTINGS, command: str | None = None) -> list[dict]:
+    """Train ``preset`` in ``run_dir`` in chunks of ``every`` steps, a curve point after each
+    (module docstring); returns every point of the log. Resumes a stopped run."""
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1 or preset.train.steps % every:
+        raise ValueError(f"every: {every!r}; expected a positive divisor of the run's steps ({preset.train.steps})")
+    if every % preset.train.log_every:
+        raise ValueError(f"every: {every}; expected a multiple of log_every = {preset.train.log_every} (each chunk "
+                         f"ends on a boundary of the training log's windows)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    baselines_path = run_dir / BASELINES_FILE
+    if not baselines_path.is_file():
+        baselines_path.write_text(json.dumps(build_probe(preset, num_prompts, fresh_tasks, settings)) + "\n")
+    probe = load_probe(preset, json.loads(baselines_path.read_text()))
+    mixture = preset.build_mixture()
+    stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
+    done = {point["step"] for point in written_points(run_dir)}
+    tokens_per_step = preset.train.batch_size * preset.prompt_format.length
+    for stop in range(every, preset.train.steps + 1, every):
+        if stop in done:
+            continue
+        result = train(preset.model_config(mixture.num_tokens), preset.train, stream, run_dir, task=preset.task(),
+                       command=command, stop_at=stop, progress=False)
+        point = curve_point(result.model, probe, stop, stop * tokens_per_step)
+        point["train_loss"] = result.last_loss
+        with open(run_dir / CURVE_FILE, "a") as log:
+            log.write(json.dumps(point) + "\n")
+        summary = point["all_positions"]
+        print(f"step {stop}: fresh-HMM loss {summary['model_loss']:.4f}, model - bigram "
+              f"{summary['model_minus']['ngram 2']['mean']:+.4f}, gap closed {summary['gap_closed']['fraction']:.2f}",
+              flush=True)
+    return written_points(run_dir)
+
+
+def baseline_means(baselines: dict) -> dict[str, dict[str, float]]:
+    """``{scope: {name: mean loss}}`` of a :func:`build_probe` record."""
+    return {scope: {name: math.fsum(values) / len(values) for name, values in losses.items()}
+            for scope, losses in baselines["losses"].items()}
+
+
+OVERRIDES = {"num_layers": int, "num_heads": int, "width": int}
+"""The preset's model fields ``hmmtf curve`` can override (the training fields: :data:`TRAIN_OVERRIDES`)."""
+TRAIN_OVERRIDES = {"steps": int, "batch_size": int, "learning_rate": float, "min_lr_ratio": float,
+                   "warmup_steps": int, "weight_decay": float, "log_every": int, "checkpoint_every": int}
+
+
+def curve_preset(args) -> ExperimentPreset:
+    """``args.preset`` with ``args.mixture`` (a name of :data:`hmm.MIXTURE_SPECS`, keeping the
+    preset's prompt format) and every override given on the command line."""
+    preset = get_preset(args.preset)
+    if args.mixture is not None:
+        if args.mixture not in hmm.MIXTURE_SPECS:
+            raise ValueError(f"--mixture: {args.mixture!r}; expected one of {sorted(hmm.MIXTURE_SPECS)}")
+        preset = dataclasses.replace(preset, mixture=args.mixture)
+    model = {name: getattr(args, name) for name in OVERRIDES if getattr(args, name) is not None}
+    training = {name: getattr(args, name) for name in TRAIN_OVERRIDES if getattr(args, name) is not None}
+    return dataclasses.replace(preset, **model, train=dataclasses.replace(preset.train, **training))
+
+
+def run_curve(args) -> int:
+    torch.set_num_threads(args.threads)
+    preset = curve_preset(args)
+    run_dir = Path(args.run_dir)
+    settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles)
+    points = train_with_curve(preset, run_dir, args.every, args.curve_prompts, args.fresh_tasks, settings,
+                              command=args.command_line)
+    baselines = json.loads((run_dir / BASELINES_FILE).read_text())
+    plot_curve(points, baseline_means(baselines), run_dir / "curve.png")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``curve`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser("curve", help="train with a learning curve on fresh HMMs against the in-context "
+                                                 "n-grams and the prior-predictive ceiling")
+    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    parser.add_argument("--mixture", help="train on this mixture (a name of hmm.MIXTURE_SPECS) instead of the preset's")
+    for name, kind in {**OVERRIDES, **TRAIN_OVERRIDES}.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, help=f"override the preset's {name}")
+    parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present)")
+    parser.add_argument("--every", type=int, required=True, help="steps between curve points (divides --steps)")
+    parser.add_argument("--curve-prompts", type=int, default=256, help="fresh-HMM prompts of every point")
+    parser.add_argument("--fresh-tasks", type=int, default=1024, help="fresh HMMs the prompts come from")
+    parser.add_argument("--ceiling-particles", type=int, default=CEILING_SETTINGS.particles,
+                        help="SMC particles per replicate of the ceiling")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.set_defaults(run=run_curve)
