@@ -1,0 +1,81 @@
+"""Learning curves on fresh HMMs (empirical/curves.py): chunked training is the uninterrupted run,
+a stopped curve resumes without redoing points, a point's statistics are the competence rule's,
+and bad settings are refused."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from empirical.checkpoint import load_checkpoint
+from empirical.curves import BASELINES_FILE, CURVE_FILE, train_with_curve, written_points
+from empirical.data import PromptStream
+from empirical.presets import get_preset
+from empirical.train import train
+from hmm.prior_predictive import SMCSettings
+
+TINY = get_preset("tiny")
+PRESET = dataclasses.replace(TINY, train=dataclasses.replace(TINY.train, steps=40))
+SETTINGS = SMCSettings(particles=8, moves=1)
+
+
+def _curve(run_dir, every=20):
+    return train_with_curve(PRESET, run_dir, every, num_prompts=6, fresh_tasks=8, settings=SETTINGS)
+
+
+def _curve_until(stopped, run_dir, first_point):
+    """``stopped``: the run of ``run_dir`` as it was after its first point (checkpoint at step 20,
+    its log, its baselines, one point)."""
+    stopped.mkdir()
+    (stopped / BASELINES_FILE).write_text((run_dir / BASELINES_FILE).read_text())
+    (stopped / CURVE_FILE).write_text(json.dumps(first_point) + "\n")
+    mixture = PRESET.build_mixture()
+    stream = PromptStream(mixture, PRESET.prompt_format, PRESET.train.batch_size, PRESET.data_seed)
+    train(PRESET.model_config(mixture.num_tokens), PRESET.train, stream, stopped, task=PRESET.task(), stop_at=20,
+          progress=False)
+
+
+@pytest.fixture(scope="module")
+def curve(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("curve")
+    return run_dir, _curve(run_dir)
+
+
+@pytest.mark.long_running
+def test_a_curve_trains_the_uninterrupted_run_and_resumes_without_redoing_points(curve, tmp_path):
+    run_dir, points = curve
+    assert [point["step"] for point in points] == [20, 40]
+    assert [point["tokens"] for point in points] == [step * 16 * PRESET.prompt_format.length for step in (20, 40)]
+    mixture = PRESET.build_mixture()
+    stream = PromptStream(mixture, PRESET.prompt_format, PRESET.train.batch_size, PRESET.data_seed)
+    whole = train(PRESET.model_config(mixture.num_tokens), PRESET.train, stream, None, progress=False).model
+    chunked = load_checkpoint(run_dir / "checkpoint").model
+    for (name, expected), actual in zip(whole.state_dict().items(), chunked.state_dict().values()):
+        assert torch.equal(expected, actual), name
+    # A stopped curve: its last point lost; the rerun trains from the step-20 checkpoint (a copy
+    # of the run stopped there) and writes only that point.
+    stopped = tmp_path / "stopped"
+    _curve_until(stopped, run_dir, points[0])
+    again = _curve(stopped)
+    assert again[0] == points[0] and again[1]["step"] == 40
+    assert again[1]["all_positions"]["model_loss"] == points[1]["all_positions"]["model_loss"]
+
+
+def test_a_point_holds_the_competence_rule_statistics_of_the_model_against_each_baseline(curve):
+    run_dir, points = curve
+    point = points[-1]
+    baselines = json.loads((run_dir / BASELINES_FILE).read_text())["losses"]
+    for scope in ("test_sequence", "all_positions"):
+        ngram_mean = sum(baselines[scope]["ngram 2"]) / len(baselines[scope]["ngram 2"])
+        difference = point[scope]["model_minus"]["ngram 2"]
+        # a mean of differences against a difference of means: rounding of 6 sums of a few nats
+        assert difference["mean"] == pytest.approx(point[scope]["model_loss"] - ngram_mean, rel=0, abs=1e-13)
+        assert difference["interval_95"][0] < difference["mean"] < difference["interval_95"][1]
+    assert written_points(run_dir) == points
+
+
+@pytest.mark.parametrize(("every", "message"), [(0, "expected a positive divisor"), (15, "expected a positive divisor"),
+                                                (4, "expected a multiple of log_every = 10")])
+def test_an_every_that_does_not_divide_the_run_into_log_windows_is_refused(tmp_path, every, message):
+    with pytest.raises(ValueError, match=message):
+        _curve(tmp_path, every=every)
