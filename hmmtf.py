@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = {
     "ladder": "empirical.ladder",
     "signal": "empirical.signal",
     "curve": "empirical.curves",
+    "curves": "empirical.curves",
     "reproduce": "empirical.reproduce.commands",
     "export": "empirical.transformer_lens_interop",
     "construction-info": "construction.commands",

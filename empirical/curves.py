@@ -32,13 +32,14 @@ from empirical.competence import (CEILING_SETTINGS, ceiling_replicates, fitted_n
 from empirical.data import PromptStream, stream_seed
 from empirical.evaluate import model_predictor
 from empirical.model import RoFormer
-from empirical.plots import plot_curve
+from empirical.plots import plot_curve, plot_curves
 from empirical.presets import PRESETS, ExperimentPreset, get_preset
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor, unseen_mixture
-from empirical.train import train
+from empirical.train import CHECKPOINT_DIR, train
 from hmm.prior_predictive import SMCSettings
 
 CURVE_FILE = "curve.jsonl"
+STUDY_FILE = "curves.json"
 BASELINES_FILE = "curve_baselines.json"
 
 
@@ -178,8 +179,39 @@ def run_curve(args) -> int:
     return 0
 
 
+def run_summary(run_dir: Path) -> dict:
+    """One run of a study: its model and training (from its checkpoint's ``config.json``), its
+    curve's points and its baselines' mean losses."""
+    config = json.loads((run_dir / CHECKPOINT_DIR / "config.json").read_text())
+    baselines = json.loads((run_dir / BASELINES_FILE).read_text())
+    return {"run": run_dir.name, "command": config["command"], "model": config["model"], "train": config["train"],
+            "mixture": config["task"]["mixture"], "points": written_points(run_dir),
+            "baselines": baseline_means(baselines), "probe": {key: baselines[key] for key in
+                                                            ("num_prompts", "fresh_tasks", "ceiling_settings")}}
+
+
+def run_curves(args) -> int:
+    """``hmmtf curves``: the runs' summaries in ``curves.json`` and their curves in ``curves.png``."""
+    runs = [run_summary(Path(run_dir)) for run_dir in args.run_dirs]
+    for run in runs[1:]:
+        if (run["mixture"], run["probe"]) != (runs[0]["mixture"], runs[0]["probe"]):
+            raise ValueError(f"run_dirs: {run['run']!r} was scored on {run['mixture']!r} with {run['probe']}, "
+                             f"{runs[0]['run']!r} on {runs[0]['mixture']!r} with {runs[0]['probe']}; expected one "
+                             f"mixture and one probe per study")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    study = {"command": args.command_line, "git_commit": args.git_commit, "title": args.title, "runs": runs}
+    (out / STUDY_FILE).write_text(json.dumps(study, indent=1) + "\n")
+    plot_curves(study, out / "curves.png")
+    for run in runs:
+        last = run["points"][-1]["all_positions"]
+        print(f"{run['run']}: step {run['points'][-1]['step']}, model - bigram {last['model_minus']['ngram 2']['mean']:+.4f}, "
+              f"gap closed {last['gap_closed']['fraction']:.2f}")
+    return 0
+
+
 def register(subparsers) -> None:
-    """Add ``curve`` to the ``hmmtf`` parser."""
+    """Add ``curve`` and ``curves`` to the ``hmmtf`` parser."""
     parser = subparsers.add_parser("curve", help="train with a learning curve on fresh HMMs against the in-context "
                                                  "n-grams and the prior-predictive ceiling")
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
@@ -194,3 +226,10 @@ def register(subparsers) -> None:
                         help="SMC particles per replicate of the ceiling")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.set_defaults(run=run_curve)
+
+    parser = subparsers.add_parser("curves", help="a study: several runs' learning curves (of hmmtf curve) in one "
+                                                  "JSON and figure")
+    parser.add_argument("run_dirs", nargs="+", help="run folders of hmmtf curve")
+    parser.add_argument("--title", required=True, help="what the study compares (the figure's title)")
+    parser.add_argument("--out", required=True, help="folder of curves.json and curves.png")
+    parser.set_defaults(run=run_curves)

@@ -272,3 +272,32 @@ def plot_curve(points: list[dict], baselines: dict[str, dict[str, float]], path:
     axes[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def plot_curves(study: dict, path: Path) -> None:
+    """A study of :mod:`empirical.curves`: every run's gain over the in-context unigram on fresh
+    HMMs against the tokens it has seen (test sequence and all positions), beside the bigram's,
+    the trigram's and the ceiling's gains on the same prompts (dotted: each run's own probe)."""
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for axis, scope in zip(axes, ("test_sequence", "all_positions")):
+        for index, run in enumerate(study["runs"]):
+            baselines = run["baselines"][scope]
+            gains = [baselines["ngram 1"] - point[scope]["model_loss"] for point in run["points"]]
+            axis.plot([point["tokens"] for point in run["points"]], gains, marker="o", markersize=3,
+                      color=colors[index % len(colors)], label=run["run"])
+        reference = study["runs"][0]["baselines"][scope]
+        for name in ("ngram 2", "ngram 3", "ceiling"):
+            style = LADDER_STYLES[name]
+            axis.axhline(reference["ngram 1"] - reference[name], color=style["color"], linestyle=":",
+                         label=style["label"])
+        axis.axhline(0, color=LADDER_STYLES["ngram 1"]["color"], linestyle=":", label=LADDER_STYLES["ngram 1"]["label"])
+        axis.set_xscale("log")
+        axis.set_xlabel("training tokens seen")
+        axis.set_ylabel("gain over the in-context unigram (nats/token)")
+        axis.set_title(scope.replace("_", " "))
+        axis.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    figure.suptitle(study["title"], fontsize=10)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
