@@ -109,9 +109,11 @@ def written_points(run_dir: Path) -> list[dict]:
 
 
 def train_with_curve(preset: ExperimentPreset, run_dir: Path, every: int, num_prompts: int, fresh_tasks: int,
-                     settings: SMCSettings = CEILING_SETTINGS, command: str | None = None) -> list[dict]:
-    """Train ``preset`` in ``run_dir`` in chunks of ``every`` steps, a curve point after each
-    (module docstring); returns every point of the log. Resumes a stopped run."""
+                     settings: SMCSettings = CEILING_SETTINGS, command: str | None = None,
+                     model_overrides: dict | None = None) -> list[dict]:
+    """Train ``preset`` (its RoFormer with the fields of ``model_overrides`` replaced) in
+    ``run_dir`` in chunks of ``every`` steps, a curve point after each (module docstring); returns
+    every point of the log. Resumes a stopped run."""
     if isinstance(every, bool) or not isinstance(every, int) or every < 1 or preset.train.steps % every:
         raise ValueError(f"every: {every!r}; expected a positive divisor of the run's steps ({preset.train.steps})")
     if every % preset.train.log_every:
@@ -126,10 +128,11 @@ def train_with_curve(preset: ExperimentPreset, run_dir: Path, every: int, num_pr
     stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
     done = {point["step"] for point in written_points(run_dir)}
     tokens_per_step = preset.train.batch_size * preset.prompt_format.length
+    model_config = dataclasses.replace(preset.model_config(mixture.num_tokens), **(model_overrides or {}))
     for stop in range(every, preset.train.steps + 1, every):
         if stop in done:
             continue
-        result = train(preset.model_config(mixture.num_tokens), preset.train, stream, run_dir, task=preset.task(),
+        result = train(model_config, preset.train, stream, run_dir, task=preset.task(),
                        command=command, stop_at=stop, progress=False)
         point = curve_point(result.model, probe, stop, stop * tokens_per_step)
         point["train_loss"] = result.last_loss
@@ -149,7 +152,9 @@ def baseline_means(baselines: dict) -> dict[str, dict[str, float]]:
 
 
 OVERRIDES = {"num_layers": int, "num_heads": int, "width": int}
-"""The preset's model fields ``hmmtf curve`` can override (the training fields: :data:`TRAIN_OVERRIDES`)."""
+"""The preset's model fields ``hmmtf curve`` can override (the training fields: :data:`TRAIN_OVERRIDES`;
+the RoFormer's other fields: :data:`ROFORMER_OVERRIDES`)."""
+ROFORMER_OVERRIDES = {"rotary_base": float, "mlp_ratio": int, "init_std": float}
 TRAIN_OVERRIDES = {"steps": int, "batch_size": int, "learning_rate": float, "min_lr_ratio": float,
                    "warmup_steps": int, "weight_decay": float, "log_every": int, "checkpoint_every": int}
 
@@ -172,8 +177,9 @@ def run_curve(args) -> int:
     preset = curve_preset(args)
     run_dir = Path(args.run_dir)
     settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles)
+    model = {name: getattr(args, name) for name in ROFORMER_OVERRIDES if getattr(args, name) is not None}
     points = train_with_curve(preset, run_dir, args.every, args.curve_prompts, args.fresh_tasks, settings,
-                              command=args.command_line)
+                              command=args.command_line, model_overrides=model)
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
     plot_curve(points, baseline_means(baselines), run_dir / "curve.png")
     return 0
@@ -216,7 +222,7 @@ def register(subparsers) -> None:
                                                  "n-grams and the prior-predictive ceiling")
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
     parser.add_argument("--mixture", help="train on this mixture (a name of hmm.MIXTURE_SPECS) instead of the preset's")
-    for name, kind in {**OVERRIDES, **TRAIN_OVERRIDES}.items():
+    for name, kind in {**OVERRIDES, **ROFORMER_OVERRIDES, **TRAIN_OVERRIDES}.items():
         parser.add_argument("--" + name.replace("_", "-"), type=kind, help=f"override the preset's {name}")
     parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present)")
     parser.add_argument("--every", type=int, required=True, help="steps between curve points (divides --steps)")
