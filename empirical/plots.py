@@ -245,7 +245,8 @@ def plot_signal(report: dict, path: Path) -> None:
         axis.set_xlabel("gain over the in-context unigram (nats/token)")
         axis.set_title(scope.replace("_", " "))
         axis.grid(axis="x", alpha=0.3)
-    axes[1].legend(fontsize=8, loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=len(SIGNAL_BARS))
     figure.suptitle(f"In-context signal of each family: {report['families'][names[0]]['num_prompts']} prompts of "
                     f"{report['families'][names[0]]['fresh_tasks']} fresh HMMs per family", fontsize=10)
     figure.savefig(path, dpi=110)
