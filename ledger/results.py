@@ -65,8 +65,10 @@ them from the stored runs with the current code), the RoFormer and the training 
 study shares (the same file replays a committed trapped run and requires the same outcome), and
 the command and figure modules, which write and draw what those computed."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
-            *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
-"""``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from."""
+            "!empirical/analysis/commands.py", *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
+"""``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
+its command module, which parses the options into the sections' config (``AnalysisConfig``, in
+``report.py``) and writes what they computed, as the Markov study's is not listed either."""
 
 CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
