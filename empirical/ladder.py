@@ -163,6 +163,9 @@ def ladder_table(points: list[dict]) -> str:
 
 def run_ladder(args) -> int:
     root, out = Path(args.root), Path(args.out or args.root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"root: {str(root)!r} is not a folder; expected a folder with one subfolder per "
+                                f"ladder point")
     points = collect_points(root)
     out.mkdir(parents=True, exist_ok=True)
     report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}

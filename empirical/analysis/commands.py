@@ -25,8 +25,9 @@ from empirical.analysis.figures import (
 from empirical.analysis.patching_figures import plot_history_patching, plot_state_forcing
 from empirical.analysis.report import Analysis, AnalysisConfig, analyze
 from empirical.checkpoint import load_checkpoint
-from empirical.configs import add_config_options, config_from_options
+from empirical.configs import add_config_options
 from empirical.presets import preset_from_task
+from hmmtf_options import config_from_command_line, positive_int
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
 REPORT_FILE = "analysis.json"
@@ -64,7 +65,7 @@ def write_patching_figures(patching: dict, out: Path) -> None:
 def run_analyze(args) -> int:
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
-    config = config_from_options(AnalysisConfig, vars(args))
+    config = config_from_command_line(AnalysisConfig, vars(args))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(Path(args.checkpoint), device)
     preset = preset_from_task(saved.config["task"])
@@ -95,5 +96,5 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="figures/analysis", help="folder for analysis.json and the figures")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     add_config_options(parser, AnalysisConfig)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     parser.set_defaults(run=run_analyze)
