@@ -120,21 +120,23 @@ def run_evaluate(args) -> int:
     if metrics.is_file():
         (out / METRICS_FILE).write_text(metrics.read_text())
         plot_training_loss(metrics, evaluation, out / "training_loss.png")
-    test = evaluation["excess_test_sequence"]
     regime = {scope: {key: result[key] for key in ("fraction_of_gap", "verdict")}
               for scope, result in evaluation.get("regime", {}).get("memorisation", {}).items()}
-    print(json.dumps({"out": str(out), "test_sequence": test, "regime": regime, "accuracy_by_demonstrations": {
-        name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]] for name in predictors}}, indent=2))
+    summary = {"out": str(out), "test_sequence": evaluation["excess_test_sequence"], "regime": regime,
+               "accuracy_by_demonstrations": {name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]]
+                                              for name in predictors}}
     if args.hand_built_prompts:
-        write_side_by_side(args, predictors, mixture, prompts, report, out)
+        summary["hand_built"] = write_side_by_side(args, predictors, mixture, prompts, report, out)
     if args.fresh_tasks and args.ceiling_particles:
-        write_competence(args, predictors, preset, num_prompts, report, out)
+        summary["competence"] = write_competence(args, predictors, preset, num_prompts, report, out)
+    print(json.dumps(summary, indent=2))
     return 0
 
 
-def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: dict, out: Path) -> None:
+def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: dict, out: Path) -> dict:
     """The competence result (:func:`empirical.competence.competence_section`) on the regime
-    section's fresh-HMM prompts: ``competence.json`` and ``competence.png``."""
+    section's fresh-HMM prompts: ``competence.json`` and ``competence.png``; returns its summary
+    for the command's output."""
     settings = SMCSettings(particles=args.ceiling_particles, moves=args.ceiling_moves, seed=args.ceiling_seed)
     started = time.perf_counter()
     competence = competence_section(predictors["model"], predictors["unigram"], preset, num_prompts, args.fresh_tasks,
@@ -144,18 +146,16 @@ def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts
               "evaluation_time_s": time.perf_counter() - started, **competence}
     (out / COMPETENCE_FILE).write_text(json.dumps(result, indent=2) + "\n")
     plot_competence(result, out / "competence.png")
-    print(json.dumps({"out": str(out / COMPETENCE_FILE), "verdict": competence["verdict"],
-                      "gap_closed": competence["gap_closed"],
-                      "loss": {name: round(value["loss"], 4) for name, value in competence["ladder"]["all_positions"].items()}},
-                     indent=1))
+    return {"out": str(out / COMPETENCE_FILE), "verdict": competence["verdict"], "gap_closed": competence["gap_closed"],
+            "loss": {name: round(value["loss"], 4) for name, value in competence["ladder"]["all_positions"].items()}}
 
 
 def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixture, prompts: hmm.Prompts,
-                       report: dict, out: Path) -> None:
+                       report: dict, out: Path) -> dict:
     """The hand-built network, P_L and least squares beside ``predictors`` (model, Bayes, unigram)
     on the first ``--hand-built-prompts`` prompts (all of them if there are fewer), for every
     ``--hand-built-L`` and ``--hand-built-T``, on the rows every one of them serves:
-    ``hand_built.json`` and ``hand_built_in_context.png``."""
+    ``hand_built.json`` and ``hand_built_in_context.png``; returns its summary for the command's output."""
     count = min(args.hand_built_prompts, len(prompts.tokens))
     subset = hmm.Prompts(prompts.tokens[:count], prompts.task_ids[:count], prompts.states[:count], prompts.format)
     history_lengths, gd_steps = sorted(args.hand_built_L), sorted(args.hand_built_T)
@@ -180,9 +180,8 @@ def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixt
     (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(side_by_side, indent=2) + "\n")
     plot_side_by_side(evaluation, history_lengths, gd_steps, out / "hand_built_in_context.png")
     at = evaluation["by_demonstrations"]
-    print(json.dumps({"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": at["num_demonstrations"],
-                      "accuracy": {name: [round(a, 3) for a in at[name]["accuracy"]] for name in at
-                                   if name != "num_demonstrations"}}, indent=1))
+    return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": at["num_demonstrations"],
+            "accuracy": {name: [round(a, 3) for a in at[name]["accuracy"]] for name in at if name != "num_demonstrations"}}
 
 
 def run_calibrate(args) -> int:
