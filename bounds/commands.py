@@ -3,11 +3,11 @@
 ``hmmtf main`` is the README's main job: the verification run of :mod:`bounds.verify` on built-in
 defaults (about 1 minute on 2 cores); options enlarge the suites. Theorem 2's run (:mod:`bounds.theorem2`)
 shares L, T and the prompt format with Theorem 1's. It prints the table, the
-verdicts, and writes ``report.json`` and the figures into ``--out``
-(default ``figures/verification``). Exit code 1 when a table row of kind ``DERIVED`` fails (a
-stage against its reference, the triangle inequality, the tight Lemma 5, the construction bound:
-checks that hold by derivation); a reconstructed bound that fails is a finding, printed and
-recorded, exit code 0.
+verdicts, and writes ``report.json`` and the figures into ``--out`` (default
+``runs/verification``; the committed result: ``--out figures/verification``). Exit code 1 when a
+table row of kind ``DERIVED`` fails (a stage against its reference, the triangle inequality, the
+tight Lemma 5, the construction bound: checks that hold by derivation); a reconstructed bound that
+fails is a finding, printed and recorded, exit code 0.
 """
 from __future__ import annotations
 
@@ -147,6 +147,8 @@ def register(subparsers) -> None:
     parser.add_argument("--t2-prompts", type=positive_int, default=theorem2.prompts,
                         help="Theorem 2: prompts per HMM and m >= 2 run through the network")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (1: the tensors are small, threads only add overhead)")
-    parser.add_argument("--out", default="figures/verification", help="directory of report.json and the figures")
+    parser.add_argument("--out", default="runs/verification",
+                        help="directory of report.json and the figures (default: %(default)s; the committed result "
+                             "is written with --out figures/verification)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(run=run_main)

@@ -246,5 +246,7 @@ def register(subparsers) -> None:
     parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts (default: %(default)s)")
     parser.add_argument("--seed", type=non_negative_int, default=0,
                         help="seed of the mixtures and prompts (default: %(default)s)")
-    parser.add_argument("--out", default="figures/calibration")
+    parser.add_argument("--out", default="runs/calibration",
+                        help="folder of PRESET.json and PRESET.png (default: %(default)s; the committed result is "
+                             "written with --out figures/calibration)")
     parser.set_defaults(run=run_calibrate)

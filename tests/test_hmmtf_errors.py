@@ -6,8 +6,10 @@ import argparse
 import dataclasses
 import json
 import re
+import shlex
 import typing
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,6 +19,7 @@ from empirical.checkpoint import CONFIG_FILE, MODEL_FILE, save_checkpoint
 from empirical.markov.config import MarkovSweepConfig
 from empirical.model import RoFormer, RoFormerConfig
 from hmmtf_options import config_from_command_line, non_negative_int, positive_float, positive_int
+from ledger.results import RESULTS
 
 CHECKED_TYPES = (positive_int, non_negative_int, positive_float)
 CONFIG_OPTIONS = {"analyze": AnalysisConfig, "markov-sweep": MarkovSweepConfig}
@@ -166,3 +169,29 @@ def test_a_usage_error_is_one_line_too(capsys):
     assert error_line(capsys, "evaluate") == "hmmtf evaluate: error: the following arguments are required: checkpoint"
     assert hmmtf.main(["no-such-command"]) == 2
     assert capsys.readouterr().err.startswith("hmmtf: error: argument SUBCOMMAND: invalid choice: 'no-such-command'")
+
+
+@pytest.mark.parametrize("command", ["main", "calibrate", "markov-sweep", "ladder"])
+def test_default_outputs_are_outside_the_committed_results(command):
+    args = hmmtf.build_parser(command).parse_args([command])
+    assert Path(args.out).parts[0] == "runs"
+
+
+def test_analyze_writes_beside_its_checkpoint_by_default(checkpoint, monkeypatch, capsys):
+    import empirical.analysis.commands as commands
+
+    monkeypatch.setattr(commands, "preset_from_task", lambda task: SimpleNamespace(prompt_format=None))
+    monkeypatch.setattr(commands, "analyze", lambda model, preset, config, device: SimpleNamespace(report={}))
+    assert hmmtf.main(["analyze", str(checkpoint)]) == 0
+    assert json.loads(capsys.readouterr().out)["out"] == str(checkpoint.parent / "analysis")
+    assert (checkpoint.parent / "analysis" / "analysis.json").is_file()
+
+
+@pytest.mark.parametrize("result", [result for result in RESULTS if result.command and result.command.startswith("hmmtf")],
+                         ids=lambda result: result.path)
+def test_each_committed_result_is_made_by_a_command_naming_its_folder(result):
+    """The commands the ledger records write their results under figures/ only through an explicit
+    ``--out`` (the defaults are run folders); POINT stands for every ladder point."""
+    argv = shlex.split(result.command.split(" (")[0])[1:]
+    args = hmmtf.build_parser(argv[0]).parse_args(argv)
+    assert Path(result.path).parent.as_posix() == args.out.replace("POINT", "*")

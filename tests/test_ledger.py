@@ -163,7 +163,7 @@ def test_a_missing_result_makes_its_claims_not_computed_and_names_the_command(tm
     (root / "figures/markov/results.json").unlink()
     claim = next(claim for claim in all_claims() if claim.id == "M1-unigram-trap")
     outcome = judge(claim, root).outcome
-    assert outcome.verdict is Verdict.NOT_COMPUTED and "`hmmtf markov-sweep --no-progress`" in outcome.reason
+    assert outcome.verdict is Verdict.NOT_COMPUTED and "`hmmtf markov-sweep --out figures/markov --no-progress`" in outcome.reason
 
 
 def test_every_claim_reads_registered_results_and_a_computed_one_links_its_figure():

@@ -31,6 +31,8 @@ from hmmtf_options import config_from_command_line, positive_int
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
 REPORT_FILE = "analysis.json"
+DEFAULT_OUT = "analysis"
+"""The folder beside the checkpoint that ``--out`` defaults to (``RUN_DIR/analysis``)."""
 
 
 def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
@@ -77,7 +79,7 @@ def run_analyze(args) -> int:
         "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
         **analysis.report,
     }
-    out = Path(args.out)
+    out = Path(args.out) if args.out else Path(args.checkpoint).parent / DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
     write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
@@ -93,7 +95,8 @@ def register(subparsers) -> None:
                                                    "activation patching")
     parser.add_argument("checkpoint", nargs="?", default=DEFAULT_CHECKPOINT,
                         help=f"a checkpoint folder (default {DEFAULT_CHECKPOINT})")
-    parser.add_argument("--out", default="figures/analysis", help="folder for analysis.json and the figures")
+    parser.add_argument("--out", help=f"folder for analysis.json and the figures (default RUN_DIR/{DEFAULT_OUT}, "
+                                      f"beside the checkpoint)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     add_config_options(parser, AnalysisConfig)
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")

@@ -188,7 +188,9 @@ def register(subparsers) -> None:
                     "report the fraction of seeds whose held-out loss is above the bigram line by more than its "
                     "sampling noise at the end of the budget.",
     )
-    parser.add_argument("--out", default="figures/markov", help="output directory (default: %(default)s)")
+    parser.add_argument("--out", default="runs/markov",
+                        help="output directory (default: %(default)s; the committed sweeps are written with "
+                             "--out figures/markov/...)")
     add_config_options(parser, MarkovSweepConfig)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--redraw", action="store_true",
