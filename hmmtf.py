@@ -2,6 +2,21 @@
 
 Each package contributes its subcommands through ``register(subparsers)`` functions (in its
 ``commands`` modules); this file only assembles them. ``hmmtf main`` is the README's main job.
+
+**Errors.** A user error ends the command with one line on stderr and exit code 2::
+
+    hmmtf evaluate: error: argument --num-prompts: 0; expected an integer >= 1
+    hmmtf evaluate: error: checkpoint: 'runs/x/checkpoint' does not exist; expected a checkpoint folder ...
+
+A user error is what the person at the keyboard can fix: an option argparse refuses (the option
+types of :mod:`hmmtf_options` refuse out-of-range counts), a ``ValueError`` (the project's
+validation raises it as ``name: value; expected ...``, naming the argument, field or file, the
+value and what was expected) and an ``OSError`` (a file that is missing, exists, cannot be read or
+written, a lock another process holds, a full disk: the environment, not the code). Everything
+else (``TypeError``, ``KeyError``, ``RuntimeError``, ``AssertionError``, ...) is a bug and keeps its
+traceback. ``--debug`` (before or after the subcommand) shows the traceback of a user error too.
+A dedicated error class was not introduced: the library functions validate their arguments with
+``ValueError`` whoever calls them, and the command line reports those as they are.
 """
 from __future__ import annotations
 
@@ -11,6 +26,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 SUBCOMMAND_MODULES = {
     "train": "empirical.commands",
@@ -34,12 +50,45 @@ command line that names a subcommand imports only its module: the others import 
 optimizers and matplotlib, and ``hmmtf reproduce --wait``, which a GPU session repeats to follow a
 detached run, started in 5.3 s with all of them and starts in 3.7 s with its own (2 cores)."""
 
+USER_ERRORS = (ValueError, OSError)
+"""The exceptions a command reports as one line (module docstring)."""
+USER_ERROR_EXIT_CODE = 2
+"""Exit code of a user error, as argparse's own."""
+
+
+class UsageError(Exception):
+    """A command line argparse refuses: ``prog`` (``hmmtf evaluate``) and argparse's message."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors raise :class:`UsageError` (reported as one line by
+    :func:`main`) instead of printing the usage and exiting. The subparsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.prog, message)
+
+
+def error_line(prog: str, error: BaseException | str) -> str:
+    """``PROG: error: MESSAGE`` on one line. An ``OSError`` raised by the system (``errno`` set)
+    reads ``'FILE': REASON``; any other error its message, its line breaks joined."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        message = f"{str(error.filename)!r}: {error.strerror}"
+        if error.filename2 is not None:
+            message += f" (and {str(error.filename2)!r})"
+    else:
+        message = str(error) or type(error).__name__
+    return f"{prog}: error: {' '.join(message.split())}"
+
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``command``'s module's subcommands, or of every subcommand when ``command``
     is None or not one of :data:`SUBCOMMAND_MODULES` (then argparse lists them all or names the
-    unknown one)."""
-    parser = argparse.ArgumentParser(
+    unknown one). ``--debug`` is an option of the parser and of every subcommand."""
+    parser = Parser(
         prog="hmmtf",
         description=(
             "Check, by computation, the transformer construction of 'Transformers as Multi-task "
@@ -47,11 +96,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "it with trained networks. Every subcommand writes JSON/NPZ data next to its figures."
         ),
     )
+    debug_help = "show the traceback of a user error (a bad value, a missing file), not one line"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     modules = [SUBCOMMAND_MODULES[command]] if command in SUBCOMMAND_MODULES else SUBCOMMAND_MODULES.values()
     for name in dict.fromkeys(modules):
         importlib.import_module(name).register(subparsers)
+    for subparser in subparsers.choices.values():
+        # SUPPRESS: without the flag the subcommand leaves the value the main parser set.
+        subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     return parser
+
+
+def subcommand_of(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the main parser's
+    options take no values)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def source_commit() -> str | None:
@@ -69,14 +129,25 @@ def source_commit() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``) and run the subcommand. ``args.command_line`` is
-    the command as a shell line and ``args.git_commit`` the code's :func:`source_commit`, recorded
-    by the subcommands next to the data they write."""
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run the subcommand; its exit code. A user
+    error prints one line and returns 2 (module docstring). ``args.command_line`` is the command
+    as a shell line and ``args.git_commit`` the code's :func:`source_commit`, recorded by the
+    subcommands next to the data they write."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    try:
+        args = build_parser(subcommand_of(argv)).parse_args(argv)
+    except UsageError as error:
+        print(error_line(error.prog, str(error)), file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
     args.command_line = shlex.join(["hmmtf", *argv])
     args.git_commit = source_commit()
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except USER_ERRORS as error:
+        if args.debug:
+            raise
+        print(error_line(f"hmmtf {args.command}", error), file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 ``hmmtf main`` is the README's main job: the verification run of :mod:`bounds.verify` on built-in
 defaults (about 1 minute on 2 cores); options enlarge the suites. Theorem 2's run (:mod:`bounds.theorem2`)
 shares L, T and the prompt format with Theorem 1's. It prints the table, the
-verdicts, and writes ``report.json`` and the figures into ``--out``
-(default ``figures/verification``). Exit code 1 when a table row of kind ``DERIVED`` fails (a
-stage against its reference, the triangle inequality, the tight Lemma 5, the construction bound:
-checks that hold by derivation); a reconstructed bound that fails is a finding, printed and
-recorded, exit code 0.
+verdicts, and writes ``report.json`` and the figures into ``--out`` (default
+``runs/verification``; the committed result: ``--out figures/verification``). Exit code 1 when a
+table row of kind ``DERIVED`` fails (a stage against its reference, the triangle inequality, the
+tight Lemma 5, the construction bound: checks that hold by derivation); a reconstructed bound that
+fails is a finding, printed and recorded, exit code 0.
 """
 from __future__ import annotations
 
@@ -32,16 +32,16 @@ from bounds.verify import (
     verdict_lines,
     write_report,
 )
+from hmmtf_options import positive_float, positive_int
 
 
 def _rank(text: str) -> int | None:
     """``full`` -> None (full-rank transition), else a positive integer."""
     if text == "full":
         return None
-    value = int(text)
-    if value < 1:
+    if not text.isdigit() or int(text) < 1:
         raise ValueError(f"--ranks: {text!r}; expected positive integers or 'full'")
-    return value
+    return int(text)
 
 
 def config_from_args(args) -> VerifyConfig:
@@ -120,33 +120,35 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "main", help="verification run: Lemma 1 and Theorem 1 measured term by term beside their bounds"
     )
-    parser.add_argument("--gammas", type=float, nargs="+", default=list(defaults.suite.gammas), help="observability knobs g")
+    parser.add_argument("--gammas", type=positive_float, nargs="+", default=list(defaults.suite.gammas), help="observability knobs g")
     parser.add_argument("--ranks", nargs="+", default=["2", "full"], help="transition ranks d ('full' = S)")
     parser.add_argument(
-        "--concentrations", type=float, nargs="+", default=list(defaults.suite.concentrations), help="transition Dirichlet concentrations"
+        "--concentrations", type=positive_float, nargs="+", default=list(defaults.suite.concentrations), help="transition Dirichlet concentrations"
     )
-    parser.add_argument("--seeds", type=int, default=defaults.suite.seeds, help="HMMs per cell (alternately fit / held-out)")
-    parser.add_argument("--states", type=int, default=defaults.suite.num_states, help="hidden states S (<= tokens)")
-    parser.add_argument("--tokens", type=int, default=defaults.suite.num_tokens, help="tokens p")
-    parser.add_argument("--max-memory", type=int, default=max(defaults.lemma1.lengths), help="Lemma 1: largest L measured")
-    parser.add_argument("--sequences", type=int, default=defaults.lemma1.num_sequences, help="Lemma 1: sequences per HMM")
-    parser.add_argument("--L", type=int, default=defaults.L, help="Theorem 1: history length of the network")
-    parser.add_argument("--T", type=int, default=defaults.gd_steps, help="Theorem 1: gradient-descent layers")
-    parser.add_argument("--demos", type=int, default=defaults.num_demos, help="Theorem 1: demonstrations per prompt")
-    parser.add_argument("--demo-length", type=int, default=defaults.demo_length, help="tokens per demonstration")
-    parser.add_argument("--test-length", type=int, default=defaults.test_length, help="tokens of the test sequence")
-    parser.add_argument("--prompts", type=int, default=defaults.prompts, help="Theorem 1: prompts per HMM run through the network")
-    parser.add_argument("--sweep-prompts", type=int, default=defaults.sweep_prompts, help="prompts per HMM and N' in the N' sweep")
+    parser.add_argument("--seeds", type=positive_int, default=defaults.suite.seeds, help="HMMs per cell (alternately fit / held-out)")
+    parser.add_argument("--states", type=positive_int, default=defaults.suite.num_states, help="hidden states S (<= tokens)")
+    parser.add_argument("--tokens", type=positive_int, default=defaults.suite.num_tokens, help="tokens p")
+    parser.add_argument("--max-memory", type=positive_int, default=max(defaults.lemma1.lengths), help="Lemma 1: largest L measured")
+    parser.add_argument("--sequences", type=positive_int, default=defaults.lemma1.num_sequences, help="Lemma 1: sequences per HMM")
+    parser.add_argument("--L", type=positive_int, default=defaults.L, help="Theorem 1: history length of the network")
+    parser.add_argument("--T", type=positive_int, default=defaults.gd_steps, help="Theorem 1: gradient-descent layers")
+    parser.add_argument("--demos", type=positive_int, default=defaults.num_demos, help="Theorem 1: demonstrations per prompt")
+    parser.add_argument("--demo-length", type=positive_int, default=defaults.demo_length, help="tokens per demonstration")
+    parser.add_argument("--test-length", type=positive_int, default=defaults.test_length, help="tokens of the test sequence")
+    parser.add_argument("--prompts", type=positive_int, default=defaults.prompts, help="Theorem 1: prompts per HMM run through the network")
+    parser.add_argument("--sweep-prompts", type=positive_int, default=defaults.sweep_prompts, help="prompts per HMM and N' in the N' sweep")
     theorem2 = defaults.theorem2
-    parser.add_argument("--futures", type=int, nargs="+", default=list(theorem2.futures),
+    parser.add_argument("--futures", type=positive_int, nargs="+", default=list(theorem2.futures),
                         help="Theorem 2: numbers m of future tokens (decay curves; the table for m >= 2)")
-    parser.add_argument("--t2-gammas", type=float, nargs="+", default=list(theorem2.suite.gammas),
+    parser.add_argument("--t2-gammas", type=positive_float, nargs="+", default=list(theorem2.suite.gammas),
                         help="Theorem 2: channel knobs g of the shift registers (gamma_2 = g^2)")
-    parser.add_argument("--t2-sequences", type=int, default=theorem2.num_sequences,
+    parser.add_argument("--t2-sequences", type=positive_int, default=theorem2.num_sequences,
                         help="Theorem 2: sequences per HMM of the approximation curves")
-    parser.add_argument("--t2-prompts", type=int, default=theorem2.prompts,
+    parser.add_argument("--t2-prompts", type=positive_int, default=theorem2.prompts,
                         help="Theorem 2: prompts per HMM and m >= 2 run through the network")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the tensors are small, threads only add overhead)")
-    parser.add_argument("--out", default="figures/verification", help="directory of report.json and the figures")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (1: the tensors are small, threads only add overhead)")
+    parser.add_argument("--out", default="runs/verification",
+                        help="directory of report.json and the figures (default: %(default)s; the committed result "
+                             "is written with --out figures/verification)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(run=run_main)

@@ -61,6 +61,7 @@ def lemma1_decay(report: dict, path: Path) -> None:
         ax.axhline(fitting.ROUNDING_FLOOR, color="grey", lw=0.8)  # errors the fits leave out as rounding
         ax.set_title(f"gamma = {gamma:.2g} (gamma^4 = {gamma**4:.2g})")
         ax.set_xlabel("memory length L (tokens)")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.legend(fontsize=6, loc="lower left")
     axes[0][0].set_ylabel("E ||P - P_L||_1  (stationary prior)")
     axes[0][0].set_ylim(1e-17, 10)
@@ -123,6 +124,7 @@ def theorem1_terms(report: dict, path: Path) -> None:
         ax.semilogy(lengths, measured, "o-", color=color, ms=3, label=f"gamma={knob:g} measured")
         ax.semilogy(lengths, bound, "--", color=color, label=f"gamma={knob:g} bound")
     ax.set(xlabel="memory length L (tokens)", ylabel="l1 error (mean over HMMs)", title="approximation |P - P_L| vs L")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.legend(fontsize=7, ncol=2)
     ax = axes[0, 1]
     for knob in knobs:
@@ -147,6 +149,7 @@ def theorem1_terms(report: dict, path: Path) -> None:
         ax.semilogy(t, curve["bound"], "--", color=color, label="tight bound (1-1/kappa)^T")
         ax.semilogy(t, curve["bound_paper"], ":", color=color, label="paper exp(-T/(2 kappa))")
     ax.set(xlabel="gradient-descent steps T", ylabel="l1 error", title="optimization |W_hat x - W_T x| vs T")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylim(1e-16, None)
     ax.legend(fontsize=6, ncol=2)
     ax = axes[1, 1]
@@ -230,6 +233,7 @@ def theorem2_decay(report: dict, path: Path) -> None:
         lowest = min(min(entry["approximation"][f"m={m}"]["errors"]) for entry in members for m in futures)
         ax.set(xlabel="memory length L (tokens)", ylabel="E ||P^(m) - P_L^(m)||_1 (mean over HMMs)",
                title=f"g = {knob:g} ({len(members)} HMMs)")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylim(max(lowest / 10, fitting.ROUNDING_FLOOR), 20)
         ax.legend(fontsize=6, loc="lower left")
     ax = axes[1, 0]
@@ -242,6 +246,7 @@ def theorem2_decay(report: dict, path: Path) -> None:
                 color=f"C{index}", ms=3, label=f"m={m}: its next-token marginal")
     ax.set(xlabel="history length L", ylabel="l1 error (mean over HMMs and prompts)",
            title=f"in-context predictor |P - W_T x| (T = {result['config']['T']})")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.legend(fontsize=7)
     ax = axes[1, 1]
     for offset, entry in enumerate(suite):

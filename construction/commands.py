@@ -9,6 +9,7 @@ from construction.export import save_weights
 from construction.network import Network, build_network
 from construction.parameters import parameters_for_columns
 from construction.weights import MLPLayer, Stage
+from hmmtf_options import positive_float, positive_int
 
 
 def describe(network: Network, num_columns: int) -> list[str]:
@@ -65,13 +66,14 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "construction-info", help="print the hand-wired network's layers, heads and width beside the paper's counts"
     )
-    parser.add_argument("--p", type=int, default=4, help="number of tokens (delimiter = p)")
-    parser.add_argument("--L", type=int, default=3, help="history length")
-    parser.add_argument("--T", type=int, default=10, help="gradient-descent layers")
-    parser.add_argument("--m", type=int, default=1, help="future length (m >= 2: Theorem 2 variant)")
+    parser.add_argument("--p", type=positive_int, default=4, help="number of tokens (delimiter = p)")
+    parser.add_argument("--L", type=positive_int, default=3, help="history length")
+    parser.add_argument("--T", type=positive_int, default=10, help="gradient-descent layers")
+    parser.add_argument("--m", type=positive_int, default=1, help="future length (m >= 2: Theorem 2 variant)")
     parser.add_argument("--doubling", action="store_true", help="ceil(log2 L) history layers instead of L-1")
-    parser.add_argument("--columns", type=int, default=128, help="longest prompt (columns N) the angle must serve")
-    parser.add_argument("--eta", type=float, default=None, help="GD step size (default 1/L < 2/lambda_max)")
-    parser.add_argument("--tolerance", type=float, default=1e-9, help="construction error bound beta must reach")
+    parser.add_argument("--columns", type=positive_int, default=128, help="longest prompt (columns N) the angle must serve")
+    parser.add_argument("--eta", type=positive_float, default=None, help="GD step size (default 1/L < 2/lambda_max)")
+    parser.add_argument("--tolerance", type=positive_float, default=1e-9,
+                        help="construction error bound beta must reach")
     parser.add_argument("--export", default=None, help="write the weights to this safetensors file")
     parser.set_defaults(run=run_info)

@@ -27,6 +27,7 @@ from empirical.presets import PRESETS, get_preset, preset_from_task
 from empirical.regime import oracle_predictor, regime_section
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
+from hmmtf_options import non_negative_int, positive_float, positive_int
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
@@ -85,7 +86,7 @@ def run_evaluate(args) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(checkpoint_dir, device)
     preset = preset_from_task(saved.config["task"])
-    num_prompts = args.num_prompts or preset.eval_prompts
+    num_prompts = preset.eval_prompts if args.num_prompts is None else args.num_prompts
     mixture = preset.build_mixture()
     prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
     predictors = in_context_predictors(saved.model, mixture, preset, num_prompts, device)
@@ -119,21 +120,23 @@ def run_evaluate(args) -> int:
     if metrics.is_file():
         (out / METRICS_FILE).write_text(metrics.read_text())
         plot_training_loss(metrics, evaluation, out / "training_loss.png")
-    test = evaluation["excess_test_sequence"]
     regime = {scope: {key: result[key] for key in ("fraction_of_gap", "verdict")}
               for scope, result in evaluation.get("regime", {}).get("memorisation", {}).items()}
-    print(json.dumps({"out": str(out), "test_sequence": test, "regime": regime, "accuracy_by_demonstrations": {
-        name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]] for name in predictors}}, indent=2))
+    summary = {"out": str(out), "test_sequence": evaluation["excess_test_sequence"], "regime": regime,
+               "accuracy_by_demonstrations": {name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]]
+                                              for name in predictors}}
     if args.hand_built_prompts:
-        write_side_by_side(args, predictors, mixture, prompts, report, out)
+        summary["hand_built"] = write_side_by_side(args, predictors, mixture, prompts, report, out)
     if args.fresh_tasks and args.ceiling_particles:
-        write_competence(args, predictors, preset, num_prompts, report, out)
+        summary["competence"] = write_competence(args, predictors, preset, num_prompts, report, out)
+    print(json.dumps(summary, indent=2))
     return 0
 
 
-def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: dict, out: Path) -> None:
+def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: dict, out: Path) -> dict:
     """The competence result (:func:`empirical.competence.competence_section`) on the regime
-    section's fresh-HMM prompts: ``competence.json`` and ``competence.png``."""
+    section's fresh-HMM prompts: ``competence.json`` and ``competence.png``; returns its summary
+    for the command's output."""
     settings = SMCSettings(particles=args.ceiling_particles, moves=args.ceiling_moves, seed=args.ceiling_seed)
     started = time.perf_counter()
     competence = competence_section(predictors["model"], predictors["unigram"], preset, num_prompts, args.fresh_tasks,
@@ -143,17 +146,16 @@ def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts
               "evaluation_time_s": time.perf_counter() - started, **competence}
     (out / COMPETENCE_FILE).write_text(json.dumps(result, indent=2) + "\n")
     plot_competence(result, out / "competence.png")
-    print(json.dumps({"out": str(out / COMPETENCE_FILE), "verdict": competence["verdict"],
-                      "gap_closed": competence["gap_closed"],
-                      "loss": {name: round(value["loss"], 4) for name, value in competence["ladder"]["all_positions"].items()}},
-                     indent=1))
+    return {"out": str(out / COMPETENCE_FILE), "verdict": competence["verdict"], "gap_closed": competence["gap_closed"],
+            "loss": {name: round(value["loss"], 4) for name, value in competence["ladder"]["all_positions"].items()}}
 
 
 def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixture, prompts: hmm.Prompts,
-                       report: dict, out: Path) -> None:
+                       report: dict, out: Path) -> dict:
     """The hand-built network, P_L and least squares beside ``predictors`` (model, Bayes, unigram)
-    on the first ``--hand-built-prompts`` prompts, for every ``--hand-built-L`` and ``--hand-built-T``,
-    on the rows every one of them serves: ``hand_built.json`` and ``hand_built_in_context.png``."""
+    on the first ``--hand-built-prompts`` prompts (all of them if there are fewer), for every
+    ``--hand-built-L`` and ``--hand-built-T``, on the rows every one of them serves:
+    ``hand_built.json`` and ``hand_built_in_context.png``; returns its summary for the command's output."""
     count = min(args.hand_built_prompts, len(prompts.tokens))
     subset = hmm.Prompts(prompts.tokens[:count], prompts.task_ids[:count], prompts.states[:count], prompts.format)
     history_lengths, gd_steps = sorted(args.hand_built_L), sorted(args.hand_built_T)
@@ -178,9 +180,8 @@ def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixt
     (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(side_by_side, indent=2) + "\n")
     plot_side_by_side(evaluation, history_lengths, gd_steps, out / "hand_built_in_context.png")
     at = evaluation["by_demonstrations"]
-    print(json.dumps({"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": at["num_demonstrations"],
-                      "accuracy": {name: [round(a, 3) for a in at[name]["accuracy"]] for name in at
-                                   if name != "num_demonstrations"}}, indent=1))
+    return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": at["num_demonstrations"],
+            "accuracy": {name: [round(a, 3) for a in at[name]["accuracy"]] for name in at if name != "num_demonstrations"}}
 
 
 def run_calibrate(args) -> int:
@@ -215,30 +216,37 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="in-context accuracy/loss of a checkpoint vs Bayes-optimal")
     parser.add_argument("checkpoint", help="a checkpoint folder (RUN_DIR/%s)" % CHECKPOINT_DIR)
     parser.add_argument("--out", help="folder for evaluation.json and figures (default RUN_DIR/evaluation)")
-    parser.add_argument("--num-prompts", type=int, help="held-out prompts (default: the preset's)")
+    parser.add_argument("--num-prompts", type=positive_int, help="held-out prompts (default: the preset's)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
-    parser.add_argument("--hand-built-prompts", type=int, default=256,
-                        help="held-out prompts (the first ones) for the hand-built network, P_L and least squares "
-                             "beside the model; 0 skips them")
-    parser.add_argument("--hand-built-L", type=int, nargs="+", default=[1, 2, 3], help="history lengths L")
-    parser.add_argument("--hand-built-T", type=int, nargs="+", default=[2, 32], help="gradient-descent layers T")
-    parser.add_argument("--fresh-tasks", type=int, default=1024,
+    parser.add_argument("--hand-built-prompts", type=non_negative_int, default=256,
+                        help="held-out prompts (the first ones; all of them if there are fewer) for the hand-built "
+                             "network, P_L and least squares beside the model; 0 skips them")
+    parser.add_argument("--hand-built-L", type=positive_int, nargs="+", default=[1, 2, 3], help="history lengths L")
+    parser.add_argument("--hand-built-T", type=positive_int, nargs="+", default=[2, 32],
+                        help="gradient-descent layers T")
+    parser.add_argument("--fresh-tasks", type=non_negative_int, default=1024,
                         help="HMMs never seen in training for the regime diagnostic (0: no regime section)")
-    parser.add_argument("--reference-tasks", type=int, default=16384,
+    parser.add_argument("--reference-tasks", type=positive_int, default=16384,
                         help="HMMs of the reference mixture bounding the fresh-HMM ceiling")
-    parser.add_argument("--ceiling-particles", type=int, default=CEILING_SETTINGS.particles,
+    parser.add_argument("--ceiling-particles", type=non_negative_int, default=CEILING_SETTINGS.particles,
                         help="SMC particles per replicate of the prior-predictive ceiling on the fresh HMMs' prompts "
                              "(competence.json); 0 skips the competence result")
-    parser.add_argument("--ceiling-moves", type=int, default=CEILING_SETTINGS.moves,
+    parser.add_argument("--ceiling-moves", type=positive_int, default=CEILING_SETTINGS.moves,
                         help="Gibbs sweeps per SMC rejuvenation of the ceiling")
-    parser.add_argument("--ceiling-seed", type=int, default=CEILING_SETTINGS.seed, help="seed of the ceiling's SMC")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
+    parser.add_argument("--ceiling-seed", type=non_negative_int, default=CEILING_SETTINGS.seed,
+                        help="seed of the ceiling's SMC")
+    parser.add_argument("--threads", type=positive_int, default=1,
+                        help="torch CPU threads (1 is fastest on a shared machine)")
     parser.set_defaults(run=run_evaluate)
 
     parser = subparsers.add_parser("calibrate", help="Bayes-optimal in-context signal of a mixture preset vs Dirichlet concentration")
     parser.add_argument("--preset", default="cpu-small", choices=sorted(PRESETS))
-    parser.add_argument("--concentrations", type=float, nargs="+", default=list(DEFAULT_CONCENTRATIONS))
-    parser.add_argument("--num-prompts", type=int, default=512)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="figures/calibration")
+    parser.add_argument("--concentrations", type=positive_float, nargs="+", default=list(DEFAULT_CONCENTRATIONS),
+                        help="Dirichlet concentrations of the transition and emission rows (default: %(default)s)")
+    parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts (default: %(default)s)")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of the mixtures and prompts (default: %(default)s)")
+    parser.add_argument("--out", default="runs/calibration",
+                        help="folder of PRESET.json and PRESET.png (default: %(default)s; the committed result is "
+                             "written with --out figures/calibration)")
     parser.set_defaults(run=run_calibrate)

@@ -162,7 +162,10 @@ def ladder_table(points: list[dict]) -> str:
 
 
 def run_ladder(args) -> int:
-    root, out = Path(args.root), Path(args.out or args.root)
+    root, out = Path(args.root), Path(args.out)
+    if not root.is_dir():
+        raise FileNotFoundError(f"root: {str(root)!r} is not a folder; expected a folder with one subfolder per "
+                                f"ladder point")
     points = collect_points(root)
     out.mkdir(parents=True, exist_ok=True)
     report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
@@ -182,5 +185,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("ladder", help="regime and claim statistics across the trained ladder points")
     parser.add_argument("root", nargs="?", default="figures/ladder",
                         help="folder with one subfolder per point (evaluation.json, analysis.json, metrics.jsonl)")
-    parser.add_argument("--out", help="folder for ladder.json and the figures (default: ROOT)")
+    parser.add_argument("--out", default="runs/ladder",
+                        help="folder for ladder.json and the figures (default: %(default)s; the committed result is "
+                             "written with --out figures/ladder)")
     parser.set_defaults(run=run_ladder)

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 STYLES = {
     "model": {"color": "tab:blue", "marker": "o", "label": "RoFormer"},
@@ -24,7 +25,8 @@ FRESH_STYLES = {
 
 
 def _draw_curves(axis, curve: dict, x_key: str, metric: str, styles: dict[str, dict] = STYLES) -> None:
-    """One error-bar curve per predictor of ``styles`` found in ``curve`` (mean +- s.e.)."""
+    """One error-bar curve per predictor of ``styles`` found in ``curve`` (mean +- s.e.) against
+    ``curve[x_key]``, a count (demonstrations, positions): integer ticks."""
     x = curve[x_key]
     for name, style in styles.items():
         if name not in curve:
@@ -32,6 +34,17 @@ def _draw_curves(axis, curve: dict, x_key: str, metric: str, styles: dict[str, d
         mean = curve[name][metric]
         stderr = curve[name][f"{metric}_stderr"]
         axis.errorbar(x, mean, yerr=stderr, capsize=2, markersize=4, elinewidth=1.0, **{"linestyle": "-", **style})
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _legend_below(figure, axes) -> None:
+    """One legend for all ``axes``, below them, outside every panel (so it covers no curve); a
+    label drawn in several panels appears once."""
+    handles: dict[str, object] = {}
+    for axis in axes:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=3, fontsize=8)
 
 
 def plot_in_context(evaluation: dict, path: Path) -> None:
@@ -49,7 +62,7 @@ def plot_in_context(evaluation: dict, path: Path) -> None:
             axis.set_xlabel(x_label)
             axis.set_ylabel(y_label)
             axis.grid(alpha=0.3)
-    axes[0, 0].legend()
+    _legend_below(figure, axes.flat)
     fmt = evaluation["prompt_format"]
     figure.suptitle(
         f"{evaluation['num_prompts']} held-out prompts, {fmt['num_demos']} demonstrations of "
@@ -64,16 +77,18 @@ def plot_regime(evaluation: dict, path: Path) -> None:
     ``evaluation["regime"]``), with the oracle, the Bayes predictors and the unigram; the title
     gives the memorisation statistic (all positions) and its verdict."""
     regime = evaluation["regime"]
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True, constrained_layout=True)
+    figure, axes = plt.subplots(1, 2, figsize=(11, 5.2), sharey=True, constrained_layout=True)
     panels = [(evaluation, f"training HMMs ({regime['training_tasks']})"),
               (regime["fresh_hmms"], f"fresh HMMs ({regime['fresh_tasks']} never seen; reference mixture of "
                                      f"{regime['reference_tasks']})")]
+    # On the training HMMs "bayes" is the training mixture's Bayes predictor: one legend entry with the fresh panel's.
+    styles = {**FRESH_STYLES, "bayes": FRESH_STYLES["bayes_training"]}
     for axis, (source, title) in zip(axes, panels):
-        _draw_curves(axis, source["by_demonstrations"], "num_demonstrations", "loss", FRESH_STYLES)
+        _draw_curves(axis, source["by_demonstrations"], "num_demonstrations", "loss", styles)
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("number of demonstrations")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+    _legend_below(figure, axes)
     axes[0].set_ylabel("loss (nats/token, mean +- s.e.)")
     result = regime["memorisation"]["all_positions"]
     low, high = result["interval_95"]
@@ -116,7 +131,6 @@ def plot_competence(competence: dict, path: Path) -> None:
             _draw_curves(axis, evaluation[key], x_key, metric, styles)
             axis.set_xlabel(x_label)
             axis.set_ylabel(y_label)
-            axis.xaxis.get_major_locator().set_params(integer=True)
             axis.grid(alpha=0.3)
         axes[row, 1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     closed = competence["gap_closed"]["all_positions"]
@@ -143,8 +157,9 @@ def plot_training_loss(metrics_path: Path, evaluation: dict, path: Path) -> None
     axis.axhline(scope["unigram_loss"], color=STYLES["unigram"]["color"], linestyle=":", label="unigram (held out)")
     axis.set_xlabel("step")
     axis.set_ylabel("loss (nats/token)")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
-    axis.legend()
+    _legend_below(figure, [axis])
     figure.savefig(path, dpi=130)
     plt.close(figure)
 
@@ -152,18 +167,20 @@ def plot_training_loss(metrics_path: Path, evaluation: dict, path: Path) -> None
 def plot_calibration(report: dict, path: Path) -> None:
     """Bayes-optimal top-1 accuracy (left) and Bayes-optimal and unigram losses (right) vs number of
     demonstrations, one curve per concentration of ``report`` (from :func:`empirical.calibrate.calibrate`)."""
-    figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    for entry in report["results"]:
-        label = f"Dirichlet({entry['concentration']:g})"
-        accuracy_axis.errorbar(entry["num_demonstrations"], entry["bayes_accuracy"], yerr=entry["bayes_accuracy_stderr"], marker="o", capsize=2, label=label)
-        line = loss_axis.plot(entry["num_demonstrations"], entry["bayes_loss"], marker="o", label=f"{label} Bayes")[0]
-        loss_axis.plot(entry["num_demonstrations"], entry["unigram_loss"], linestyle=":", color=line.get_color(), label=f"{label} unigram")
+    figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(10, 4.8), constrained_layout=True)
+    for index, entry in enumerate(report["results"]):
+        label, color = f"Dirichlet({entry['concentration']:g})", f"C{index}"
+        accuracy_axis.errorbar(entry["num_demonstrations"], entry["bayes_accuracy"], yerr=entry["bayes_accuracy_stderr"],
+                               marker="o", capsize=2, color=color, label=f"{label} Bayes")
+        loss_axis.plot(entry["num_demonstrations"], entry["bayes_loss"], marker="o", color=color, label=f"{label} Bayes")
+        loss_axis.plot(entry["num_demonstrations"], entry["unigram_loss"], linestyle=":", color=color,
+                       label=f"{label} unigram")
     accuracy_axis.set(xlabel="number of demonstrations", ylabel="Bayes-optimal top-1 accuracy")
     loss_axis.set(xlabel="number of demonstrations", ylabel="loss (nats/token)")
     for axis in (accuracy_axis, loss_axis):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-    accuracy_axis.legend()
-    loss_axis.legend(fontsize=7, ncol=2)
+    _legend_below(figure, [accuracy_axis, loss_axis])
     figure.suptitle(f"In-context signal of the '{report['preset']}' mixture vs Dirichlet concentration ({report['num_prompts']} prompts, mean +- s.e.)")
     figure.savefig(path, dpi=130)
     plt.close(figure)

@@ -41,6 +41,7 @@ from safetensors.torch import load_file, save_file
 from construction import Stage, Trace
 from empirical.checkpoint import load_checkpoint
 from empirical.model import RoFormer, RoFormerConfig
+from hmmtf_options import positive_int
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -267,6 +268,6 @@ def register(subparsers) -> None:
                         help="target format: a HookedTransformer config (JSON) and its parameters (safetensors)")
     parser.add_argument("out", help="output folder (read it back with "
                                     "empirical.transformer_lens_interop.load_hooked_transformer)")
-    parser.add_argument("--context-length", type=int, default=DEFAULT_CONTEXT_LENGTH,
+    parser.add_argument("--context-length", type=positive_int, default=DEFAULT_CONTEXT_LENGTH,
                         help="longest prompt the exported model accepts (its n_ctx)")
     parser.set_defaults(run=run_export)

@@ -49,14 +49,16 @@ def unregistered(root: Path, results: tuple[Result, ...] = RESULTS) -> list[Prob
 
 
 def generated_problems(root: Path, targets: tuple[generated.Target, ...] = generated.TARGETS) -> list[Problem]:
-    """A problem per generated file that differs from what the results generate, or one problem
-    when a result cannot be read to generate them."""
+    """A problem per generated file that differs from what the results generate, saying where it
+    first differs (:func:`ledger.generated.first_difference`), or one problem when a result cannot
+    be read to generate them."""
     try:
-        stale = generated.stale(root, targets)
+        differing = generated.differences(root, targets)
     except LedgerError as error:
         return [Problem("the generated pages", f"cannot be generated: {error}",
                         "run the command of the result it names again, or update its claim's judge")]
-    return [Problem(path, "differs from what the results generate", "run `hmmtf ledger`") for path in stale]
+    return [Problem(path, f"differs from what the results generate: {where}", "run `hmmtf ledger`")
+            for path, where in differing.items()]
 
 
 def check(root: Path) -> list[Problem]:

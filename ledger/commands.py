@@ -16,13 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_ledger(args) -> int:
+    """``hmmtf ledger [--check]``. A result or a marker block the ledger cannot read raises
+    ``ValueError`` naming it, which :func:`hmmtf.main` prints as one line."""
     root = Path(args.root)
     if not (root / "figures").is_dir():
-        raise SystemExit(f"--root: {str(root)!r} has no figures/ folder; expected the repository root")
-    try:
-        return _check(root) if args.check else _write(root)
-    except ValueError as error:  # a result or a marker block the ledger cannot read: the message names it
-        raise SystemExit(f"hmmtf ledger: {error}") from error
+        raise ValueError(f"--root: {str(root)!r} has no figures/ folder; expected the repository root")
+    return _check(root) if args.check else _write(root)
 
 
 def _check(root: Path) -> int:

@@ -3,6 +3,8 @@ blocks (:mod:`ledger.blocks`) inside README.md and docs/hmm.md. ``hmmtf ledger``
 ``hmmtf ledger --check`` fails when a committed one differs from what the results generate."""
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -58,6 +60,38 @@ def _differing(root: Path, texts: dict[str, str]) -> list[str]:
 def stale(root: Path, targets: tuple[Target, ...] = TARGETS) -> list[str]:
     """The generated files whose committed text differs from what the results generate."""
     return _differing(root, expected(root, targets))
+
+
+EXCERPT = 40
+"""Characters of context on each side of the first difference in :func:`first_difference`."""
+
+
+def first_difference(committed: str, generated: str) -> str:
+    """Where the text ``committed`` first differs from ``generated``: the line number, the start of
+    that line (in a table, the row's claim) and both versions around the first character that
+    differs. Empty when the texts are equal."""
+    committed_lines, generated_lines = committed.splitlines(), generated.splitlines()
+    for number, (old, new) in enumerate(itertools.zip_longest(committed_lines, generated_lines), start=1):
+        if old != new:
+            break
+    else:
+        return ""
+    if old is None:
+        return f"line {number}: the committed text ends, the generated one goes on with {new[:2 * EXCERPT]!r}"
+    if new is None:
+        return f"line {number}: the generated text ends, the committed one goes on with {old[:2 * EXCERPT]!r}"
+    column = len(os.path.commonprefix([old, new]))
+    start = max(column - EXCERPT, 0)
+    return (f"line {number} ({old[:EXCERPT]!r}...), column {column + 1}: committed {old[start:column + EXCERPT]!r}, "
+            f"generated {new[start:column + EXCERPT]!r}")
+
+
+def differences(root: Path, targets: tuple[Target, ...] = TARGETS) -> dict[str, str]:
+    """``{file: its first difference}`` for every generated file whose committed text differs from
+    what the results generate (:func:`first_difference`, or that the file is missing)."""
+    texts = expected(root, targets)
+    return {path: first_difference((root / path).read_text(), texts[path]) if (root / path).is_file()
+            else "the file is missing" for path in _differing(root, texts)}
 
 
 def write(root: Path, targets: tuple[Target, ...] = TARGETS) -> list[str]:

@@ -22,7 +22,9 @@ class Result:
     """One result JSON, or a family of them. ``path``: from the repository root; with ``*`` a
     pattern (``fnmatch``: ``figures/ladder/*/analysis.json``) that any number of files may match,
     else a file that must exist; ``command``: what makes it (None: no command can, ``needs`` says
-    why); ``producers``: pathspecs of the code that computes it; ``needs``: what else the command needs."""
+    why), naming its output folder under figures/ (every command's default output is a run folder
+    outside the tracked results, so only an explicit ``--out`` rewrites a committed result);
+    ``producers``: pathspecs of the code that computes it; ``needs``: what else the command needs."""
 
     path: str
     command: str | None
@@ -65,8 +67,10 @@ them from the stored runs with the current code), the RoFormer and the training 
 study shares (the same file replays a committed trapped run and requires the same outcome), and
 the command and figure modules, which write and draw what those computed."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
-            *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
-"""``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from."""
+            "!empirical/analysis/commands.py", *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
+"""``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
+its command module, which parses the options into the sections' config (``AnalysisConfig``, in
+``report.py``) and writes what they computed, as the Markov study's is not listed either."""
 
 CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
@@ -75,11 +79,11 @@ REGIME_CHECKPOINT = ("runs/tasks-8192-deep/checkpoint, from `hmmtf train --prese
                      "(about 20-45 minutes on a core)")
 
 RESULTS: tuple[Result, ...] = (
-    Result("figures/verification/report.json", "hmmtf main",
+    Result("figures/verification/report.json", "hmmtf main --out figures/verification",
            ("bounds/", "!bounds/figures.py", *CONSTRUCTION, *HMM_ENGINE, "hmm/memory.py", "hmm/observability.py",
             "hmm/undercomplete.py", "hmm/presets.py"),
            needs="about 1 minute on 2 cores"),
-    Result("figures/calibration/cpu-small.json", "hmmtf calibrate --preset cpu-small",
+    Result("figures/calibration/cpu-small.json", "hmmtf calibrate --preset cpu-small --out figures/calibration",
            ("empirical/calibrate.py", "empirical/evaluate.py", *MIXTURE), needs="seconds"),
     Result("figures/cpu-small/evaluation.json", "hmmtf evaluate runs/cpu-small/checkpoint --out figures/cpu-small",
            ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=CPU_SMALL_CHECKPOINT),
@@ -99,7 +103,7 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/patching/analysis.json",
            "hmmtf analyze runs/cpu-small/checkpoint --out figures/patching --sections patching",
            ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 2-4 minutes"),
-    Result("figures/markov/results.json", "hmmtf markov-sweep --no-progress", MARKOV,
+    Result("figures/markov/results.json", "hmmtf markov-sweep --out figures/markov --no-progress", MARKOV,
            needs="about 30 minutes on 2 cores"),
     Result("figures/markov/long-budget/results.json",
            "hmmtf markov-sweep --out figures/markov/long-budget --p-values 0.5 0.9 --q-values 0.5 0.9 --architectures "
@@ -142,7 +146,7 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
            ANALYSIS, needs="the point's checkpoint"),
-    Result("figures/ladder/ladder.json", "hmmtf ladder figures/ladder", ("empirical/ladder.py",),
+    Result("figures/ladder/ladder.json", "hmmtf ladder figures/ladder --out figures/ladder", ("empirical/ladder.py",),
            needs="the points' JSONs (tests/test_empirical_ladder.py checks that it is what they give)"),
     Result("figures/regime/analysis.json",
            "hmmtf analyze runs/tasks-8192-deep/checkpoint --out figures/regime --sections offsets patching "

@@ -75,7 +75,8 @@ def tiny_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_evaluation(tiny_run, tmp_path_factory):
-    """``(out, argv)``: the folder ``hmmtf evaluate`` wrote for the tiny run, and its arguments."""
+    """``(out, argv, stdout)``: the folder ``hmmtf evaluate`` wrote for the tiny run, its arguments
+    and what it printed (:class:`tiny_pipeline.CommandRun`)."""
     from tiny_pipeline import evaluate_argv, run_on_checkpoint
 
     return run_on_checkpoint(evaluate_argv, tiny_run, tmp_path_factory.mktemp("tiny-evaluation"))
@@ -90,5 +91,5 @@ def tiny_analysis(tiny_run, tmp_path_factory):
     from tiny_pipeline import analyze_argv, run_on_checkpoint
 
     with figures_recorded_not_drawn() as figures:
-        out, argv = run_on_checkpoint(analyze_argv, tiny_run, tmp_path_factory.mktemp("tiny-analysis"))
+        out, argv, _ = run_on_checkpoint(analyze_argv, tiny_run, tmp_path_factory.mktemp("tiny-analysis"))
     return out, argv, figures

@@ -1,4 +1,5 @@
-"""Figures saved but not drawn, for the command tests whose figures another test draws.
+"""Figures saved but not drawn, for the command tests whose figures another test draws, and
+figures kept for the tests that inspect their axes.
 
 Drawing is most of a small command's time (matplotlib's layout and rasterisation: 6 of the tiny
 ``hmmtf analyze``'s 9.6 s on one core), and every figure function is drawn for real somewhere in
@@ -29,3 +30,18 @@ def figures_recorded_not_drawn():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(matplotlib.figure.Figure, "savefig", record)
         yield saved
+
+
+@contextlib.contextmanager
+def figures_kept():
+    """Within the block ``Figure.savefig`` writes nothing and keeps the figure: the yielded list
+    gets ``(path, figure)``, laid out as a save would (to inspect its axes, ticks and legends)."""
+    kept: list[tuple[Path, matplotlib.figure.Figure]] = []
+
+    def keep(figure, path, **options) -> None:
+        figure.draw_without_rendering()
+        kept.append((Path(path), figure))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matplotlib.figure.Figure, "savefig", keep)
+        yield kept

@@ -70,7 +70,7 @@ def test_per_prompt_loss_and_scopes_of_a_format():
 @pytest.mark.long_running
 @pytest.mark.xdist_group(tiny_pipeline.GROUP)
 def test_evaluate_writes_the_competence_result(tiny_evaluation):
-    out, argv = tiny_evaluation
+    out, argv, _ = tiny_evaluation
     competence = json.loads((out / "competence.json").read_text())
     assert competence["command"] == "hmmtf " + " ".join(argv)
     assert competence["ceiling"]["particles"] == tiny_pipeline.CEILING_PARTICLES

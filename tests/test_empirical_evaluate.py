@@ -97,8 +97,19 @@ def test_paper_preset_has_the_paper_scale():
 
 @pytest.mark.long_running
 @pytest.mark.xdist_group(tiny_pipeline.GROUP)
+def test_evaluate_prints_one_json_document_with_every_section(tiny_evaluation):
+    summary = json.loads(tiny_evaluation.stdout)
+    assert summary["out"] == str(tiny_evaluation.out)
+    assert summary["hand_built"]["out"] == str(tiny_evaluation.out / "hand_built.json")
+    assert summary["competence"]["out"] == str(tiny_evaluation.out / "competence.json")
+    assert set(summary["regime"]) == set(json.loads((tiny_evaluation.out / "evaluation.json").read_text())["regime"]
+                                         ["memorisation"])
+
+
+@pytest.mark.long_running
+@pytest.mark.xdist_group(tiny_pipeline.GROUP)
 def test_train_and_evaluate_commands(tiny_run, tiny_evaluation):
-    out, argv = tiny_evaluation
+    out, argv, _ = tiny_evaluation
     report = json.loads((out / "evaluation.json").read_text())
     assert report["step"] == tiny_pipeline.STEPS and report["num_prompts"] == tiny_pipeline.EVALUATE_PROMPTS
     assert report["command"] == "hmmtf " + " ".join(argv) and report["git_commit"] == hmmtf.source_commit()

@@ -58,7 +58,7 @@ def test_ladder_command_orders_points_and_draws_every_figure(tiny_point, tmp_pat
     planted["task"]["mixture_spec"]["num_tasks"] = 64
     (root / "a-more-tasks" / "evaluation.json").write_text(json.dumps(planted))
     (root / "no-analysis").mkdir()
-    assert hmmtf.main(["ladder", str(root)]) == 0
+    assert hmmtf.main(["ladder", str(root), "--out", str(root)]) == 0
     report = read(root, "ladder.json")
     assert [point["folder"] for point in report["points"]] == ["b-fewer-tasks", "a-more-tasks"]
     assert [point["tasks"] for point in report["points"]] == [8, 64]

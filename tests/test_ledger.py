@@ -3,6 +3,7 @@ what the results generate, a planted change in a result changes them, provenance
 read, and a result older than its code, or without a commit, is reported."""
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ import hmmtf
 from ledger import generated
 from ledger.blocks import block_body, replace_block
 from ledger.check import generated_problems, result_problems, unregistered
+from ledger.generated import first_difference
 from ledger.claims import Claim, Verdict
 from ledger.documents import Doc, LedgerError
 from ledger.outcomes import judge
@@ -99,13 +101,14 @@ def test_a_planted_pass_turns_a_failing_assumption_into_a_holding_one(tmp_path):
     assert judge(claim, root).outcome.verdict is Verdict.HOLDS
 
 
-def test_a_result_the_ledger_cannot_read_is_named_by_check_and_by_the_command(tmp_path):
+def test_a_result_the_ledger_cannot_read_is_named_by_check_and_by_the_command(tmp_path, capsys):
     root = _copy_results(tmp_path)
     _plant(root, "figures/analysis/analysis.json", lambda document: document.pop("claims"))
     [problem] = generated_problems(root)
     assert "claim F2-shuffle: figures/analysis/analysis.json: no 'claims' under the top level" in problem.reason
-    with pytest.raises(SystemExit, match="hmmtf ledger: claim F2-shuffle: figures/analysis/analysis.json: no 'claims'"):
-        hmmtf.main(["ledger", "--root", str(root)])
+    assert hmmtf.main(["ledger", "--root", str(root)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("hmmtf ledger: error: claim F2-shuffle: figures/analysis/analysis.json: no 'claims'")
 
 
 def test_writing_the_pages_of_changed_results_makes_them_current(tmp_path):
@@ -115,6 +118,29 @@ def test_writing_the_pages_of_changed_results_makes_them_current(tmp_path):
     assert sorted(generated.stale(root)) == ["README.md", "docs/claims.md"]
     assert sorted(generated.write(root)) == ["README.md", "docs/claims.md"]
     assert generated.stale(root) == [] and "0.500 ± 0.005 (k = 0)" in (root / "README.md").read_text()
+
+
+def test_check_says_where_a_generated_page_differs(tmp_path):
+    root = _copy_results(tmp_path)
+    _plant(root, "figures/cpu-small/evaluation.json", lambda document: document["by_demonstrations"]["model"]
+           ["accuracy"].__setitem__(0, 0.298))  # a number on the row, the verdict as it was
+    reasons = {problem.path: problem.reason for problem in generated_problems(root)}
+    assert sorted(reasons) == ["README.md", "docs/claims.md"]
+    committed = (root / "README.md").read_text().splitlines()
+    number = next(index for index, line in enumerate(committed, start=1) if "(docs/claims.md#f1-demonstrations)" in line)
+    assert committed[number - 1].startswith("| Fig. 1 | [Accuracy improves as more demonstrations are given.]")
+    assert reasons["README.md"].startswith(f"differs from what the results generate: line {number} "
+                                           f"({committed[number - 1][:40]!r}...), column ")
+    assert re.search(r"committed '[^']*0\.297 ± 0\.005 \(k = 0\)[^']*', generated '[^']*0\.298 ± 0\.005 \(k = 0\)",
+                     reasons["README.md"])
+
+
+def test_first_difference_names_the_line_and_both_versions_or_nothing():
+    assert first_difference("a\nb\n", "a\nb\n") == ""
+    assert first_difference("a\nb = 1 here\n", "a\nb = 2 here\n") == (
+        "line 2 ('b = 1 here'...), column 5: committed 'b = 1 here', generated 'b = 2 here'")
+    assert first_difference("a\n", "a\nmore\n") == "line 2: the committed text ends, the generated one goes on with 'more'"
+    assert first_difference("a\nmore\n", "a\n") == "line 2: the generated text ends, the committed one goes on with 'more'"
 
 
 def test_state_forcing_that_found_nothing_to_force_is_untested_at_this_scale(tmp_path):
@@ -137,7 +163,7 @@ def test_a_missing_result_makes_its_claims_not_computed_and_names_the_command(tm
     (root / "figures/markov/results.json").unlink()
     claim = next(claim for claim in all_claims() if claim.id == "M1-unigram-trap")
     outcome = judge(claim, root).outcome
-    assert outcome.verdict is Verdict.NOT_COMPUTED and "`hmmtf markov-sweep --no-progress`" in outcome.reason
+    assert outcome.verdict is Verdict.NOT_COMPUTED and "`hmmtf markov-sweep --out figures/markov --no-progress`" in outcome.reason
 
 
 def test_every_claim_reads_registered_results_and_a_computed_one_links_its_figure():
@@ -347,9 +373,10 @@ def test_every_file_of_a_pattern_result_is_checked(repository):
         ("figures/b/r.json", "no provenance")]
 
 
-def test_the_command_refuses_a_root_without_figures(tmp_path):
-    with pytest.raises(SystemExit, match="--root: .* has no figures/ folder; expected the repository root"):
-        hmmtf.main(["ledger", "--check", "--root", str(tmp_path)])
+def test_the_command_refuses_a_root_without_figures(tmp_path, capsys):
+    assert hmmtf.main(["ledger", "--check", "--root", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"hmmtf ledger: error: --root: {str(tmp_path)!r} has no figures/ folder; "
+                                       f"expected the repository root\n")
 
 
 def _competence(competent: bool) -> dict:

@@ -8,7 +8,10 @@ them on one worker and each command runs once in the suite.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
+from typing import NamedTuple
 
 GROUP = "tiny-pipeline"
 STEPS = 40
@@ -42,11 +45,20 @@ def analyze_argv(checkpoint: Path, out: Path) -> list[str]:
             "--sections", "shuffle", "probes", "offsets"]
 
 
-def run_on_checkpoint(command_argv, run_dir: Path, out: Path) -> tuple[Path, list[str]]:
-    """``(out, argv)``: ``hmmtf`` run with ``argv = command_argv(checkpoint of run_dir, out)``
-    (:func:`evaluate_argv`, :func:`analyze_argv`), which must succeed."""
+class CommandRun(NamedTuple):
+    """A command the pipeline ran: its output folder, its arguments and what it printed."""
+
+    out: Path
+    argv: list[str]
+    stdout: str
+
+
+def run_on_checkpoint(command_argv, run_dir: Path, out: Path) -> CommandRun:
+    """``hmmtf`` run with ``argv = command_argv(checkpoint of run_dir, out)`` (:func:`evaluate_argv`,
+    :func:`analyze_argv`), which must succeed."""
     import hmmtf
 
     argv = command_argv(run_dir / "checkpoint", out)
-    assert hmmtf.main(argv) == 0
-    return out, argv
+    with contextlib.redirect_stdout(io.StringIO()) as stdout:
+        assert hmmtf.main(argv) == 0
+    return CommandRun(out, argv, stdout.getvalue())

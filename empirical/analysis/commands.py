@@ -25,11 +25,14 @@ from empirical.analysis.figures import (
 from empirical.analysis.patching_figures import plot_history_patching, plot_state_forcing
 from empirical.analysis.report import Analysis, AnalysisConfig, analyze
 from empirical.checkpoint import load_checkpoint
-from empirical.configs import add_config_options, config_from_options
+from empirical.configs import add_config_options
 from empirical.presets import preset_from_task
+from hmmtf_options import config_from_command_line, positive_int
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
 REPORT_FILE = "analysis.json"
+DEFAULT_OUT = "analysis"
+"""The folder beside the checkpoint that ``--out`` defaults to (``RUN_DIR/analysis``)."""
 
 
 def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
@@ -64,7 +67,7 @@ def write_patching_figures(patching: dict, out: Path) -> None:
 def run_analyze(args) -> int:
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
-    config = config_from_options(AnalysisConfig, vars(args))
+    config = config_from_command_line(AnalysisConfig, vars(args))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(Path(args.checkpoint), device)
     preset = preset_from_task(saved.config["task"])
@@ -76,7 +79,7 @@ def run_analyze(args) -> int:
         "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
         **analysis.report,
     }
-    out = Path(args.out)
+    out = Path(args.out) if args.out else Path(args.checkpoint).parent / DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
     write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
@@ -92,8 +95,9 @@ def register(subparsers) -> None:
                                                    "activation patching")
     parser.add_argument("checkpoint", nargs="?", default=DEFAULT_CHECKPOINT,
                         help=f"a checkpoint folder (default {DEFAULT_CHECKPOINT})")
-    parser.add_argument("--out", default="figures/analysis", help="folder for analysis.json and the figures")
+    parser.add_argument("--out", help=f"folder for analysis.json and the figures (default RUN_DIR/{DEFAULT_OUT}, "
+                                      f"beside the checkpoint)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     add_config_options(parser, AnalysisConfig)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     parser.set_defaults(run=run_analyze)

@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import torch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import hmm  # noqa: E402
 
@@ -145,11 +146,16 @@ def plot_trained_attention(patterns: torch.Tensor, tokens: torch.Tensor, prompt_
 def draw_pattern(axis, patterns: torch.Tensor, batch: int, head: int, title: str, window: int,
                  difference: bool = False):
     """Heat-map of ``patterns[batch, head]`` (any network's attention in TransformerLens's
-    ``hook_pattern`` layout ``(batch, head, query, key)``) on the last ``window`` queries and keys;
-    ``difference`` draws signed values on a diverging scale. Returns the image (for a colorbar)."""
+    ``hook_pattern`` layout ``(batch, head, query, key)``) on the last ``window`` queries and keys
+    (all of them on a shorter prompt), positions ``-n..-1`` from the end on both axes, integer
+    ticks; ``difference`` draws signed values on a diverging scale. Returns the image (for a
+    colorbar)."""
     matrix = patterns[batch, head, -window:, -window:].double().cpu().numpy()
+    shown = matrix.shape[-1]
     style = {"cmap": "RdBu_r", "vmin": -1, "vmax": 1} if difference else {"cmap": "magma", "vmin": 0, "vmax": 1}
-    image = axis.imshow(matrix, extent=(-window - 0.5, -0.5, -0.5, -window - 0.5), **style)
+    image = axis.imshow(matrix, extent=(-shown - 0.5, -0.5, -0.5, -shown - 0.5), **style)
+    for positions in (axis.xaxis, axis.yaxis):
+        positions.set_major_locator(MaxNLocator(integer=True))
     axis.set_title(title, fontsize=9)
     axis.set_xlabel("key (position from the end)", fontsize=8)
     axis.set_ylabel("query (position from the end)", fontsize=8)
@@ -177,8 +183,9 @@ def plot_pattern_comparison(trained: dict[str, torch.Tensor], ideal: dict[str, t
                               difference=True)
     figure.colorbar(weights, ax=axes[-1, :2], location="bottom", shrink=0.6, label="attention weight")
     figure.colorbar(signed, ax=axes[-1, 2], location="bottom", shrink=0.9, label="trained - ideal")
+    shown = min(window, next(iter(ideal.values())).shape[-1])
     figure.suptitle(f"Hand-built history layers: best-matching trained head, ideal pattern and difference\n"
-                    f"(last {window} positions of one held-out prompt; score = 1 - TV of offset profiles)")
+                    f"(last {shown} positions of one held-out prompt; score = 1 - TV of offset profiles)")
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -236,6 +243,7 @@ def plot_offset_summary(summary: dict, path: Path) -> None:
             axes[1, layer].plot(offsets, logit[layer, head].numpy(), **style)
         axes[0, layer].set_title(f"layer {layer + 1}")
         axes[1, layer].set_xlabel("key offset j - i")
+        axes[1, layer].xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[1, layer].axhline(0.0, color="gray", linewidth=0.6)
         for axis in axes[:, layer]:
             axis.grid(alpha=0.3)

@@ -16,12 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from empirical.configs import add_config_options, config_from_options
+from empirical.configs import add_config_options
 from empirical.markov.aggregate import SIDES, aggregate_cells, aggregate_sides, verdict_counts
 from empirical.markov.config import MarkovSweepConfig
 from empirical.markov.criterion import TRAP_CRITERION
 from empirical.markov.figures import plot_loss_curves, plot_phase_diagram, plot_plateau_survival, plot_read_back
 from empirical.markov.runs import run_sweep
+from hmmtf_options import config_from_command_line
 
 
 def source_revision() -> dict | None:
@@ -73,12 +74,24 @@ def draw_figures(document: dict, directory: Path) -> None:
         plot_loss_curves(runs, config, init, directory / f"loss_curves_{init}.png")
 
 
+def read_results(path: Path, argument: str) -> dict:
+    """The ``results.json`` of a sweep at ``path``, given by the option ``argument``: ``ValueError``
+    naming both when the file is missing or not JSON."""
+    if not path.is_file():
+        raise ValueError(f"{argument}: {str(path)!r} does not exist; expected the results.json of hmmtf markov-sweep")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{argument}: {str(path)!r} is not JSON ({error}); expected the results.json of "
+                         f"hmmtf markov-sweep") from error
+
+
 def run_markov_sweep(args) -> int:
     if args.redraw:
-        draw_figures(json.loads((Path(args.out) / "results.json").read_text()), Path(args.out))
+        draw_figures(read_results(Path(args.out) / "results.json", "--out"), Path(args.out))
         print(f"redrew the figures of {args.out} from its results.json")
         return 0
-    config = config_from_options(MarkovSweepConfig, vars(args))
+    config = config_from_command_line(MarkovSweepConfig, vars(args))
     started = time.perf_counter()
     runs = run_sweep(config, progress=not args.no_progress)
     document = write_sweep(runs, config, Path(args.out), command=args.command_line,
@@ -162,7 +175,7 @@ def verdict_markdown(documents: list[dict]) -> str:
 
 
 def run_markov_verdict(args) -> int:
-    print(verdict_markdown([json.loads(Path(path).read_text()) for path in args.results]), end="")
+    print(verdict_markdown([read_results(Path(path), "results") for path in args.results]), end="")
     return 0
 
 
@@ -175,7 +188,9 @@ def register(subparsers) -> None:
                     "report the fraction of seeds whose held-out loss is above the bigram line by more than its "
                     "sampling noise at the end of the budget.",
     )
-    parser.add_argument("--out", default="figures/markov", help="output directory (default: %(default)s)")
+    parser.add_argument("--out", default="runs/markov",
+                        help="output directory (default: %(default)s; the committed sweeps are written with "
+                             "--out figures/markov/...)")
     add_config_options(parser, MarkovSweepConfig)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--redraw", action="store_true",

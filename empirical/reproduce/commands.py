@@ -26,7 +26,6 @@ from empirical.reproduce import plan
 from empirical.reproduce.config import reproduce_config
 from empirical.reproduce.record import (
     DETACHED_FILE,
-    ERROR_PREFIX,
     LOG_FILE,
     RECORD_FILE,
     planning_status,
@@ -36,6 +35,7 @@ from empirical.reproduce.record import (
     write_json,
 )
 from empirical.reproduce.stages import STAGE_NAMES, check_settings, done_stages, plan_costs, run_stages
+from hmmtf_options import positive_float, positive_int
 
 DEFAULT_BUDGET_MINUTES = 25.0
 """The GPU budget of a session: 30 minutes of device time, less the machine's start."""
@@ -116,6 +116,8 @@ def summary(record: dict) -> str:
 
 
 def reproduce(args) -> int:
+    """``hmmtf reproduce``: status, wait, detach, plan or run. A bad argument, a budget too short or
+    another run's folder raises ``ValueError``, which :func:`hmmtf.main` prints as one line."""
     out = Path(args.out) if args.out else default_out(args.preset)
     if args.status:
         return show_status(out)
@@ -127,7 +129,7 @@ def reproduce(args) -> int:
                          f"--plan (a run measures the peak of the device it runs on)")
     config = reproduce_config(args.preset, args.device, compile_model=args.compile, cpu_bf16=args.cpu_bf16,
                               planning_only=assumed)
-    if args.threads:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.detach:
         return detach(args.command_line, config.preset.name, out)
@@ -152,16 +154,6 @@ def reproduce(args) -> int:
     return 0
 
 
-def run_reproduce(args) -> int:
-    """``reproduce``; a ``ValueError`` (bad argument, budget, another run's folder) is printed as
-    one line naming the argument, its value and what was expected, exit code 2."""
-    try:
-        return reproduce(args)
-    except ValueError as error:
-        print(f"{ERROR_PREFIX}{error}", file=sys.stderr)
-        return 2
-
-
 def register(subparsers) -> None:
     """Add ``reproduce`` to the ``hmmtf`` parser."""
     parser = subparsers.add_parser(
@@ -170,22 +162,23 @@ def register(subparsers) -> None:
     parser.add_argument("--preset", required=True, help=f"one of {sorted(PRESETS)}")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--out", help="run folder (default runs/reproduce/PRESET); running again resumes it")
-    parser.add_argument("--budget-minutes", type=float, default=DEFAULT_BUDGET_MINUTES,
+    parser.add_argument("--budget-minutes", type=positive_float, default=DEFAULT_BUDGET_MINUTES,
                         help="refuse to start when the stages to run are planned longer (default: %(default)s)")
     parser.add_argument("--plan", action="store_true", help="print the stage table and stop")
-    parser.add_argument("--assume-peak-tflops", type=float,
+    parser.add_argument("--assume-peak-tflops", type=positive_float,
                         help="with --plan: plan for a device not here (default --device cuda) with this matmul peak "
                              "(TFLOP/s, training dtype) instead of measuring")
     for name, unit in (("float32_tflops", "TFLOP/s"), ("float64_tflops", "TFLOP/s"), ("bandwidth_tbs", "TB/s")):
-        parser.add_argument(f"--assume-{name.replace('_', '-')}", type=float, default=plan.H100_ASSUMPTIONS[name],
+        parser.add_argument(f"--assume-{name.replace('_', '-')}", type=positive_float, default=plan.H100_ASSUMPTIONS[name],
                             help=f"with --assume-peak-tflops ({unit}; default: %(default)s, an H100)")
     parser.add_argument("--stop-after", choices=STAGE_NAMES, help="stop after this stage (a later run resumes)")
     parser.add_argument("--status", action="store_true", help="print the run's progress and exit")
-    parser.add_argument("--wait", type=float, metavar="SECONDS",
+    parser.add_argument("--wait", type=positive_float, metavar="SECONDS",
                         help="print a status line every %g s until the run ends or SECONDS pass" % POLL_SECONDS)
     parser.add_argument("--detach", action="store_true", help="run in a new session in the background (log in OUT)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model whatever the preset says")
     parser.add_argument("--cpu-bf16", action="store_true",
                         help="bf16 autocast on the CPU too (precision bf16-cpu): rehearses the CUDA run's dtypes")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a shared 2-core machine)")
-    parser.set_defaults(run=run_reproduce)
+    parser.add_argument("--threads", type=positive_int,
+                        help="torch CPU threads (1 is fastest on a shared 2-core machine)")
+    parser.set_defaults(run=reproduce)

@@ -33,7 +33,8 @@ PROGRESS_FILE = "progress.json"
 LOG_FILE = "reproduce.log"
 DETACHED_FILE = "detached.json"
 ERROR_PREFIX = "hmmtf reproduce: error: "
-"""How ``hmmtf reproduce`` begins the line of an error that ends it (exit code 2)."""
+"""How ``hmmtf reproduce`` begins the line of a user error that ends it (exit code 2; the format of
+:func:`hmmtf.error_line`)."""
 GIT_COMMIT_VARIABLE = "HMMTF_GIT_COMMIT"
 """Environment variable naming the commit where the working tree has no ``.git`` (the device
 machine receives a copy of the tree)."""
