@@ -37,6 +37,7 @@ from empirical.presets import PRESETS, ExperimentPreset, get_preset
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor, unseen_mixture
 from empirical.train import CHECKPOINT_DIR, train
 from hmm.prior_predictive import SMCSettings
+from hmmtf_options import positive_int
 
 CURVE_FILE = "curve.jsonl"
 STUDY_FILE = "curves.json"
@@ -225,12 +226,12 @@ def register(subparsers) -> None:
     for name, kind in {**OVERRIDES, **ROFORMER_OVERRIDES, **TRAIN_OVERRIDES}.items():
         parser.add_argument("--" + name.replace("_", "-"), type=kind, help=f"override the preset's {name}")
     parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present)")
-    parser.add_argument("--every", type=int, required=True, help="steps between curve points (divides --steps)")
-    parser.add_argument("--curve-prompts", type=int, default=256, help="fresh-HMM prompts of every point")
-    parser.add_argument("--fresh-tasks", type=int, default=1024, help="fresh HMMs the prompts come from")
-    parser.add_argument("--ceiling-particles", type=int, default=CEILING_SETTINGS.particles,
+    parser.add_argument("--every", type=positive_int, required=True, help="steps between curve points (divides --steps)")
+    parser.add_argument("--curve-prompts", type=positive_int, default=256, help="fresh-HMM prompts of every point")
+    parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
+    parser.add_argument("--ceiling-particles", type=positive_int, default=CEILING_SETTINGS.particles,
                         help="SMC particles per replicate of the ceiling")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     parser.set_defaults(run=run_curve)
 
     parser = subparsers.add_parser("curves", help="a study: several runs' learning curves (of hmmtf curve) in one "

@@ -25,7 +25,6 @@ the SMC's prior is :class:`hmm.prior_predictive.DirichletHMMPrior`.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -42,6 +41,7 @@ from empirical.plots import plot_signal
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
 from hmm.observability import observability_exact
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
+from hmmtf_options import non_negative_int, positive_int
 
 CANDIDATES: dict[str, hmm.MixtureSpec] = {
     "paper family (S 16, T 0.1, O 0.1)": hmm.MIXTURE_SPECS["tasks-8192"],
@@ -58,14 +58,6 @@ the one a regime preset would train on."""
 GAMMA_HMMS = 64
 """Fresh HMMs whose emissions' gamma is computed (an LP each)."""
 SIGNAL_FILE = "signal.json"
-
-
-def positive_integer(text: str) -> int:
-    """An argparse type: an integer >= 1, else the option's error names the value."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}; expected an integer >= 1")
-    return value
 
 
 def emission_gamma(emission: torch.Tensor) -> float:
@@ -161,13 +153,14 @@ def register(subparsers) -> None:
                                                   "prior-predictive ceiling and the oracle on fresh HMMs")
     parser.add_argument("--families", nargs="+", default=list(CANDIDATES), metavar="NAME",
                         help=f"families to measure (default: all of {list(CANDIDATES)})")
-    parser.add_argument("--num-prompts", type=positive_integer, default=128, help="prompts per family")
-    parser.add_argument("--fresh-tasks", type=positive_integer, default=1024, help="fresh HMMs the prompts come from")
-    parser.add_argument("--particles", type=positive_integer, default=CEILING_SETTINGS.particles,
+    parser.add_argument("--num-prompts", type=positive_int, default=128, help="prompts per family")
+    parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
+    parser.add_argument("--particles", type=positive_int, default=CEILING_SETTINGS.particles,
                         help="SMC particles per replicate of the ceiling")
-    parser.add_argument("--moves", type=positive_integer, default=CEILING_SETTINGS.moves,
+    parser.add_argument("--moves", type=positive_int, default=CEILING_SETTINGS.moves,
                         help="Gibbs sweeps per rejuvenation")
-    parser.add_argument("--seed", type=int, default=CEILING_SETTINGS.seed, help="seed of the ceiling's SMC")
-    parser.add_argument("--threads", type=positive_integer, default=1, help="torch CPU threads")
-    parser.add_argument("--out", default="figures/families", help="folder of signal.json and signal.png")
+    parser.add_argument("--seed", type=non_negative_int, default=CEILING_SETTINGS.seed, help="seed of the ceiling's SMC")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    parser.add_argument("--out", default="runs/families",
+                        help="folder of signal.json and signal.png (the committed result: --out figures/families)")
     parser.set_defaults(run=run_signal)
