@@ -32,15 +32,12 @@ from empirical.competence import (CEILING_SETTINGS, ceiling_replicates, fitted_n
 from empirical.data import PromptStream, stream_seed
 from empirical.evaluate import model_predictor
 from empirical.model import RoFormer
-from empirical.plots import plot_curve, plot_curves
-from empirical.presets import PRESETS, ExperimentPreset, get_preset
+from empirical.presets import ExperimentPreset
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor, unseen_mixture
 from empirical.train import CHECKPOINT_DIR, train
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import positive_int
 
 CURVE_FILE = "curve.jsonl"
-STUDY_FILE = "curves.json"
 BASELINES_FILE = "curve_baselines.json"
 
 
@@ -152,40 +149,6 @@ def baseline_means(baselines: dict) -> dict[str, dict[str, float]]:
             for scope, losses in baselines["losses"].items()}
 
 
-OVERRIDES = {"num_layers": int, "num_heads": int, "width": int}
-"""The preset's model fields ``hmmtf curve`` can override (the training fields: :data:`TRAIN_OVERRIDES`;
-the RoFormer's other fields: :data:`ROFORMER_OVERRIDES`)."""
-ROFORMER_OVERRIDES = {"rotary_base": float, "mlp_ratio": int, "init_std": float}
-TRAIN_OVERRIDES = {"steps": int, "batch_size": int, "learning_rate": float, "min_lr_ratio": float,
-                   "warmup_steps": int, "weight_decay": float, "log_every": int, "checkpoint_every": int}
-
-
-def curve_preset(args) -> ExperimentPreset:
-    """``args.preset`` with ``args.mixture`` (a name of :data:`hmm.MIXTURE_SPECS`, keeping the
-    preset's prompt format) and every override given on the command line."""
-    preset = get_preset(args.preset)
-    if args.mixture is not None:
-        if args.mixture not in hmm.MIXTURE_SPECS:
-            raise ValueError(f"--mixture: {args.mixture!r}; expected one of {sorted(hmm.MIXTURE_SPECS)}")
-        preset = dataclasses.replace(preset, mixture=args.mixture)
-    model = {name: getattr(args, name) for name in OVERRIDES if getattr(args, name) is not None}
-    training = {name: getattr(args, name) for name in TRAIN_OVERRIDES if getattr(args, name) is not None}
-    return dataclasses.replace(preset, **model, train=dataclasses.replace(preset.train, **training))
-
-
-def run_curve(args) -> int:
-    torch.set_num_threads(args.threads)
-    preset = curve_preset(args)
-    run_dir = Path(args.run_dir)
-    settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles)
-    model = {name: getattr(args, name) for name in ROFORMER_OVERRIDES if getattr(args, name) is not None}
-    points = train_with_curve(preset, run_dir, args.every, args.curve_prompts, args.fresh_tasks, settings,
-                              command=args.command_line, model_overrides=model)
-    baselines = json.loads((run_dir / BASELINES_FILE).read_text())
-    plot_curve(points, baseline_means(baselines), run_dir / "curve.png")
-    return 0
-
-
 def run_summary(run_dir: Path) -> dict:
     """One run of a study: its model and training (from its checkpoint's ``config.json``), its
     curve's points and its baselines' mean losses."""
@@ -195,48 +158,3 @@ def run_summary(run_dir: Path) -> dict:
             "mixture": config["task"]["mixture"], "points": written_points(run_dir),
             "baselines": baseline_means(baselines), "probe": {key: baselines[key] for key in
                                                             ("num_prompts", "fresh_tasks", "ceiling_settings")}}
-
-
-def run_curves(args) -> int:
-    """``hmmtf curves``: the runs' summaries in ``curves.json`` and their curves in ``curves.png``."""
-    runs = [run_summary(Path(run_dir)) for run_dir in args.run_dirs]
-    for run in runs[1:]:
-        if (run["mixture"], run["probe"]) != (runs[0]["mixture"], runs[0]["probe"]):
-            raise ValueError(f"run_dirs: {run['run']!r} was scored on {run['mixture']!r} with {run['probe']}, "
-                             f"{runs[0]['run']!r} on {runs[0]['mixture']!r} with {runs[0]['probe']}; expected one "
-                             f"mixture and one probe per study")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    study = {"command": args.command_line, "git_commit": args.git_commit, "title": args.title, "runs": runs}
-    (out / STUDY_FILE).write_text(json.dumps(study, indent=1) + "\n")
-    plot_curves(study, out / "curves.png")
-    for run in runs:
-        last = run["points"][-1]["all_positions"]
-        print(f"{run['run']}: step {run['points'][-1]['step']}, model - bigram {last['model_minus']['ngram 2']['mean']:+.4f}, "
-              f"gap closed {last['gap_closed']['fraction']:.2f}")
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add ``curve`` and ``curves`` to the ``hmmtf`` parser."""
-    parser = subparsers.add_parser("curve", help="train with a learning curve on fresh HMMs against the in-context "
-                                                 "n-grams and the prior-predictive ceiling")
-    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
-    parser.add_argument("--mixture", help="train on this mixture (a name of hmm.MIXTURE_SPECS) instead of the preset's")
-    for name, kind in {**OVERRIDES, **ROFORMER_OVERRIDES, **TRAIN_OVERRIDES}.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, help=f"override the preset's {name}")
-    parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present)")
-    parser.add_argument("--every", type=positive_int, required=True, help="steps between curve points (divides --steps)")
-    parser.add_argument("--curve-prompts", type=positive_int, default=256, help="fresh-HMM prompts of every point")
-    parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
-    parser.add_argument("--ceiling-particles", type=positive_int, default=CEILING_SETTINGS.particles,
-                        help="SMC particles per replicate of the ceiling")
-    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
-    parser.set_defaults(run=run_curve)
-
-    parser = subparsers.add_parser("curves", help="a study: several runs' learning curves (of hmmtf curve) in one "
-                                                  "JSON and figure")
-    parser.add_argument("run_dirs", nargs="+", help="run folders of hmmtf curve")
-    parser.add_argument("--title", required=True, help="what the study compares (the figure's title)")
-    parser.add_argument("--out", required=True, help="folder of curves.json and curves.png")
-    parser.set_defaults(run=run_curves)

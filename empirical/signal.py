@@ -26,22 +26,18 @@ the SMC's prior is :class:`hmm.prior_predictive.DirichletHMMPrior`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
-from pathlib import Path
 
 import torch
 
 import hmm
-from empirical.competence import (CEILING_REPLICATES, CEILING_SETTINGS, FIT_MIXTURE_STREAM, FIT_PROMPT_STREAM, FIT_PROMPTS,
+from empirical.competence import (CEILING_REPLICATES, FIT_MIXTURE_STREAM, FIT_PROMPT_STREAM, FIT_PROMPTS,
                                   NGRAM_ORDERS, ceiling_error, paired, per_prompt_loss, scope_rows)
 from empirical.data import stream_seed
 from empirical.ngram import InContextNGram
-from empirical.plots import plot_signal
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
 from hmm.observability import observability_exact
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
-from hmmtf_options import non_negative_int, positive_int
 
 CANDIDATES: dict[str, hmm.MixtureSpec] = {
     "paper family (S 16, T 0.1, O 0.1)": hmm.MIXTURE_SPECS["tasks-8192"],
@@ -57,7 +53,6 @@ vocabulary). Only the generator matters here (fresh HMMs are drawn from it); the
 the one a regime preset would train on."""
 GAMMA_HMMS = 64
 """Fresh HMMs whose emissions' gamma is computed (an LP each)."""
-SIGNAL_FILE = "signal.json"
 
 
 def emission_gamma(emission: torch.Tensor) -> float:
@@ -124,43 +119,3 @@ def signal_report(families: dict[str, hmm.MixtureSpec], prompt_format: hmm.Promp
             "ceiling_replicates": CEILING_REPLICATES, "ngram_fit_prompts": FIT_PROMPTS,
             "families": {name: family_signal(spec, prompt_format, num_prompts, fresh_tasks, settings)
                          for name, spec in families.items()}}
-
-
-def run_signal(args) -> int:
-    torch.set_num_threads(args.threads)
-    unknown = sorted(set(args.families) - set(CANDIDATES))
-    if unknown:
-        raise ValueError(f"--families: {unknown}; expected names of {sorted(CANDIDATES)}")
-    settings = SMCSettings(particles=args.particles, moves=args.moves, seed=args.seed)
-    started = time.perf_counter()
-    report = signal_report({name: CANDIDATES[name] for name in args.families}, hmm.PROMPT_FORMATS["tasks-8192"],
-                           args.num_prompts, args.fresh_tasks, settings)
-    report = {"command": args.command_line, "git_commit": args.git_commit, "seconds": time.perf_counter() - started,
-              **report}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SIGNAL_FILE).write_text(json.dumps(report, indent=2) + "\n")
-    plot_signal(report, out / "signal.png")
-    print(json.dumps({name: {"signal": round(family["scopes"]["all_positions"]["signal"]["mean"], 4),
-                             "bigram_share": round(family["scopes"]["all_positions"]["bigram_share"], 3)}
-                      for name, family in report["families"].items()}, indent=1))
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add ``signal`` to the ``hmmtf`` parser."""
-    parser = subparsers.add_parser("signal", help="in-context signal of data families: in-context n-grams, the "
-                                                  "prior-predictive ceiling and the oracle on fresh HMMs")
-    parser.add_argument("--families", nargs="+", default=list(CANDIDATES), metavar="NAME",
-                        help=f"families to measure (default: all of {list(CANDIDATES)})")
-    parser.add_argument("--num-prompts", type=positive_int, default=128, help="prompts per family")
-    parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
-    parser.add_argument("--particles", type=positive_int, default=CEILING_SETTINGS.particles,
-                        help="SMC particles per replicate of the ceiling")
-    parser.add_argument("--moves", type=positive_int, default=CEILING_SETTINGS.moves,
-                        help="Gibbs sweeps per rejuvenation")
-    parser.add_argument("--seed", type=non_negative_int, default=CEILING_SETTINGS.seed, help="seed of the ceiling's SMC")
-    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
-    parser.add_argument("--out", default="runs/families",
-                        help="folder of signal.json and signal.png (the committed result: --out figures/families)")
-    parser.set_defaults(run=run_signal)
