@@ -57,10 +57,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 # (2 cores): pytest's collection (torch, numpy, scipy, sympy, matplotlib, hypothesis, the project)
 # beside the modules tests import only when they run (hmmlearn with scikit-learn and pandas,
 # TransformerLens with transformers, torch's dynamo, which the first optimizer step imports, and
-# its distributed package). Without it, a fresh clone's first suite took 96-104 s, because its
+# its distributed package; the notebook's kernel, ipykernel with IPython). Without it, a fresh clone's first suite took 96-104 s, because its
 # two workers compiled the same files at once; after its 25 s, 80-86 s, as a later suite does.
 # A failure here costs only time (the suite reports the error), so it is printed, not fatal.
-LAZY_IMPORTS := hmmlearn.hmm, transformer_lens, torch._dynamo, torch.distributed
+LAZY_IMPORTS := hmmlearn.hmm, transformer_lens, torch._dynamo, torch.distributed, ipykernel.kernelapp
 $(BYTECODE): $(STAMP)
 	@echo "compiling the bytecode of what the suite imports (about 25 s, once)"
 	@$(PY) -m pytest --collect-only -q -p no:cacheprovider > $(VENV)/bytecode-collection.log 2>&1 & collection=$$!; \
