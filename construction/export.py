@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from construction.network import Network
 from construction.spec import ConstructionSpec

@@ -123,7 +123,8 @@ class Network:
         eta = torch.tensor([self.spec.eta], dtype=torch.float64)
         batch_patch = None if patch is None else (lambda name, batch: patch(name, batch[0])[None])
         residuals, logits_by_layer, weights_by_layer = [stream[0]], {}, {}
-        for layer, stream, logits, attention in propagate(stream, self.layers, self.torch_weights(dtype), self.spec,
+        # propagate() holds the embedded stream before the loop rebinds the name to each layer's output.
+        for layer, stream, logits, attention in propagate(stream, self.layers, self.torch_weights(dtype), self.spec,  # noqa: B020
                                                           eta, batch_patch):
             residuals.append(stream[0])
             if record_attention and logits is not None:

@@ -139,12 +139,12 @@ class HMM:
     def device(self) -> torch.device:
         return self.transition.device
 
-    def to(self, device=None, dtype: torch.dtype | None = None) -> "HMM":
+    def to(self, device=None, dtype: torch.dtype | None = None) -> HMM:
         """A copy on ``device`` and/or in ``dtype`` (re-validated)."""
         return HMM(*(t.to(device=device, dtype=dtype) for t in (self.initial, self.transition, self.emission)))
 
     @classmethod
-    def _derived(cls, initial: torch.Tensor, transition: torch.Tensor, emission: torch.Tensor) -> "HMM":
+    def _derived(cls, initial: torch.Tensor, transition: torch.Tensor, emission: torch.Tensor) -> HMM:
         """An HMM made of views or slices of an already validated one: same rows, so no
         re-validation (which costs several passes over the parameters, ~1 GB for the paper mixture)."""
         derived = object.__new__(cls)
@@ -152,7 +152,7 @@ class HMM:
             object.__setattr__(derived, name, value)
         return derived
 
-    def expand(self) -> "HMM":
+    def expand(self) -> HMM:
         """The same HMM with all three tensors expanded to the full :attr:`batch_shape` (views)."""
         batch = self.batch_shape
         S, p = self.num_states, self.num_tokens
@@ -173,7 +173,7 @@ class HMM:
             tables.append(cdf)
         return tuple(tables)
 
-    def __getitem__(self, index) -> "HMM":
+    def __getitem__(self, index) -> HMM:
         """Index the model batch, e.g. ``mixture[3]`` or ``mixture[:16]``."""
         full = self.expand()
         return HMM._derived(full.initial[index], full.transition[index], full.emission[index])
