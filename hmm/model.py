@@ -159,7 +159,7 @@ class HMM:
         return HMM._derived(self.initial.expand(*batch, S), self.transition.expand(*batch, S, S), self.emission.expand(*batch, S, p))
 
     @cached_property
-    def inverse_cdf_tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def inverse_cdf_tables(self) -> tuple[torch.Tensor, ...]:
         """Row-wise CDFs on the CPU for inverse-CDF sampling, computed once per HMM object:
         ``initial (B, S)``, ``transition (B*S, S)``, ``emission (B*S, p)`` with ``B`` the
         flattened batch. The last entry of every row is set to exactly 1 so that a draw
