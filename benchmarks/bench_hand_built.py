@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     loop_per_prompt = loop_seconds / looped
     batched = {}
     for batch_size in args.batch_sizes:
-        predictions, seconds = timed(lambda: batched_predictions(specs, tokens, batch_size))
+        # timed() calls the function within this iteration, with this batch_size.
+        predictions, seconds = timed(lambda: batched_predictions(specs, tokens, batch_size))  # noqa: B023
         batched[batch_size] = {
             "seconds": seconds,
             "prompts_per_s": args.prompts / seconds,

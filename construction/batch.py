@@ -127,6 +127,7 @@ def forward_batch(specs: Sequence[ConstructionSpec], tokens, *, dtype: torch.dty
     network = unit_network(unit)
     stream = torch.as_tensor(np.stack([embed(prompt, unit.layout, unit.theta) for prompt in tokens]), dtype=dtype)
     eta = torch.tensor([spec.eta for spec in specs], dtype=torch.float64)
-    for _, stream, _, _ in propagate(stream, network.layers, scaled_weights(network, specs, dtype), unit, eta):
+    # propagate() holds the embedded stream before the loop rebinds the name to each layer's output.
+    for _, stream, _, _ in propagate(stream, network.layers, scaled_weights(network, specs, dtype), unit, eta):  # noqa: B020
         continue  # only the stream after the read-out is kept: B residual streams per layer are too many
     return BatchTrace(layout=unit.layout, stream=stream)

@@ -18,12 +18,12 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from construction.network import Network
 from construction.spec import ConstructionSpec
-from construction.weights import AttentionLayer, Head, MLPLayer, Stage
+from construction.weights import AttentionLayer, Head, Layer, MLPLayer, Stage
 
 DESCRIPTION = (
     "Hand-wired attention-only residual transformer (construction/, docs/construction.md). "
@@ -75,7 +75,7 @@ def load_weights(path: str | Path) -> Network:
         metadata = handle.metadata()
     tensors = {name: tensor.numpy() for name, tensor in load_file(str(path)).items()}
     parameters = json.loads(metadata["parameters"])
-    layers = []
+    layers: list[Layer] = []
     for name, kind, num_heads, activation, stage, index in json.loads(metadata["layers"]):
         if kind == "mlp":
             w_in, w_out = tensors[f"{name}.w_in"], tensors[f"{name}.w_out"]

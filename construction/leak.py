@@ -66,7 +66,7 @@ def error_factors(layout: Layout, doubling: bool) -> dict[str, float]:
     """Stage 1-2 errors per unit eps: covariate ``x``, target ``y``, exclusion count ``D`` of a sample."""
     L, m = layout.history_length, layout.future_length
     if doubling:
-        history = sum(math.floor(math.log2(r)) + 1 for r in range(1, L))
+        history: float = sum(math.floor(math.log2(r)) + 1 for r in range(1, L))
     else:
         history = L * (L - 1) / 2
     future = m * (m + 1) / 2

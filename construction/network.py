@@ -123,11 +123,12 @@ class Network:
         eta = torch.tensor([self.spec.eta], dtype=torch.float64)
         batch_patch = None if patch is None else (lambda name, batch: patch(name, batch[0])[None])
         residuals, logits_by_layer, weights_by_layer = [stream[0]], {}, {}
-        for layer, stream, logits, attention in propagate(stream, self.layers, self.torch_weights(dtype), self.spec,
+        # propagate() holds the embedded stream before the loop rebinds the name to each layer's output.
+        for layer, stream, logits, attention in propagate(stream, self.layers, self.torch_weights(dtype), self.spec,  # noqa: B020
                                                           eta, batch_patch):
             residuals.append(stream[0])
-            if record_attention and logits is not None:
-                logits_by_layer[layer.name], weights_by_layer[layer.name] = logits[0], attention[0]
+            if record_attention and logits is not None:  # then attention is too (propagate: None for both at an MLP)
+                logits_by_layer[layer.name], weights_by_layer[layer.name] = logits[0], attention[0]  # type: ignore[index]
         output = self.layout.rows("output")
         return Trace(
             layout=self.layout,
@@ -168,7 +169,7 @@ def _layer_tensors(layer: Layer, dtype: torch.dtype) -> dict:
     """One layer's entry of :meth:`Network.torch_weights`."""
     if isinstance(layer, MLPLayer):
         return {name: torch.as_tensor(getattr(layer, name), dtype=dtype) for name in ("w_in", "w_out")}
-    tensors = {"activation": layer.heads[0].activation}
+    tensors: dict[str, str | torch.Tensor] = {"activation": layer.heads[0].activation}
     values = [head.value for head in layer.heads]
     written = _nonzero_rows(values, axis=1, what=f"rows written by the heads of {layer.name}")
     values = [value[rows] for value, rows in zip(values, written)]

@@ -56,7 +56,8 @@ class ConstructionSpec:
         for name, value, least in integers:
             if not isinstance(value, (int, np.integer)) or value < least:
                 raise ValueError(f"{name}={value!r}: expected an integer >= {least}")
-        for name, value in (("eta", self.eta), ("beta", self.beta), ("penalty", self.penalty)):
+        # penalty is None only until the first statement above sets it; the field's type cannot say so.
+        for name, value in (("eta", self.eta), ("beta", self.beta), ("penalty", self.penalty)):  # type: ignore[assignment]
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name}={value!r}: expected a finite number > 0")
         if not 0 < self.theta < math.pi:
@@ -69,7 +70,7 @@ class ConstructionSpec:
 
     def amplification(self) -> float:
         """:func:`construction.leak.amplification` A of this spec (it reads neither beta nor theta)."""
-        return leak.amplification(self.layout, self.doubling, self.gd_steps, self.eta, self.penalty)
+        return leak.amplification(self.layout, self.doubling, self.gd_steps, self.eta, self.penalty)  # type: ignore[arg-type]
 
     def error_bound(self, num_columns: int) -> float:
         """Bound on the end-to-end construction error ``|prediction - W_T x_test|`` of an N-column

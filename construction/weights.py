@@ -153,7 +153,7 @@ def max_shift(history_length: int, doubling: bool) -> int:
     return 1
 
 
-def history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]:
+def history_layers(layout: Layout, beta, theta) -> list[Layer]:
     """Stage 1, as in the paper: L-1 single-head layers with ``A = R(theta)``.
 
     Layer r (r = 1..L-1) has logits ``beta cos((j - i + 1) theta)`` (peak at j = i-1) and copies
@@ -171,7 +171,7 @@ def history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]:
     ]
 
 
-def doubling_history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]:
+def doubling_history_layers(layout: Layout, beta, theta) -> list[Layer]:
     """Stage 1, doubling variant (not in the paper): ceil(log2 L) single-head layers.
 
     Layer r uses ``A^(2^(r-1)) = R(2^(r-1) theta)``, peaking at ``j = i - s`` with ``s = 2^(r-1)``,
@@ -180,7 +180,7 @@ def doubling_history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]
     Since ``history.q`` of column i-s is ``o_{i-s-q}``, column i afterwards holds
     ``o_i..o_{i-2s+1}``: the same features as the sequential layers after ``2s - 1`` of them.
     """
-    layers = []
+    layers: list[Layer] = []
     for index in range(1, doubling_layer_count(layout.history_length) + 1):
         shift = 2 ** (index - 1)
         copies = [
@@ -193,7 +193,7 @@ def doubling_history_layers(layout: Layout, beta, theta) -> list[AttentionLayer]
     return layers
 
 
-def label_layers(layout: Layout, beta, theta) -> list[AttentionLayer]:
+def label_layers(layout: Layout, beta, theta) -> list[Layer]:
     """Stage 2: m single-head layers with ``B = R(-theta)`` (the future matrix).
 
     Logits ``beta cos((j - i - 1) theta)`` peak at j = i+1: layer r copies ``future.{r-1}``

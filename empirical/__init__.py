@@ -12,6 +12,8 @@ Public API of the core (import from the modules named; this file imports nothing
                  train(model_config, train_config, batch_fn, run_dir) -> TrainResult (DDP under
                  torchrun, bit-exact resume), init_distributed, distributed_context
     checkpoint:  save_checkpoint, load_checkpoint -> Checkpoint(model, config, optimizer_state)
+    runs:        load_run(path, num_prompts) -> LoadedRun(model, preset, mixture, prompts, config,
+                 checkpoint; .prompt_format): a checkpoint or run folder with the data it was trained on
     data:        PromptStream (batch function of a mixture), held_out_prompts,
                  unigram_distribution, stream_seed
     evaluate:    hmm_token_probs, model_predictor, bayes_predictor, unigram_predictor, in_context_predictors,

@@ -162,6 +162,6 @@ class InContextNGram:
         return interpolate(context_counts(tokens, self.num_tokens, self.order), self.concentrations)
 
     @classmethod
-    def fitted(cls, order: int, num_tokens: int, fitting_tokens) -> "InContextNGram":
+    def fitted(cls, order: int, num_tokens: int, fitting_tokens) -> InContextNGram:
         """The predictor with :func:`fit_concentrations` on ``fitting_tokens``."""
         return cls(order, num_tokens, fit_concentrations(fitting_tokens, num_tokens, order))

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 
 from hmm.markov import stationary_or_invalid
-from hmm.prior_predictive import (DirichletHMMPrior, _filter, _move, _Particles, check_prompts, format_positions)
+from hmm.prior_predictive import DirichletHMMPrior, _filter, _move, _Particles, check_prompts, format_positions
 from hmm.prompts import PromptFormat
 
 

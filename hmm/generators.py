@@ -120,7 +120,8 @@ def random_hmm(
     else:
         transition = low_rank_transition(batch, num_states, rank, transition_concentration, rng).transition
     if observability is None:
-        emission = dirichlet_rows((*batch, num_states, num_tokens), emission_concentration, rng)
+        # None is refused there: "concentration: None; expected a finite number > 0".
+        emission = dirichlet_rows((*batch, num_states, num_tokens), emission_concentration, rng)  # type: ignore[arg-type]
     else:
         emission = observable_emission(batch, num_states, num_tokens, observability, emission_concentration, rng)
     if initial == "stationary":

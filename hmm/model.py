@@ -139,12 +139,12 @@ class HMM:
     def device(self) -> torch.device:
         return self.transition.device
 
-    def to(self, device=None, dtype: torch.dtype | None = None) -> "HMM":
+    def to(self, device=None, dtype: torch.dtype | None = None) -> HMM:
         """A copy on ``device`` and/or in ``dtype`` (re-validated)."""
         return HMM(*(t.to(device=device, dtype=dtype) for t in (self.initial, self.transition, self.emission)))
 
     @classmethod
-    def _derived(cls, initial: torch.Tensor, transition: torch.Tensor, emission: torch.Tensor) -> "HMM":
+    def _derived(cls, initial: torch.Tensor, transition: torch.Tensor, emission: torch.Tensor) -> HMM:
         """An HMM made of views or slices of an already validated one: same rows, so no
         re-validation (which costs several passes over the parameters, ~1 GB for the paper mixture)."""
         derived = object.__new__(cls)
@@ -152,14 +152,14 @@ class HMM:
             object.__setattr__(derived, name, value)
         return derived
 
-    def expand(self) -> "HMM":
+    def expand(self) -> HMM:
         """The same HMM with all three tensors expanded to the full :attr:`batch_shape` (views)."""
         batch = self.batch_shape
         S, p = self.num_states, self.num_tokens
         return HMM._derived(self.initial.expand(*batch, S), self.transition.expand(*batch, S, S), self.emission.expand(*batch, S, p))
 
     @cached_property
-    def inverse_cdf_tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def inverse_cdf_tables(self) -> tuple[torch.Tensor, ...]:
         """Row-wise CDFs on the CPU for inverse-CDF sampling, computed once per HMM object:
         ``initial (B, S)``, ``transition (B*S, S)``, ``emission (B*S, p)`` with ``B`` the
         flattened batch. The last entry of every row is set to exactly 1 so that a draw
@@ -173,7 +173,7 @@ class HMM:
             tables.append(cdf)
         return tuple(tables)
 
-    def __getitem__(self, index) -> "HMM":
+    def __getitem__(self, index) -> HMM:
         """Index the model batch, e.g. ``mixture[3]`` or ``mixture[:16]``."""
         full = self.expand()
         return HMM._derived(full.initial[index], full.transition[index], full.emission[index])

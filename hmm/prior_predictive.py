@@ -75,7 +75,7 @@ class DirichletHMMPrior:
                 raise ValueError(f"{name}: {value!r}; expected a finite number > 0")
 
     @classmethod
-    def from_spec(cls, spec: MixtureSpec) -> "DirichletHMMPrior":
+    def from_spec(cls, spec: MixtureSpec) -> DirichletHMMPrior:
         """The prior a :class:`hmm.MixtureSpec` draws its HMMs from (full-rank transitions only)."""
         if spec.rank is not None:
             raise ValueError(f"spec: rank {spec.rank}; expected rank None (the SMC's prior has independent "
@@ -243,11 +243,11 @@ class _Particles:
     def __init__(self, transition, emission, stationary, filtered=None):
         self.transition, self.emission, self.stationary, self.filtered = transition, emission, stationary, filtered
 
-    def take(self, rows: torch.Tensor) -> "_Particles":
+    def take(self, rows: torch.Tensor) -> _Particles:
         return _Particles(self.transition[rows], self.emission[rows], self.stationary[rows],
                           None if self.filtered is None else self.filtered[rows])
 
-    def put(self, rows: torch.Tensor, other: "_Particles") -> None:
+    def put(self, rows: torch.Tensor, other: _Particles) -> None:
         for name in ("transition", "emission", "stationary", "filtered"):
             getattr(self, name)[rows] = getattr(other, name)
 

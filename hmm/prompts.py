@@ -40,13 +40,13 @@ class Mixture:
         object.__setattr__(self, "weights", weights)
 
     @classmethod
-    def uniform(cls, hmm: HMM) -> "Mixture":
+    def uniform(cls, hmm: HMM) -> Mixture:
         """Equal weights over the K HMMs of ``hmm``."""
         (K,) = hmm.batch_shape
         return cls(hmm, torch.full((K,), 1.0 / K, dtype=hmm.dtype, device=hmm.device))
 
     @classmethod
-    def single(cls, hmm: HMM) -> "Mixture":
+    def single(cls, hmm: HMM) -> Mixture:
         """A mixture of one HMM (``hmm`` without batch dimensions)."""
         if hmm.batch_shape != ():
             raise ValueError(f"hmm: batch shape {tuple(hmm.batch_shape)}; expected a single HMM (batch shape ())")

@@ -19,16 +19,12 @@ the reason names the changed files and the commits ``git log --no-merges COMMIT.
 from a dirty tree is reported too: which code made it cannot be told.
 
 **What counts as a change.** A Python file counts as changed only when what it computes can differ:
-its syntax tree without docstrings and other bare string statements, and without type annotations
-(:func:`code_fingerprint`). Comments, docstrings, annotations, line breaks and spacing leave the
-tree as it is, so mending a docstring or satisfying the type checker does not send hours of results
-back to be made again. What a module's ``__doc__`` holds is thereby read as no change; the
-producers use it for command-line help only, never in a number. Annotations are read at run time
-in one place, :func:`empirical.configs.add_config_options`, which turns a config field's annotation
-into its option's type: a command line parses the same way as long as the field's default and the
-recorded command's values keep their types, and an annotated assignment keeps its target and value
-(a dataclass keeps its fields). Any other file (and a Python file that does not parse, or that
-exists on one side only) changes with its bytes.
+its syntax tree without docstrings and other bare string statements, and without the type hints of
+functions and their local names (:func:`code_fingerprint`). Comments, docstrings, those type hints,
+line breaks and spacing leave the tree as it is, so mending a docstring or a type hint does not
+send hours of results back to be made again. What a module's ``__doc__`` holds is thereby
+read as no change; the producers use it for command-line help only, never in a number. Any other
+file (and a Python file that does not parse, or that exists on one side only) changes with its bytes.
 """
 from __future__ import annotations
 
@@ -99,30 +95,60 @@ def require_git(root: Path) -> None:
         raise GitUnavailable(f"{root} is inside the git checkout {top.stdout.strip()}, not its top")
 
 
+class _WithoutFunctionAnnotations(ast.NodeTransformer):
+    """Drops the annotations of function signatures and of names assigned inside a function body
+    (``x: T = v`` becomes ``x = v``; a bare ``x: T`` goes). Python evaluates neither kind into
+    anything the function computes: signature annotations only fill ``__annotations__``, which no
+    producer reads (``typing.get_type_hints`` reads config classes), and local ones are never
+    evaluated. Annotations in a class body stay: a dataclass's or NamedTuple's fields are made from them."""
+
+    def __init__(self) -> None:
+        self.in_function = False
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+        arguments = node.args
+        for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg,
+                         arguments.kwarg):
+            if argument is not None:
+                argument.annotation = None
+        node.returns = None
+        outer, self.in_function = self.in_function, True
+        self.generic_visit(node)
+        self.in_function = outer
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
+        outer, self.in_function = self.in_function, False
+        self.generic_visit(node)
+        self.in_function = outer
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
+        if not self.in_function:
+            return node
+        return None if node.value is None else ast.Assign(targets=[node.target], value=node.value)
+
+
 def code_fingerprint(source: str) -> str | None:
     """The syntax tree of the Python ``source`` with every statement that is a bare string (a
-    docstring, an attribute's docstring) removed and every type annotation (of arguments, return
-    values and annotated assignments) blanked, as ``ast.dump`` text without line numbers: equal for
-    two sources that differ only in comments, docstrings, annotations and layout. None when it
-    does not parse."""
+    docstring, an attribute's docstring) removed and without the annotations of functions and their
+    local names (:class:`_WithoutFunctionAnnotations`), as ``ast.dump`` text without line numbers:
+    equal for two sources that differ only in comments, docstrings, type hints and layout. None when
+    it does not parse."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
     for node in ast.walk(tree):
-        if isinstance(node, ast.arg):
-            node.annotation = None
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            node.returns = None
-        elif isinstance(node, ast.AnnAssign):
-            node.annotation = ast.Constant(None)
         for field in ("body", "orelse", "finalbody"):
             statements = getattr(node, field, None)
             if isinstance(statements, list):
                 statements[:] = [statement for statement in statements
                                  if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
                                          and isinstance(statement.value.value, str))]
-    return ast.dump(tree, include_attributes=False)
+    return ast.dump(_WithoutFunctionAnnotations().visit(tree), include_attributes=False)
 
 
 def _computes_the_same(root: Path, commit: str, path: str) -> bool:

@@ -121,7 +121,7 @@ def test_hand_built_rows_are_gd_on_the_first_k_demonstrations_within_the_constru
             stop = segments(FMT)[k][1]
             spec = construction.parameters_for_prompt(tokens[:stop], P, history_length, steps)
             rows, expected = reference_rows(tokens, history_length, k,
-                                            lambda X, Y, N: reference.gd_iterates(X, Y, spec.eta, steps, N)[-1])
+                                            lambda X, Y, N, eta=spec.eta: reference.gd_iterates(X, Y, eta, steps, N)[-1])
             assert np.abs(outputs[b, rows].numpy() - expected).max() <= spec.error_bound(stop + 1), (b, k)
     assert bool(outputs[:, ~served_rows(FMT, history_length)].isnan().all())
 

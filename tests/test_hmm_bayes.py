@@ -152,21 +152,22 @@ def enumerated_task_state_joint(mixture: hmm.Mixture, prompt: torch.Tensor, t: i
     weights = mixture.weights.double().tolist()
     joint = [[0.0] * model.num_states for _ in range(mixture.num_tasks)]
     for k in range(mixture.num_tasks):
-        initial, transition, emission = (parameter[k] for parameter in parameters)
-
-        def path_probability(path, tokens):
-            probability = initial[path[0]] * emission[path[0]][tokens[0]]
-            for previous, state, token in zip(path, path[1:], tokens[1:]):
-                probability = probability * transition[previous][state] * emission[state][token]
-            return probability
-
+        task = [parameter[k] for parameter in parameters]
         earlier = weights[k]
         for segment in segments:
-            earlier = earlier * sum(path_probability(path, segment)
+            earlier = earlier * sum(path_probability(*task, path, segment)
                                     for path in itertools.product(range(model.num_states), repeat=len(segment)))
         for path in itertools.product(range(model.num_states), repeat=len(current)):
-            joint[k][path[-1]] += earlier * path_probability(path, current)
+            joint[k][path[-1]] += earlier * path_probability(*task, path, current)
     return torch.tensor(joint, dtype=torch.float64)
+
+
+def path_probability(initial: list, transition: list, emission: list, path, tokens) -> float:
+    """``P(s_0..s_n = path, o_0..o_n = tokens)`` of one HMM given as nested lists of floats."""
+    probability = initial[path[0]] * emission[path[0]][tokens[0]]
+    for previous, state, token in zip(path, path[1:], tokens[1:]):
+        probability = probability * transition[previous][state] * emission[state][token]
+    return probability
 
 
 @given(mixtures_and_prompts())

@@ -491,7 +491,7 @@ def test_init_std_reaches_the_model():
     # 128 entries ~ N(0, 0.5^2): the sample std has standard error 0.5 / sqrt(256) ~ 0.03.
     assert abs(model.embed.weight.std().item() - 0.5) < 0.15
     assert model.unembed.weight is model.embed.weight
-    assert not RoFormer(config.model_config("1-layer-untied")).unembed.weight is model.embed.weight
+    assert RoFormer(config.model_config("1-layer-untied")).unembed.weight is not model.embed.weight
 
 
 def test_iid_cells_are_not_trained():
