@@ -12,13 +12,13 @@ Public API (other packages rely on these names):
   :func:`observable_emission`;
 - chains: :func:`stationary_distribution`, :func:`spectral_gap`, :func:`dobrushin_coefficient`.
 """
+from hmm import families  # noqa: F401  (registers the observable family's mixtures and formats)
 from hmm.bayes import BayesPrediction, bayes_predictive
 from hmm.filtering import FilterResult, filter_beliefs, log_likelihood, next_token_probs
 from hmm.generators import LowRankTransition, dirichlet_rows, low_rank_transition, observable_emission, random_hmm
 from hmm.markov import dobrushin_coefficient, spectral_gap, stationary_distribution
 from hmm.model import HMM, check_stochastic, check_tokens
 from hmm.presets import MIXTURE_SPECS, PROMPT_FORMATS, MixtureSpec, mixture_preset
-from hmm import families  # noqa: F401  (registers the observable family's mixtures and formats)
 from hmm.prompts import Mixture, PromptFormat, Prompts, sample_prompts, sample_sequences
 
 __all__ = [

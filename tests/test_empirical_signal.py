@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.linalg
-import torch
 
 import hmm
 import hmmtf

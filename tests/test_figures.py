@@ -65,7 +65,7 @@ def curves(names: list[str], x_key: str, x: list[int]) -> dict:
     curve = {x_key: x}
     for index, name in enumerate(names):
         values = [1.0 + 0.1 * index - 0.05 * k for k in range(len(x))]
-        curve[name] = {metric: values for metric in ("accuracy", "loss")} | {
+        curve[name] = dict.fromkeys(("accuracy", "loss"), values) | {
             f"{metric}_stderr": [0.01] * len(x) for metric in ("accuracy", "loss")}
     return curve
 
