@@ -21,6 +21,7 @@ from empirical.overrides import SECTIONS, TrainingRun, flag_overrides, read_conf
 from empirical.presets import get_preset, preset_from_task
 from empirical.run_control import LOCK_FILE, RunFolderLocked, run_folder_lock
 from empirical.train import CHECKPOINT_DIR
+from recorded_figures import figures_recorded_not_drawn
 from run_folders import assert_same_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,29 +238,38 @@ def test_hmmtf_train_refuses_a_run_folder_another_training_holds(tmp_path):
 
 
 @pytest.mark.long_running
-def test_a_run_with_overrides_is_recorded_and_evaluated_by_path(tmp_path):
+def test_a_run_with_overrides_is_recorded_evaluated_and_analysed_by_path(tmp_path):
     """Trained from a TOML file and flags; the checkpoint records the resolved config, and
-    ``hmmtf evaluate`` rebuilds the overridden data and runs the recorded network."""
+    ``hmmtf evaluate`` and ``hmmtf analyze`` rebuild the overridden data and run the recorded
+    network (figures recorded, not drawn: the tiny pipeline draws them)."""
     config = write_config(tmp_path, "run.toml", TOML)
     run_dir = tmp_path / "run"
     assert run_train(["--config", str(config), "--preset", "tiny", "--steps", "8", "--eval-prompts", "16",
-                      "--run-dir", str(run_dir), "--no-progress"]) == 0
-    expected: TrainingRun = training_run("tiny", str(config), {"data": {"eval_prompts": 16}, "train": {"steps": 8}})
+                      "--num-layers", "2", "--run-dir", str(run_dir), "--no-progress"]) == 0
+    expected: TrainingRun = training_run("tiny", str(config), {"data": {"eval_prompts": 16}, "model": {"num_layers": 2},
+                                                               "train": {"steps": 8}})
     saved = load_checkpoint(run_dir / CHECKPOINT_DIR)
     assert saved.config["model"] == expected.model.to_dict()
     assert saved.config["train"] == expected.preset.train.to_dict()
     assert saved.config["task"] == json.loads(json.dumps(expected.preset.task()))
-    assert saved.model.config.num_layers == 1 and saved.model.config.rotary_base == 500.0
+    assert (saved.model.config.num_layers, saved.model.config.width, saved.model.config.rotary_base) == (2, 16, 500.0)
     summary = json.loads((run_dir / "train_summary.json").read_text())
     assert summary["changed_from_preset"] == dict(expected.changes)
 
-    out = tmp_path / "evaluation"
-    assert hmmtf.main(["evaluate", str(run_dir / CHECKPOINT_DIR), "--out", str(out), "--hand-built-prompts", "0",
-                       "--fresh-tasks", "0", "--ceiling-particles", "0"]) == 0
-    report = json.loads((out / "evaluation.json").read_text())
+    with figures_recorded_not_drawn():
+        evaluation, analysis = tmp_path / "evaluation", tmp_path / "analysis"
+        assert hmmtf.main(["evaluate", str(run_dir / CHECKPOINT_DIR), "--out", str(evaluation),
+                           "--hand-built-prompts", "0", "--fresh-tasks", "0", "--ceiling-particles", "0"]) == 0
+        assert hmmtf.main(["analyze", str(run_dir / CHECKPOINT_DIR), "--out", str(analysis), "--sections", "shuffle",
+                           "probes", "--probe-train-prompts", "24", "--probe-test-prompts", "12", "--shuffle-prompts",
+                           "8", "--hand-built-prompts", "4", "--max-distance", "2", "--max-offset", "3"]) == 0
+    report = json.loads((evaluation / "evaluation.json").read_text())
     assert report["model"] == expected.model.to_dict() and report["num_prompts"] == 16
     assert report["task"]["mixture"] == "paper-mini" and report["task"]["mixture_seed"] == 3
     assert len(report["by_demonstrations"]["model"]["accuracy"]) == 2 + 1  # num_demos = 2
+    report = json.loads((analysis / "analysis.json").read_text())
+    assert report["model"] == expected.model.to_dict() and report["task"]["mixture"] == "paper-mini"
+    assert len(report["claims"]["shuffle"]["min_context=2"]["by_layer"]) == 2
 
 
 @pytest.mark.long_running
