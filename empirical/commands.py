@@ -41,8 +41,6 @@ SIDE_BY_SIDE_FILE = "hand_built.json"
 def run_train(args) -> int:
     """``hmmtf train``: the resolved run (:mod:`empirical.overrides`) trained in its run folder,
     stopped by SIGINT or SIGTERM at a step boundary with a checkpoint (exit code 128 + the signal)."""
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads: {args.threads}; expected an integer >= 1 (torch CPU threads)")
     run = training_run(args.preset, args.config, flag_overrides(args))
     preset = run.preset
     run_dir = Path(args.run_dir) if args.run_dir else run.default_run_dir()
@@ -233,7 +231,7 @@ def register(subparsers) -> None:
                                           "runs/PRESET, or runs/PRESET-field=value-... for each value that differs "
                                           "from the preset's)")
     parser.add_argument("--device", help="default: this rank's CUDA device, else CPU")
-    parser.add_argument("--threads", type=int, help="torch CPU threads, >= 1 (1 is fastest on a shared machine)")
+    parser.add_argument("--threads", type=positive_int, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
     add_override_options(parser)
     parser.set_defaults(run=run_train)

@@ -5,7 +5,6 @@ import dataclasses
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import hmmtf
 from empirical.checkpoint import load_checkpoint
 from empirical.overrides import SECTIONS, TrainingRun, flag_overrides, read_config_file, resolve, training_run
 from empirical.presets import get_preset, preset_from_task
-from empirical.run_control import LOCK_FILE, RunFolderLocked, run_folder_lock
+from empirical.run_control import LOCK_FILE, run_folder_lock
 from empirical.train import CHECKPOINT_DIR
 from recorded_figures import figures_recorded_not_drawn
 from run_folders import assert_same_runs
@@ -49,13 +48,6 @@ log_every = 4
 JSON_CONFIG = {"preset": "cpu-small", "data": {"mixture": "paper-mini", "mixture_seed": 3, "num_demos": 2},
                "model": {"width": 16, "num_layers": 1, "rotary_base": 500.0},
                "train": {"learning_rate": 1e-3, "warmup_steps": 2, "log_every": 4}}
-
-
-def run_train(argv: list[str]) -> int:
-    """``hmmtf train ARGV`` in this process, its errors raised (not reported by :func:`hmmtf.main`)."""
-    args = hmmtf.build_parser("train").parse_args(["train", *argv])
-    args.command_line, args.git_commit = shlex.join(["hmmtf", "train", *argv]), None
-    return args.run(args)
 
 
 def parsed_flags(argv: list[str]):
@@ -210,30 +202,38 @@ def test_a_bad_value_is_refused_naming_the_field(overrides, message):
         resolve("tiny", overrides)
 
 
+def hmmtf_train_error(argv: list[str], capsys) -> str:
+    """The one line ``hmmtf train ARGV`` prints on stderr as it exits with code 2 (a user error)."""
+    assert hmmtf.main(["train", *argv]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("hmmtf train: error: "), error
+    return error
+
+
 @pytest.mark.parametrize("argv, message", [
-    (["--threads", "0"], r"--threads: 0; expected an integer >= 1"),
-    (["--threads", "-1"], r"--threads: -1; expected an integer >= 1"),
+    (["--threads", "0"], r"argument --threads: 0; expected an integer >= 1"),
+    (["--threads", "-1"], r"argument --threads: -1; expected an integer >= 1"),
     (["--steps", "0"], r"steps: 0; expected an integer >= 1"),
     (["--steps", "-5"], r"steps: -5; expected an integer >= 1"),
     (["--log-every", "0"], r"log_every: 0; expected an integer >= 1"),
+    (["--eval-prompts", "0"], r"eval_prompts: 0; expected an integer >= 1"),
     (["--vocab-size", "9"], (r"--vocab-size: '9'; expected no value: the vocabulary is the mixture's tokens plus "
                              r"the delimiter \(choose the mixture instead")),
 ])
-def test_hmmtf_train_refuses_a_bad_flag_before_it_writes_anything(tmp_path, argv, message):
-    with pytest.raises(ValueError, match=message):
-        run_train(["--preset", "tiny", "--run-dir", str(tmp_path / "run"), *argv])
+def test_hmmtf_train_refuses_a_bad_flag_before_it_writes_anything(tmp_path, capsys, argv, message):
+    assert re.search(message, hmmtf_train_error(["--preset", "tiny", "--run-dir", str(tmp_path / "run"), *argv], capsys))
     assert not (tmp_path / "run").exists()
 
 
-def test_hmmtf_train_needs_a_preset(tmp_path):
-    with pytest.raises(ValueError, match=r"--preset: not given; expected one of \[.*'tiny'\] \(or a top-level 'preset' "
-                                         r"in --config\)"):
-        run_train(["--run-dir", str(tmp_path)])
+def test_hmmtf_train_needs_a_preset(tmp_path, capsys):
+    assert re.search(r"--preset: not given; expected one of \[.*'tiny'\] \(or a top-level 'preset' in --config\)",
+                     hmmtf_train_error(["--run-dir", str(tmp_path)], capsys))
 
 
-def test_hmmtf_train_refuses_a_run_folder_another_training_holds(tmp_path):
-    with run_folder_lock(tmp_path), pytest.raises(RunFolderLocked, match=rf"is locked by process {os.getpid()} "):
-        run_train(["--preset", "tiny", "--run-dir", str(tmp_path), "--no-progress"])
+def test_hmmtf_train_refuses_a_run_folder_another_training_holds(tmp_path, capsys):
+    with run_folder_lock(tmp_path):
+        error = hmmtf_train_error(["--preset", "tiny", "--run-dir", str(tmp_path), "--no-progress"], capsys)
+    assert f"run_dir: '{tmp_path}' is locked by process {os.getpid()} " in error
     assert not (tmp_path / CHECKPOINT_DIR).exists()
 
 
@@ -244,7 +244,7 @@ def test_a_run_with_overrides_is_recorded_evaluated_and_analysed_by_path(tmp_pat
     network (figures recorded, not drawn: the tiny pipeline draws them)."""
     config = write_config(tmp_path, "run.toml", TOML)
     run_dir = tmp_path / "run"
-    assert run_train(["--config", str(config), "--preset", "tiny", "--steps", "8", "--eval-prompts", "16",
+    assert hmmtf.main(["train", "--config", str(config), "--preset", "tiny", "--steps", "8", "--eval-prompts", "16",
                       "--num-layers", "2", "--run-dir", str(run_dir), "--no-progress"]) == 0
     expected: TrainingRun = training_run("tiny", str(config), {"data": {"eval_prompts": 16}, "model": {"num_layers": 2},
                                                                "train": {"steps": 8}})
@@ -299,7 +299,7 @@ def test_a_run_interrupted_by_sigint_resumes_to_the_uninterrupted_run_bit_for_bi
     assert 1 <= step < steps and load_checkpoint(interrupted / CHECKPOINT_DIR).config["step"] == step
     assert lock.read_text() == ""
 
-    assert run_train([*argv, "--run-dir", str(interrupted)]) == 0
+    assert hmmtf.main(["train", *argv, "--run-dir", str(interrupted)]) == 0
     assert f"resumed from step {step} of {steps} ({interrupted / CHECKPOINT_DIR})\n" in capsys.readouterr().err
-    assert run_train([*argv, "--run-dir", str(tmp_path / "straight")]) == 0
+    assert hmmtf.main(["train", *argv, "--run-dir", str(tmp_path / "straight")]) == 0
     assert_same_runs(tmp_path / "straight", interrupted)
