@@ -58,7 +58,7 @@ Overrides = dict[str, dict[str, typing.Any]]
 FORMAT_FIELDS = tuple(field.name for field in dataclasses.fields(hmm.PromptFormat))
 """The prompt format's fields, each a ``data`` value of its own."""
 DATA_FIELDS: dict[str, type] = {"mixture": str, "mixture_seed": int, "data_seed": int, "prompt_format": str,
-                                **{name: int for name in FORMAT_FIELDS}, "eval_prompts": int}
+                                **dict.fromkeys(FORMAT_FIELDS, int), "eval_prompts": int}
 DERIVED_MODEL_FIELD = "vocab_size"
 """The model field that follows from the mixture and cannot be set."""
 
