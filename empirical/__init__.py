@@ -9,8 +9,9 @@ Public API of the core (import from the modules named; this file imports nothing
                  HOOK_NAMES; both take patches=[ResidualPatch(layer, position, vector, mode)]),
                  rotary_cos_sin, apply_rotary, forward_flops_per_token, training_flops_per_token
     train:       TrainConfig, Batch, IGNORE_INDEX,
-                 train(model_config, train_config, batch_fn, run_dir) -> TrainResult (DDP under
-                 torchrun, bit-exact resume), init_distributed, distributed_context
+                 train(model_config, train_config, batch_fn, run_dir, stop_requested=...) ->
+                 TrainResult (DDP under torchrun, bit-exact resume, locked run folder),
+                 init_distributed, distributed_context
     checkpoint:  save_checkpoint, load_checkpoint -> Checkpoint(model, config, optimizer_state)
     runs:        load_run(path, num_prompts) -> LoadedRun(model, preset, mixture, prompts, config,
                  checkpoint; .prompt_format): a checkpoint or run folder with the data it was trained on
@@ -20,6 +21,9 @@ Public API of the core (import from the modules named; this file imports nothing
                  evaluate_predictors (pairs=: paired per-prompt loss differences)
     regime:      the regime diagnostic: unseen_mixture, shared_hmms, oracle_predictor,
                  memorisation_verdict, regime_section (``hmmtf evaluate``'s ``regime``)
+    overrides:   resolve(preset, *overrides) -> TrainingRun (preset, model, changes,
+                 .default_run_dir), read_config_file, training_run (``hmmtf train``'s values)
+    run_control: run_folder_lock(run_dir), stop_on_signals() -> StopRequest (SIGINT/SIGTERM)
     presets:     get_preset(name) -> ExperimentPreset (.model_config, .build_mixture, .task),
                  preset_from_task, PRESETS (the one registry, with the regime ladder's
                  tasks-N-small/deep: LADDER_TASK_COUNTS, LADDER_MODELS, ladder_preset_name)

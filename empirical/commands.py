@@ -1,14 +1,15 @@
 """Subcommands of the ``empirical`` package (registered in :mod:`hmmtf`):
 
-``hmmtf train --preset {tiny,cpu-small,paper}`` trains a RoFormer (also under
-``torchrun --nproc_per_node=G hmmtf.py train ...``), ``hmmtf evaluate CHECKPOINT`` writes the
-in-context metrics (JSON) and figures, and ``hmmtf calibrate --preset PRESET`` the Bayes-optimal
-in-context signal of the preset's mixture vs its Dirichlet concentration.
+``hmmtf train --preset PRESET [--config FILE] [--FIELD VALUE ...]`` trains a RoFormer (also under
+``torchrun --nproc_per_node=G hmmtf.py train ...``; the overrides: :mod:`empirical.overrides`),
+``hmmtf evaluate CHECKPOINT`` writes the in-context metrics (JSON) and figures, and ``hmmtf
+calibrate --preset PRESET`` the Bayes-optimal in-context signal of the preset's mixture vs its
+Dirichlet concentration.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -23,8 +24,10 @@ from empirical.evaluate import Predictor, evaluate_predictors, in_context_predic
 from empirical.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
 from empirical.plots import (plot_calibration, plot_competence, plot_in_context, plot_regime, plot_side_by_side,
                              plot_training_loss)
-from empirical.presets import PRESETS, get_preset, preset_from_task
+from empirical.overrides import add_override_options, flag_overrides, training_run
+from empirical.presets import PRESETS, preset_from_task
 from empirical.regime import oracle_predictor, regime_section
+from empirical.run_control import stop_on_signals
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
 from hmmtf_options import non_negative_int, positive_float, positive_int
@@ -36,39 +39,51 @@ SIDE_BY_SIDE_FILE = "hand_built.json"
 
 
 def run_train(args) -> int:
+    """``hmmtf train``: the resolved run (:mod:`empirical.overrides`) trained in its run folder,
+    stopped by SIGINT or SIGTERM at a step boundary with a checkpoint (exit code 128 + the signal)."""
+    run = training_run(args.preset, args.config, flag_overrides(args))
+    preset = run.preset
+    run_dir = Path(args.run_dir) if args.run_dir else run.default_run_dir()
     if args.threads:
         torch.set_num_threads(args.threads)
-    preset = get_preset(args.preset)
-    if args.steps is not None:
-        steps = args.steps
-        warmup = min(preset.train.warmup_steps, steps // 10)
-        preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, steps=steps, warmup_steps=warmup))
-    if args.compile:
-        preset = dataclasses.replace(preset, train=dataclasses.replace(preset.train, compile=True))
     default_device = init_distributed()
     device = torch.device(args.device) if args.device else default_device
-    run_dir = Path(args.run_dir or Path("runs") / preset.name)
     mixture = preset.build_mixture()
     stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
+    checkpoint = run_dir / CHECKPOINT_DIR
     started = time.perf_counter()
-    result = train(
-        preset.model_config(mixture.num_tokens),
-        preset.train,
-        stream,
-        run_dir,
-        task=preset.task(),
-        command=args.command_line,
-        device=device,
-        progress=not args.no_progress,
-    )
-    if distributed_context().rank == 0:
+    with stop_on_signals() as stop:
+        result = train(
+            run.model,
+            preset.train,
+            stream,
+            run_dir,
+            task=preset.task(),
+            command=args.command_line,
+            stop_requested=stop,
+            on_resume=lambda step: print(f"resumed from step {step} of {preset.train.steps} ({checkpoint})",
+                                         file=sys.stderr),
+            device=device,
+            progress=not args.no_progress,
+        )
+    context = distributed_context()
+    if result.interrupted:
+        if context.rank == 0:
+            signal_name = stop.signal.name if stop() else "a signal to another rank"
+            print(f"hmmtf train: interrupted by {signal_name} at step {result.step} of {preset.train.steps}; "
+                  f"checkpoint written to {checkpoint}; rerun the same command to resume", file=sys.stderr)
+        shutdown_distributed()
+        return stop.exit_code
+    if context.rank == 0:
         summary = {
             "command": args.command_line,
             "preset": preset.name,
+            "changed_from_preset": dict(run.changes),
+            "run_dir": str(run_dir),
             "steps": result.step,
             "wall_time_s": time.perf_counter() - started,
             "last_logged_loss": result.last_loss,
-            "world_size": distributed_context().world_size,
+            "world_size": context.world_size,
             "device": str(device),
             "torch": torch.__version__,
             "num_threads": torch.get_num_threads(),
@@ -203,14 +218,22 @@ def run_calibrate(args) -> int:
 
 def register(subparsers) -> None:
     """Add ``train``, ``evaluate`` and ``calibrate`` to the ``hmmtf`` parser."""
-    parser = subparsers.add_parser("train", help="train a RoFormer on a mixture of HMMs (also under torchrun)")
-    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
-    parser.add_argument("--run-dir", help="checkpoint and metrics folder (default runs/PRESET); resumes if present")
-    parser.add_argument("--steps", type=int, help="override the preset's number of steps (the schedule follows)")
+    parser = subparsers.add_parser(
+        "train", help="train a RoFormer on a mixture of HMMs (also under torchrun)",
+        description="Train a RoFormer: a preset's values, overridden by --config's, overridden by the flags "
+                    "below (docs/empirical.md, 'Commands'). SIGINT or SIGTERM stops at the next step with a "
+                    "checkpoint (exit code 130 or 143); the same command resumes it.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="the named defaults (or `preset` in --config)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML or JSON file of [data], [model] and [train] values (and a `preset`), between the "
+                             "preset's and the flags'")
+    parser.add_argument("--run-dir", help="checkpoint and metrics folder, resumed if it holds a checkpoint (default: "
+                                          "runs/PRESET, or runs/PRESET-field=value-... for each value that differs "
+                                          "from the preset's)")
     parser.add_argument("--device", help="default: this rank's CUDA device, else CPU")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (the paper preset does)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a shared machine)")
+    parser.add_argument("--threads", type=positive_int, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    add_override_options(parser)
     parser.set_defaults(run=run_train)
 
     parser = subparsers.add_parser("evaluate", help="in-context accuracy/loss of a checkpoint vs Bayes-optimal")

@@ -4,6 +4,8 @@ The caller supplies a model config, a :class:`TrainConfig` and a *batch function
 ``batch_fn(step) -> Batch`` returning the **global** batch of that step; the loop does the rest:
 AdamW with linear warm-up and cosine decay, gradient clipping, bf16 autocast on CUDA, optional
 ``torch.compile``, a JSON-lines metrics log, tqdm progress, and checkpoints that resume bit-exactly.
+The run folder is locked while the loop writes to it, and a stop request (SIGINT or SIGTERM, through
+:mod:`empirical.run_control`) ends the run at the next step boundary with a checkpoint.
 
 Objective: mean cross-entropy (nats/token) over the entries of ``targets`` that are not
 :data:`IGNORE_INDEX`, over the whole global batch.
@@ -36,6 +38,7 @@ from tqdm import tqdm
 from empirical.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from empirical.configs import JSONConfig, check_integers
 from empirical.model import RoFormer, RoFormerConfig
+from empirical.run_control import RunFolderLocked, run_folder_lock
 
 IGNORE_INDEX = -100
 """Target value of positions that are not trained (``F.cross_entropy``'s ignore index)."""
@@ -217,11 +220,12 @@ def _keep_metrics_until(path: Path, step: int, log_every: int, *, keep_partial: 
 
     Drops the records after ``step`` (written by a run that stopped after its last checkpoint)
     and, unless ``keep_partial``, the records at steps that are not multiples of ``log_every``:
-    those average a partial window, written when a run stopped at ``stop_at`` in mid-window. The
-    resumed run restores that window's sums from the checkpoint (see :func:`train`) and writes the
-    full window's record at the next multiple of ``log_every``, so that its log reads like an
-    uninterrupted run's. ``keep_partial`` is for a call that runs no step (``stop_at`` equals the
-    checkpoint's step) and for checkpoints saved without the window's sums.
+    those average a partial window, written when a run stopped at ``stop_at`` (or on a stop
+    request) in mid-window. The resumed run restores that window's sums from the checkpoint (see
+    :func:`train`) and writes the full window's record at the next multiple of ``log_every``, so
+    that its log reads like an uninterrupted run's. ``keep_partial`` is for a call that runs no
+    step (``stop_at`` equals the checkpoint's step) and for checkpoints saved without the window's
+    sums. The log is replaced in one rename, so a process killed meanwhile leaves the old one.
     """
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,7 +235,70 @@ def _keep_metrics_until(path: Path, step: int, log_every: int, *, keep_partial: 
         line for line in records
         if (record_step := json.loads(line)["step"]) <= step and (keep_partial or record_step % log_every == 0)
     ]
-    path.write_text("".join(line + "\n" for line in kept))
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text("".join(line + "\n" for line in kept))
+    os.replace(staging, path)
+
+
+MAX_DIFFERENCES_SHOWN = 4
+"""How many differing fields the refusal to resume names (a different mixture differs in many)."""
+
+
+def _differences(saved, current, name: str) -> list[str]:
+    """``"name.key: A in the checkpoint, B now"`` for every entry of the JSON values ``saved`` and
+    ``current`` that differs (dictionaries compared key by key, recursively)."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        return [difference for key in dict.fromkeys([*saved, *current])
+                for difference in _differences(saved.get(key), current.get(key), f"{name}.{key}")]
+    return [] if saved == current else [f"{name}: {saved!r} in the checkpoint, {current!r} now"]
+
+
+def _check_same_run(saved: dict, model_config: RoFormerConfig, train_config: TrainConfig, task: dict | None,
+                    run_dir: Path) -> None:
+    """``ValueError`` naming the fields of the model config, the train config and the task that
+    differ between the checkpoint's ``config.json`` and this call: resuming would train another run."""
+    current = json.loads(json.dumps({"model": model_config.to_dict(), "train": train_config.to_dict(),
+                                     "task": task or {}}))
+    differences = [difference for section, value in current.items()
+                   for difference in _differences(saved.get(section), value, section)]
+    if differences:
+        shown, hidden = "; ".join(differences[:MAX_DIFFERENCES_SHOWN]), len(differences) - MAX_DIFFERENCES_SHOWN
+        more = f"; and {hidden} more" if hidden > 0 else ""
+        raise ValueError(
+            f"run_dir: {str(run_dir)!r} holds a checkpoint of a different run ({shown}{more}); expected the same "
+            f"model, train config and data to resume (or a fresh run_dir)"
+        )
+
+
+def _lock_run_folder(stack: ExitStack, run_dir: Path, context: DistributedContext, device: torch.device) -> None:
+    """Rank 0 takes the lock of ``run_dir`` (:func:`empirical.run_control.run_folder_lock`) until
+    ``stack`` closes; under DDP every rank learns whether it could, so all of them stop together."""
+    refusal = None
+    if context.rank == 0:
+        try:
+            stack.enter_context(run_folder_lock(run_dir))
+        except RunFolderLocked as locked:
+            refusal = locked
+    if context.world_size > 1:
+        refused = torch.tensor(float(refusal is not None), device=device)
+        dist.all_reduce(refused)
+        if refused.item() and refusal is None:
+            raise RunFolderLocked(f"run_dir: {str(run_dir)!r} is locked by another process (rank 0 says which); "
+                                  f"expected a folder no other training writes to")
+    if refusal is not None:
+        raise refusal
+
+
+def _stop_requested_on_any_rank(stop_requested: Callable[[], bool] | None, context: DistributedContext,
+                                device: torch.device) -> bool:
+    """Whether ``stop_requested()`` is true on this process or, under DDP, on any rank (an
+    all-reduce of one number, so that every rank stops after the same step)."""
+    requested = stop_requested is not None and stop_requested()
+    if context.world_size == 1:
+        return requested
+    flag = torch.tensor(float(requested), device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 class TrainResult(NamedTuple):
@@ -241,7 +308,9 @@ class TrainResult(NamedTuple):
     """Number of completed steps."""
     last_loss: float
     """Mean loss (nats/token) over the averaging window of the last log record (``log_every`` steps,
-    fewer at a ``stop_at`` in mid-window), NaN when no step ran."""
+    fewer at a stop in mid-window), NaN when no step ran."""
+    interrupted: bool = False
+    """Whether the run stopped before ``stop_at`` because ``stop_requested`` said so."""
 
 
 def train(
@@ -253,6 +322,8 @@ def train(
     task: dict | None = None,
     command: str | None = None,
     stop_at: int | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+    on_resume: Callable[[int], None] | None = None,
     device: torch.device | str | None = None,
     progress: bool = True,
 ) -> TrainResult:
@@ -263,10 +334,17 @@ def train(
         batch_fn: ``batch_fn(step)`` -> the global :class:`Batch` of ``step`` (every rank calls it
             and keeps its own rows).
         run_dir: where ``checkpoint/`` and ``metrics.jsonl`` go; None trains without writing.
-        task: JSON-serialisable description of the data (stored in the checkpoint for evaluation).
+            Locked for the call (:func:`empirical.run_control.run_folder_lock`): a second training
+            on it is refused, naming the first one's process ID.
+        task: JSON-serialisable description of the data (stored in the checkpoint for evaluation;
+            resuming requires the same task, model and train config).
         command: the command line recorded in the checkpoint (default: this process's argv).
         stop_at: stop after this many completed steps (default ``train_config.steps``); the
             schedule still runs to ``train_config.steps``, so a later call resumes it.
+        stop_requested: asked after every step; once it is true (on any rank, under DDP), the run
+            stops there as at a ``stop_at``: log record of the partial window, checkpoint, and a
+            result with ``interrupted`` set (:func:`empirical.run_control.stop_on_signals`).
+        on_resume: called on rank 0 with the checkpoint's step when a checkpoint is resumed.
         device: defaults to CUDA when available.
         progress: show a tqdm bar (rank 0 only).
     """
@@ -283,63 +361,65 @@ def train(
     run_dir = Path(run_dir) if run_dir is not None else None
     checkpoint_dir = run_dir / CHECKPOINT_DIR if run_dir is not None else None
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(train_config.seed)
-        model = RoFormer(model_config).to(device)
-    optimizer = build_optimizer(model, train_config)
-    start = 0
-    # Sums of the log's averaging window at the checkpoint: (loss over this window's counted
-    # targets of the global batch, their number). Nonzero only for a checkpoint saved at a stop_at
-    # in mid-window; None for a checkpoint written without them.
-    window: dict | None = {"loss_sum": 0.0, "counted": 0}
-    if checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
-        saved = load_checkpoint(checkpoint_dir, device)
-        if saved.config["model"] != model_config.to_dict() or saved.config["train"] != train_config.to_dict():
-            raise ValueError(
-                f"run_dir: {str(run_dir)!r} holds a checkpoint with a different model or train config; "
-                f"expected the same configs to resume (or a fresh run_dir)"
-            )
-        model.load_state_dict(saved.model.state_dict())
-        optimizer.load_state_dict(saved.optimizer_state)
-        start = saved.config["step"]
-        window = saved.config.get("log_window")
-        if stop_at < start:
-            raise ValueError(
-                f"stop_at: {stop_at}; the checkpoint in run_dir is at step {start}; expected stop_at >= {start}"
-            )
-
-    trained: torch.nn.Module = model
-    if context.world_size > 1:
-        trained = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    if train_config.compile:
-        trained = torch.compile(trained)
-
-    def save(step: int, window_loss_sum: float, window_counted: int) -> None:
-        if checkpoint_dir is not None and context.rank == 0:
-            config = {"train": train_config.to_dict(), "task": task or {}, "step": step,
-                      "command": command or shlex.join(sys.argv),
-                      "log_window": {"loss_sum": window_loss_sum, "counted": window_counted}}
-            save_checkpoint(checkpoint_dir, model, optimizer, config)
-
-    log_path = run_dir / METRICS_FILE if run_dir is not None and context.rank == 0 else None
-    if log_path is not None:
-        _keep_metrics_until(log_path, start, train_config.log_every, keep_partial=window is None or start == stop_at)
-    last_loss = float("nan")
-    clock = time.perf_counter()
-    tokens_since_log, counted_since_log = 0, 0
-    loss_since_log = torch.zeros((), device=device)
-    if window is not None and start < stop_at:
-        # The window's loss sum is global (all-reduced before it was saved): rank 0 holds it and
-        # the other ranks add zero to it at the next all-reduce. float32 -> JSON -> float32 is exact.
-        counted_since_log = window["counted"]
-        if context.rank == 0:
-            loss_since_log.fill_(window["loss_sum"])
-    window_loss_sum, window_counted = 0.0, 0
-    started = time.perf_counter()
-    model.train()
     with ExitStack() as stack:
+        if run_dir is not None:
+            _lock_run_folder(stack, run_dir, context, device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(train_config.seed)
+            model = RoFormer(model_config).to(device)
+        optimizer = build_optimizer(model, train_config)
+        start = 0
+        # Sums of the log's averaging window at the checkpoint: (loss over this window's counted
+        # targets of the global batch, their number). Nonzero only for a checkpoint saved at a stop
+        # in mid-window; None for a checkpoint written without them.
+        window: dict | None = {"loss_sum": 0.0, "counted": 0}
+        if checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
+            saved = load_checkpoint(checkpoint_dir, device)
+            _check_same_run(saved.config, model_config, train_config, task, run_dir)
+            model.load_state_dict(saved.model.state_dict())
+            optimizer.load_state_dict(saved.optimizer_state)
+            start = saved.config["step"]
+            window = saved.config.get("log_window")
+            if stop_at < start:
+                raise ValueError(
+                    f"stop_at: {stop_at}; the checkpoint in run_dir is at step {start}; expected stop_at >= {start}"
+                )
+            if on_resume is not None and context.rank == 0:
+                on_resume(start)
+
+        trained: torch.nn.Module = model
+        if context.world_size > 1:
+            trained = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None
+            )
+        if train_config.compile:
+            trained = torch.compile(trained)
+
+        def save(step: int, window_loss_sum: float, window_counted: int) -> None:
+            if checkpoint_dir is not None and context.rank == 0:
+                config = {"train": train_config.to_dict(), "task": task or {}, "step": step,
+                          "command": command or shlex.join(sys.argv),
+                          "log_window": {"loss_sum": window_loss_sum, "counted": window_counted}}
+                save_checkpoint(checkpoint_dir, model, optimizer, config)
+
+        log_path = run_dir / METRICS_FILE if run_dir is not None and context.rank == 0 else None
+        if log_path is not None:
+            _keep_metrics_until(log_path, start, train_config.log_every,
+                                keep_partial=window is None or start == stop_at)
+        last_loss = float("nan")
+        clock = time.perf_counter()
+        tokens_since_log, counted_since_log = 0, 0
+        loss_since_log = torch.zeros((), device=device)
+        if window is not None and start < stop_at:
+            # The window's loss sum is global (all-reduced before it was saved): rank 0 holds it and
+            # the other ranks add zero to it at the next all-reduce. float32 -> JSON -> float32 is exact.
+            counted_since_log = window["counted"]
+            if context.rank == 0:
+                loss_since_log.fill_(window["loss_sum"])
+        window_loss_sum, window_counted = 0.0, 0
+        end, interrupted = start, False
+        started = time.perf_counter()
+        model.train()
         log_file = stack.enter_context(open(log_path, "a")) if log_path is not None else None
         bar = stack.enter_context(
             tqdm(total=stop_at, initial=start, disable=not progress or context.rank != 0, desc="train", unit="step")
@@ -354,7 +434,8 @@ def train(
             lr = learning_rate(train_config, step)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            local_sum, global_count = accumulate_gradients(trained, global_batch, context, device, train_config.precision)
+            local_sum, global_count = accumulate_gradients(trained, global_batch, context, device,
+                                                           train_config.precision)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -362,19 +443,21 @@ def train(
             counted_since_log += global_count
             loss_since_log += local_sum
 
-            completed = step + 1
-            if completed % train_config.log_every == 0 or completed == stop_at:
+            end = step + 1
+            interrupted = end < stop_at and _stop_requested_on_any_rank(stop_requested, context, device)
+            stopping = interrupted or end == stop_at
+            if end % train_config.log_every == 0 or stopping:
                 if context.world_size > 1:
                     dist.all_reduce(loss_since_log)
                 loss_sum = loss_since_log.item()
                 last_loss = loss_sum / counted_since_log
-                if completed % train_config.log_every:  # a stop in mid-window: its checkpoint keeps the sums
+                if end % train_config.log_every:  # a stop in mid-window: its checkpoint keeps the sums
                     window_loss_sum, window_counted = loss_sum, counted_since_log
                 elapsed = time.perf_counter() - clock
                 record = {
-                    "step": completed,
+                    "step": end,
                     "loss": last_loss,
-                    "tokens": (step + 1) * global_batch.inputs.numel(),
+                    "tokens": end * global_batch.inputs.numel(),
                     "lr": lr,
                     "grad_norm": float(grad_norm),
                     "tokens_per_s": tokens_since_log / elapsed,
@@ -386,7 +469,9 @@ def train(
                 bar.set_postfix(loss=f"{last_loss:.4f}")
                 clock, tokens_since_log, counted_since_log = time.perf_counter(), 0, 0
                 loss_since_log.zero_()
-            if completed == stop_at or (train_config.checkpoint_every and completed % train_config.checkpoint_every == 0):
-                save(completed, window_loss_sum, window_counted)
+            if stopping or (train_config.checkpoint_every and end % train_config.checkpoint_every == 0):
+                save(end, window_loss_sum, window_counted)
             bar.update(1)
-    return TrainResult(model, stop_at, last_loss)
+            if interrupted:
+                break
+    return TrainResult(model, end, last_loss, interrupted)

@@ -4,8 +4,13 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +20,7 @@ import torch.nn.functional as F
 
 from empirical.checkpoint import load_checkpoint
 from empirical.model import RoFormer, RoFormerConfig
+from empirical.run_control import LOCK_FILE, RunFolderLocked, run_folder_lock, stop_on_signals
 from empirical.train import (
     CHECKPOINT_DIR,
     IGNORE_INDEX,
@@ -29,8 +35,10 @@ from empirical.train import (
     train,
 )
 from rounding import gamma, learning_rate_rounding, unit_roundoff
+from run_folders import assert_same_runs
 
 MODEL = RoFormerConfig(vocab_size=6, num_layers=2, num_heads=2, width=16)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def random_batch(step: int, rows: int = 8, length: int = 12) -> Batch:
@@ -102,11 +110,91 @@ def test_resume_is_bit_exact(tmp_path):
             assert torch.equal(value, saved[1]["state"][index][key]), (index, key)
 
 
-def test_resume_refuses_a_different_config(tmp_path):
-    config = TrainConfig(steps=4, batch_size=8, log_every=1)
-    train(MODEL, config, random_batch, tmp_path, stop_at=2, progress=False)
-    with pytest.raises(ValueError, match="different model or train config"):
-        train(MODEL, TrainConfig(steps=5, batch_size=8, log_every=1), random_batch, tmp_path, progress=False)
+@pytest.mark.parametrize("changes, named", [
+    ({"train_config": TrainConfig(steps=5, batch_size=8, log_every=1)}, "train.steps: 4 in the checkpoint, 5 now"),
+    ({"model_config": RoFormerConfig(vocab_size=6, num_layers=2, num_heads=2, width=16, rotary_base=500.0)},
+     "model.rotary_base: 10000.0 in the checkpoint, 500.0 now"),
+    ({"task": {"mixture": "b", "seed": 1}}, "task.mixture: 'a' in the checkpoint, 'b' now"),
+])
+def test_resume_refuses_a_different_run_naming_what_differs(tmp_path, changes, named):
+    run = {"model_config": MODEL, "train_config": TrainConfig(steps=4, batch_size=8, log_every=1),
+           "task": {"mixture": "a", "seed": 1}}
+    train(batch_fn=random_batch, run_dir=tmp_path, stop_at=2, progress=False, **run)
+    with pytest.raises(ValueError, match=f"holds a checkpoint of a different run \\({re.escape(named)}\\); expected"):
+        train(batch_fn=random_batch, run_dir=tmp_path, progress=False, **(run | changes))
+    assert load_checkpoint(tmp_path / CHECKPOINT_DIR).config["step"] == 2
+
+
+def test_a_stop_request_ends_the_run_with_a_checkpoint_that_resumes_bit_for_bit(tmp_path):
+    """Asked after every step: true after the third, so the run stops at step 3, in the middle of
+    the log's second window (log_every 2), and the resumed run is the uninterrupted one."""
+    config = TrainConfig(steps=8, batch_size=8, learning_rate=3e-3, warmup_steps=2, log_every=2)
+    straight = train(MODEL, config, random_batch, tmp_path / "straight", progress=False)
+    asked = []
+
+    def stop_after_three_steps() -> bool:
+        asked.append(True)
+        return len(asked) >= 3
+
+    stopped = train(MODEL, config, random_batch, tmp_path / "stopped", stop_requested=stop_after_three_steps,
+                    progress=False)
+    assert (stopped.step, stopped.interrupted, len(asked)) == (3, True, 3)
+    assert load_checkpoint(tmp_path / "stopped" / CHECKPOINT_DIR).config["step"] == 3
+    resumed_at = []
+    resumed = train(MODEL, config, random_batch, tmp_path / "stopped", on_resume=resumed_at.append, progress=False)
+    assert (resumed.step, resumed.interrupted, resumed_at) == (8, False, [3])
+    assert_same_runs(tmp_path / "straight", tmp_path / "stopped")
+    assert resumed.last_loss == straight.last_loss
+
+
+LOCK_HOLDER = """
+import sys
+from empirical.run_control import run_folder_lock
+with run_folder_lock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+"""A process that holds the lock of the folder ``argv[1]`` until its stdin closes."""
+
+
+def test_a_run_folder_locked_by_another_process_is_refused_naming_it(tmp_path):
+    config = TrainConfig(steps=2, batch_size=8, log_every=1)
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        assert (tmp_path / LOCK_FILE).read_text() == f"{holder.pid}\n"
+        with pytest.raises(RunFolderLocked, match=rf"run_dir: '{re.escape(str(tmp_path))}' is locked by process "
+                                                  rf"{holder.pid} \(a training writing to it"):
+            train(MODEL, config, random_batch, tmp_path, progress=False)
+        assert not (tmp_path / CHECKPOINT_DIR).exists() and not (tmp_path / METRICS_FILE).exists()
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    assert (tmp_path / LOCK_FILE).read_text() == ""  # emptied on release
+    assert train(MODEL, config, random_batch, tmp_path, progress=False).step == 2
+
+
+def test_the_lock_goes_with_its_holder_however_it_ends(tmp_path):
+    """Released when the training raises; the file a killed holder left (its process ID written,
+    no flock held any more) blocks nothing."""
+    with pytest.raises(ValueError, match="batch_fn: step 0 returned 8 rows"):
+        train(MODEL, TrainConfig(steps=2, batch_size=4), random_batch, tmp_path, progress=False)
+    (tmp_path / LOCK_FILE).write_text("999999999\n")
+    with run_folder_lock(tmp_path) as path:
+        assert path.read_text() == f"{os.getpid()}\n"
+    assert train(MODEL, TrainConfig(steps=2, batch_size=8), random_batch, tmp_path, progress=False).step == 2
+
+
+@pytest.mark.parametrize("number, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_signal_only_sets_the_request(number, code):
+    before = signal.getsignal(number)
+    with stop_on_signals() as request:
+        assert not request()
+        signal.raise_signal(number)
+        signal.raise_signal(signal.SIGINT if number == signal.SIGTERM else signal.SIGTERM)  # a second: ignored
+        assert request() and request.signal == number and request.exit_code == code
+    assert signal.getsignal(number) is before
 
 
 WORKER_TIMEOUT_S = 120
@@ -143,7 +231,9 @@ def run_ranks(worker, args: tuple, world_size: int = 2) -> None:
 def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
     """Every DDP run the tests compare, in one process group (one start of the group for the
     module): each rank's DDP gradient of batch 0 and three AdamW steps (``ddp.pt``), then a run
-    stopped at step 3 and resumed on every rank (``out_dir/resumed``)."""
+    stopped at step 3 and resumed on every rank (``out_dir/resumed``), then the same run stopped
+    by a stop request of rank 1 alone after step 3 (each rank's result in ``stopped-RANK.pt``) and
+    resumed (``out_dir/stopped``)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     torch.manual_seed(0)
@@ -168,6 +258,18 @@ def _ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> Non
     run_dir = os.path.join(out_dir, "resumed")
     train(MODEL, RESUME_CONFIG, random_batch, run_dir, stop_at=3, progress=False)
     dist.barrier()  # rank 0 has written the checkpoint that every rank resumes
+    train(MODEL, RESUME_CONFIG, random_batch, run_dir, progress=False)
+    asked = []
+
+    def stop_on_rank_1_after_three_steps() -> bool:
+        asked.append(True)
+        return rank == 1 and len(asked) >= 3
+
+    run_dir = os.path.join(out_dir, "stopped")
+    stopped = train(MODEL, RESUME_CONFIG, random_batch, run_dir, stop_requested=stop_on_rank_1_after_three_steps,
+                    progress=False)
+    torch.save({"step": stopped.step, "interrupted": stopped.interrupted}, os.path.join(out_dir, f"stopped-{rank}.pt"))
+    dist.barrier()
     train(MODEL, RESUME_CONFIG, random_batch, run_dir, progress=False)
     shutdown_distributed()
 
@@ -340,6 +442,16 @@ def test_ddp_resume_in_mid_window_writes_the_log_of_an_uninterrupted_run(ddp_out
     assert [r["loss"] for r in logs[1]] == pytest.approx([r["loss"] for r in logs[0]], rel=1e-5, abs=0)
 
 
+@pytest.mark.long_running
+@pytest.mark.xdist_group(DDP_GROUP)
+def test_a_stop_requested_on_one_rank_stops_every_rank_after_the_same_step(ddp_outputs):
+    """Rank 1 alone asks to stop after step 3: both ranks stop there (the all-reduced request),
+    and resuming gives the run stopped at ``stop_at`` = 3 and resumed, bit for bit."""
+    results = [torch.load(ddp_outputs / f"stopped-{rank}.pt") for rank in range(2)]
+    assert results == [{"step": 3, "interrupted": True}] * 2
+    assert_same_runs(ddp_outputs / "resumed", ddp_outputs / "stopped")
+
+
 def _siblings(directory):
     return sorted(path.name for path in directory.parent.iterdir())
 
@@ -348,7 +460,7 @@ def test_a_save_replaces_the_checkpoint_and_leaves_nothing_else(tmp_path):
     config = TrainConfig(steps=4, batch_size=8, log_every=1)
     train(MODEL, config, random_batch, tmp_path, stop_at=2, progress=False)
     train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)
-    assert _siblings(tmp_path / CHECKPOINT_DIR) == [CHECKPOINT_DIR, METRICS_FILE]
+    assert _siblings(tmp_path / CHECKPOINT_DIR) == [CHECKPOINT_DIR, METRICS_FILE, LOCK_FILE]
     assert load_checkpoint(tmp_path / CHECKPOINT_DIR).config["step"] == 3
 
 
@@ -359,7 +471,7 @@ def test_a_save_interrupted_between_its_renames_is_refused_not_restarted(tmp_pat
     real_replace = os.replace
 
     def crash_before_the_second_rename(source, destination):
-        if str(source).endswith(".tmp"):
+        if str(source).endswith(f"{CHECKPOINT_DIR}.tmp"):
             raise KeyboardInterrupt("killed")
         real_replace(source, destination)
 
@@ -367,7 +479,7 @@ def test_a_save_interrupted_between_its_renames_is_refused_not_restarted(tmp_pat
     with pytest.raises(KeyboardInterrupt):
         train(MODEL, config, random_batch, tmp_path, stop_at=3, progress=False)
     monkeypatch.setattr(os, "replace", real_replace)
-    assert _siblings(checkpoint) == [f"{CHECKPOINT_DIR}.old", f"{CHECKPOINT_DIR}.tmp", METRICS_FILE]
+    assert _siblings(checkpoint) == [f"{CHECKPOINT_DIR}.old", f"{CHECKPOINT_DIR}.tmp", METRICS_FILE, LOCK_FILE]
     with pytest.raises(ValueError, match=r"checkpoint: .* is missing but .*\.old' exists: a save was interrupted"):
         load_checkpoint(checkpoint)
     with pytest.raises(ValueError, match="a save was interrupted"):  # rather than training from step 0
@@ -375,7 +487,7 @@ def test_a_save_interrupted_between_its_renames_is_refused_not_restarted(tmp_pat
     (tmp_path / f"{CHECKPOINT_DIR}.tmp").rename(checkpoint)  # as the message says: the new checkpoint
     assert load_checkpoint(checkpoint).config["step"] == 3
     assert train(MODEL, config, random_batch, tmp_path, progress=False).step == 4
-    assert _siblings(checkpoint) == [CHECKPOINT_DIR, METRICS_FILE]  # the next save removed the .old
+    assert _siblings(checkpoint) == [CHECKPOINT_DIR, METRICS_FILE, LOCK_FILE]  # the next save removed the .old
 
 
 def test_a_previous_checkpoint_left_after_both_renames_is_ignored(tmp_path):
@@ -385,4 +497,4 @@ def test_a_previous_checkpoint_left_after_both_renames_is_ignored(tmp_path):
     shutil.copytree(checkpoint, tmp_path / f"{CHECKPOINT_DIR}.old")  # as if killed before deleting it
     assert load_checkpoint(checkpoint).config["step"] == 2
     assert train(MODEL, config, random_batch, tmp_path, progress=False).step == 4
-    assert _siblings(checkpoint) == [CHECKPOINT_DIR, METRICS_FILE]
+    assert _siblings(checkpoint) == [CHECKPOINT_DIR, METRICS_FILE, LOCK_FILE]

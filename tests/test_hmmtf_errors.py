@@ -18,6 +18,7 @@ from empirical.analysis.report import AnalysisConfig
 from empirical.checkpoint import CONFIG_FILE, MODEL_FILE, save_checkpoint
 from empirical.markov.config import MarkovSweepConfig
 from empirical.model import RoFormer, RoFormerConfig
+from empirical.overrides import SECTIONS
 from hmmtf_options import config_from_command_line, non_negative_int, positive_float, positive_int
 from ledger.results import RESULTS
 
@@ -27,9 +28,10 @@ CONFIG_OPTIONS = {"analyze": AnalysisConfig, "markov-sweep": MarkovSweepConfig}
 CHECKED_WHERE_USED = {"max_distance", "max_offset", "data_seed"}
 """Config fields not validated when the config is built: the first two against the checkpoint's
 prompt format once it is loaded, the Markov sweep's data seed (a seed, not a count) never."""
-COMMANDS = [command for command in hmmtf.SUBCOMMAND_MODULES if command != "train"]
-"""``hmmtf train``'s options (``--steps``, ``--threads``) are checked by the run-folder work of
-issue 36 (item 3), built beside this."""
+COMMANDS = list(hmmtf.SUBCOMMAND_MODULES)
+TRAIN_OVERRIDES = {f"{section}.{field}" for section, fields in SECTIONS.items() for field in fields}
+"""``hmmtf train``'s override options (their ``dest``), validated when the run is resolved
+(:func:`empirical.overrides.resolve`; tests/test_empirical_train_command.py)."""
 
 
 def error_line(capsys, command: str) -> str:
@@ -53,6 +55,7 @@ def options(command: str) -> list[argparse.Action]:
 def test_every_numeric_option_has_a_checked_type_or_is_a_validated_config_field(command):
     unchecked = [action.dest for action in options(command) if action.type not in CHECKED_TYPES]
     fields = {field.name for field in dataclasses.fields(CONFIG_OPTIONS[command])} if command in CONFIG_OPTIONS else set()
+    fields |= TRAIN_OVERRIDES if command == "train" else set()
     assert set(unchecked) <= fields, unchecked
 
 
