@@ -31,7 +31,7 @@ from empirical.competence import (CEILING_SETTINGS, ceiling_replicates, fitted_n
                                   per_prompt_loss, scope_rows)
 from empirical.data import PromptStream, stream_seed
 from empirical.evaluate import model_predictor
-from empirical.model import RoFormer
+from empirical.model import RoFormer, RoFormerConfig
 from empirical.presets import ExperimentPreset
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor, unseen_mixture
 from empirical.train import CHECKPOINT_DIR, train
@@ -106,12 +106,12 @@ def written_points(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def train_with_curve(preset: ExperimentPreset, run_dir: Path, every: int, num_prompts: int, fresh_tasks: int,
-                     settings: SMCSettings = CEILING_SETTINGS, command: str | None = None,
-                     model_overrides: dict | None = None) -> list[dict]:
-    """Train ``preset`` (its RoFormer with the fields of ``model_overrides`` replaced) in
-    ``run_dir`` in chunks of ``every`` steps, a curve point after each (module docstring); returns
-    every point of the log. Resumes a stopped run."""
+def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run_dir: Path, every: int,
+                     num_prompts: int, fresh_tasks: int, settings: SMCSettings = CEILING_SETTINGS,
+                     command: str | None = None) -> list[dict]:
+    """Train ``model_config`` on ``preset``'s data and schedule in ``run_dir`` in chunks of
+    ``every`` steps, a curve point after each (module docstring); returns every point of the log.
+    Resumes a stopped run."""
     if isinstance(every, bool) or not isinstance(every, int) or every < 1 or preset.train.steps % every:
         raise ValueError(f"every: {every!r}; expected a positive divisor of the run's steps ({preset.train.steps})")
     if every % preset.train.log_every:
@@ -126,7 +126,6 @@ def train_with_curve(preset: ExperimentPreset, run_dir: Path, every: int, num_pr
     stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
     done = {point["step"] for point in written_points(run_dir)}
     tokens_per_step = preset.train.batch_size * preset.prompt_format.length
-    model_config = dataclasses.replace(preset.model_config(mixture.num_tokens), **(model_overrides or {}))
     for stop in range(every, preset.train.steps + 1, every):
         if stop in done:
             continue

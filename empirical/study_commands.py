@@ -17,8 +17,9 @@ import torch
 import hmm
 from empirical.competence import CEILING_SETTINGS
 from empirical.curves import BASELINES_FILE, baseline_means, run_summary, train_with_curve
+from empirical.overrides import add_override_options, flag_overrides, training_run
 from empirical.plots import plot_curve, plot_curves, plot_signal
-from empirical.presets import PRESETS, ExperimentPreset, get_preset
+from empirical.presets import PRESETS
 from empirical.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
 from hmmtf_options import non_negative_int, positive_int
@@ -48,35 +49,13 @@ def run_signal(args) -> int:
     return 0
 
 
-OVERRIDES = {"num_layers": int, "num_heads": int, "width": int}
-"""The preset's model fields ``hmmtf curve`` can override (the training fields: :data:`TRAIN_OVERRIDES`;
-the RoFormer's other fields: :data:`ROFORMER_OVERRIDES`)."""
-ROFORMER_OVERRIDES = {"rotary_base": float, "mlp_ratio": int, "init_std": float}
-TRAIN_OVERRIDES = {"steps": int, "batch_size": int, "learning_rate": float, "min_lr_ratio": float,
-                   "warmup_steps": int, "weight_decay": float, "log_every": int, "checkpoint_every": int}
-
-
-def curve_preset(args) -> ExperimentPreset:
-    """``args.preset`` with ``args.mixture`` (a name of :data:`hmm.MIXTURE_SPECS`, keeping the
-    preset's prompt format) and every override given on the command line."""
-    preset = get_preset(args.preset)
-    if args.mixture is not None:
-        if args.mixture not in hmm.MIXTURE_SPECS:
-            raise ValueError(f"--mixture: {args.mixture!r}; expected one of {sorted(hmm.MIXTURE_SPECS)}")
-        preset = dataclasses.replace(preset, mixture=args.mixture)
-    model = {name: getattr(args, name) for name in OVERRIDES if getattr(args, name) is not None}
-    training = {name: getattr(args, name) for name in TRAIN_OVERRIDES if getattr(args, name) is not None}
-    return dataclasses.replace(preset, **model, train=dataclasses.replace(preset.train, **training))
-
-
 def run_curve(args) -> int:
     torch.set_num_threads(args.threads)
-    preset = curve_preset(args)
+    run = training_run(args.preset, args.config, flag_overrides(args))
     run_dir = Path(args.run_dir)
     settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles)
-    model = {name: getattr(args, name) for name in ROFORMER_OVERRIDES if getattr(args, name) is not None}
-    points = train_with_curve(preset, run_dir, args.every, args.curve_prompts, args.fresh_tasks, settings,
-                              command=args.command_line, model_overrides=model)
+    points = train_with_curve(run.preset, run.model, run_dir, args.every, args.curve_prompts, args.fresh_tasks,
+                              settings, command=args.command_line)
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
     plot_curve(points, baseline_means(baselines), run_dir / "curve.png")
     return 0
@@ -122,10 +101,9 @@ def register(subparsers) -> None:
 
     parser = subparsers.add_parser("curve", help="train with a learning curve on fresh HMMs against the in-context "
                                                  "n-grams and the prior-predictive ceiling")
-    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
-    parser.add_argument("--mixture", help="train on this mixture (a name of hmm.MIXTURE_SPECS) instead of the preset's")
-    for name, kind in {**OVERRIDES, **ROFORMER_OVERRIDES, **TRAIN_OVERRIDES}.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, help=f"override the preset's {name}")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="the named defaults (or `preset` in --config)")
+    parser.add_argument("--config", metavar="FILE", help="TOML or JSON overrides, as hmmtf train reads them")
+    add_override_options(parser)
     parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present)")
     parser.add_argument("--every", type=positive_int, required=True, help="steps between curve points (divides --steps)")
     parser.add_argument("--curve-prompts", type=positive_int, default=256, help="fresh-HMM prompts of every point")

@@ -20,7 +20,8 @@ SETTINGS = SMCSettings(particles=8, moves=1)
 
 
 def _curve(run_dir, every=20):
-    return train_with_curve(PRESET, run_dir, every, num_prompts=6, fresh_tasks=8, settings=SETTINGS)
+    return train_with_curve(PRESET, PRESET.model_config(PRESET.mixture_spec.num_tokens), run_dir, every, num_prompts=6,
+                            fresh_tasks=8, settings=SETTINGS)
 
 
 def _curve_until(stopped, run_dir, first_point):

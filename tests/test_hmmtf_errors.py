@@ -30,7 +30,7 @@ CHECKED_WHERE_USED = {"max_distance", "max_offset", "data_seed"}
 prompt format once it is loaded, the Markov sweep's data seed (a seed, not a count) never."""
 COMMANDS = list(hmmtf.SUBCOMMAND_MODULES)
 TRAIN_OVERRIDES = {f"{section}.{field}" for section, fields in SECTIONS.items() for field in fields}
-"""``hmmtf train``'s override options (their ``dest``), validated when the run is resolved
+"""``hmmtf train``'s and ``hmmtf curve``'s override options (their ``dest``), validated when the run is resolved
 (:func:`empirical.overrides.resolve`; tests/test_empirical_train_command.py)."""
 
 
@@ -55,7 +55,7 @@ def options(command: str) -> list[argparse.Action]:
 def test_every_numeric_option_has_a_checked_type_or_is_a_validated_config_field(command):
     unchecked = [action.dest for action in options(command) if action.type not in CHECKED_TYPES]
     fields = {field.name for field in dataclasses.fields(CONFIG_OPTIONS[command])} if command in CONFIG_OPTIONS else set()
-    fields |= TRAIN_OVERRIDES if command == "train" else set()
+    fields |= TRAIN_OVERRIDES if command in ("train", "curve") else set()
     assert set(unchecked) <= fields, unchecked
 
 
