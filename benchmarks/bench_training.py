@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     fmt = preset.prompt_format
     num_tokens = preset.mixture_spec.num_tokens
 
+    load_average = os.getloadavg()[0]  # other processes on the cores: a timing is only as clean as its machine
     peak = matmul_peak(device, torch.bfloat16 if cuda else torch.float32, 8192 if cuda else 1024)
 
     torch.manual_seed(0)
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_commit": source_commit(),
         "device": torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
         "torch": torch.__version__,
+        "load_average_at_start": load_average,
         "preset": preset.name,
         "precision": precision,
         "compile": args.compile,
