@@ -23,15 +23,21 @@ about (depth x 3 products + norms) x width x eps32 ~ 8 x 4 x 64 x 6e-8 = 1.5e-4 
 averaged over 100,000 tokens with independent signs it is far below 1e-5 of a loss of 1.9."""
 
 
-def test_models_are_shipped():
+EVALUATIONS = {"tasks-8192-small": "figures/ladder/tasks-8192-small",
+               "observable-2x4x64": "figures/observable/2x4x64", "observable-4x4x64": "figures/observable/4x4x64"}
+"""The folder of each shipped model's committed evaluation (models/README.md's "its results")."""
+
+
+def test_models_are_shipped_each_with_its_evaluation():
     assert MODELS, "no models/*/model.safetensors"
     assert (ROOT / "models" / "README.md").is_file()
+    assert {folder.name for folder in MODELS} == set(EVALUATIONS)
 
 
 @pytest.mark.long_running
 @pytest.mark.parametrize("folder", MODELS, ids=[path.name for path in MODELS])
 def test_a_shipped_model_reproduces_its_recorded_fresh_hmm_loss(folder):
-    evaluation = json.loads((ROOT / "figures" / "ladder" / folder.name / "evaluation.json").read_text())
+    evaluation = json.loads((ROOT / EVALUATIONS[folder.name] / "evaluation.json").read_text())
     saved = load_checkpoint(folder)
     assert saved.config["step"] == evaluation["step"] and saved.config["model"] == evaluation["model"]
     preset = preset_from_task(saved.config["task"])
