@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
@@ -283,6 +284,7 @@ def plot_curve(points: list[dict], baselines: dict[str, dict[str, float]], path:
             axis.axhline(baselines[scope][name], color=style["color"], linestyle=style.get("linestyle", "--"),
                          label=style["label"])
         axis.set_xscale("log")
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         axis.set_xlabel("training tokens seen")
         axis.set_ylabel("loss on fresh HMMs (nats/token)")
         axis.set_title(scope.replace("_", " "))
@@ -311,6 +313,7 @@ def plot_curves(study: dict, path: Path) -> None:
                          label=style["label"])
         axis.axhline(0, color=LADDER_STYLES["ngram 1"]["color"], linestyle=":", label=LADDER_STYLES["ngram 1"]["label"])
         axis.set_xscale("log")
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels collide on a log axis
         axis.set_xlabel("training tokens seen")
         axis.set_ylabel("gain over the in-context unigram (nats/token)")
         axis.set_title(scope.replace("_", " "))
