@@ -28,12 +28,18 @@ Public API of the core (import from the modules named; this file imports nothing
                  preset_from_task, PRESETS (the one registry, with the regime ladder's
                  tasks-N-small/deep: LADDER_TASK_COUNTS, LADDER_MODELS, ladder_preset_name)
     calibrate:   calibrate(preset, concentrations, num_prompts, seed)
+    signal:      family_signal, signal_report, CANDIDATES (``hmmtf signal``: the in-context signal of
+                 data families on fresh HMMs: n-grams, the prior-predictive ceiling, the oracle, gamma)
+    curves:      train_with_curve(preset, model_config, run_dir, every, ...) -> points, curve_point,
+                 build_probe, run_summary (``hmmtf curve`` / ``hmmtf curves``: learning curves on fresh HMMs)
     configs:     JSONConfig, check_integers, option, add_config_options, config_from_options
-    plots:       plot_in_context, plot_regime, plot_training_loss, plot_calibration
+    plots:       plot_in_context, plot_regime, plot_training_loss, plot_calibration, plot_competence,
+                 plot_signal, plot_curve, plot_curves
     ladder:      point_statistics, collect_points, ladder_table (``hmmtf ladder``); its figures
                  in ladder_figures
     roofline:    matmul_peak, read_bandwidth, timed, synchronize (the machine's rates)
     commands:    ``hmmtf train``, ``hmmtf evaluate``, ``hmmtf calibrate``
+    study_commands: ``hmmtf signal``, ``hmmtf curve``, ``hmmtf curves``
 
 ``empirical.reproduce`` (``hmmtf reproduce``) runs the paper preset end to end on top of these.
 """
