@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 import hmm
+from empirical.checkpoint import CONFIG_FILE
 from empirical.competence import (CEILING_SETTINGS, ceiling_replicates, fitted_ngrams, gap_closed, paired,
                                   per_prompt_loss, scope_rows)
 from empirical.data import PromptStream, stream_seed
@@ -44,15 +45,13 @@ BASELINES_FILE = "curve_baselines.json"
 @dataclasses.dataclass(frozen=True)
 class CurveProbe:
     """The fixed fresh-HMM prompts of a curve and every baseline's per-prompt loss on them:
-    ``losses[scope][name]`` is a list over prompts (``name`` in ``ngram 1..3``, ``ceiling``, ``oracle``)."""
+    ``losses[scope][name]`` is a float64 tensor over prompts (``name`` in ``ngram 1..3``,
+    ``ceiling``, ``oracle``)."""
 
     tokens: torch.Tensor
     num_tokens: int
     prompt_format: hmm.PromptFormat
-    losses: dict[str, dict[str, list[float]]]
-
-    def scope_rows(self) -> dict[str, torch.Tensor]:
-        return scope_rows(self.prompt_format)
+    losses: dict[str, dict[str, torch.Tensor]]
 
 
 def fresh_prompts(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int) -> tuple[hmm.Mixture, hmm.Prompts]:
@@ -81,16 +80,18 @@ def build_probe(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int, se
 def load_probe(preset: ExperimentPreset, baselines: dict) -> CurveProbe:
     """The :class:`CurveProbe` of a :func:`build_probe` record (its prompts drawn again from their seeds)."""
     fresh, prompts = fresh_prompts(preset, baselines["num_prompts"], baselines["fresh_tasks"])
-    return CurveProbe(prompts.tokens, fresh.num_tokens, preset.prompt_format, baselines["losses"])
+    losses = {scope: {name: torch.tensor(values, dtype=torch.float64) for name, values in by_name.items()}
+              for scope, by_name in baselines["losses"].items()}
+    return CurveProbe(prompts.tokens, fresh.num_tokens, preset.prompt_format, losses)
 
 
 def curve_point(model: RoFormer, probe: CurveProbe, step: int, tokens_seen: int) -> dict:
     """One point of the curve (module docstring) for ``model`` after ``step`` steps."""
     probabilities = model_predictor(model, probe.num_tokens)(probe.tokens)
     point = {"step": step, "tokens": tokens_seen}
-    for scope, rows in probe.scope_rows().items():
+    for scope, rows in scope_rows(probe.prompt_format).items():
         model_loss = per_prompt_loss(probabilities, probe.tokens, probe.num_tokens, rows)
-        baselines = {name: torch.tensor(values, dtype=torch.float64) for name, values in probe.losses[scope].items()}
+        baselines = probe.losses[scope]
         point[scope] = {
             "model_loss": model_loss.mean().item(),
             "model_minus": {name: paired(model_loss - baselines[name])
@@ -151,7 +152,7 @@ def baseline_means(baselines: dict) -> dict[str, dict[str, float]]:
 def run_summary(run_dir: Path) -> dict:
     """One run of a study: its model and training (from its checkpoint's ``config.json``), its
     curve's points and its baselines' mean losses."""
-    config = json.loads((run_dir / CHECKPOINT_DIR / "config.json").read_text())
+    config = json.loads((run_dir / CHECKPOINT_DIR / CONFIG_FILE).read_text())
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
     return {"run": run_dir.name, "command": config["command"], "model": config["model"], "train": config["train"],
             "mixture": config["task"]["mixture"], "points": written_points(run_dir),
