@@ -15,6 +15,10 @@ Training runs in chunks of ``--every`` steps, each a call of :func:`empirical.tr
 the network is the one an uninterrupted run trains, and a stopped curve resumes where its last
 point was written. The n-grams' and the ceiling's per-prompt losses are computed once per run and
 kept in ``curve_baselines.json`` beside the log.
+
+A run can branch from another's checkpoint (:func:`empirical.train.branch_run`), typically a
+constant-rate run into its final decay: the branch starts with the source's points up to the
+branch's step and its baselines, and trains on from there.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from pathlib import Path
 import torch
 
 import hmm
-from empirical.checkpoint import CONFIG_FILE
+from empirical.checkpoint import CONFIG_FILE, has_checkpoint
 from empirical.competence import (CEILING_SETTINGS, ceiling_replicates, fitted_ngrams, gap_closed, paired,
                                   per_prompt_loss, scope_rows)
 from empirical.data import PromptStream, stream_seed
@@ -35,7 +39,7 @@ from empirical.evaluate import model_predictor
 from empirical.model import RoFormer, RoFormerConfig
 from empirical.presets import ExperimentPreset
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor, unseen_mixture
-from empirical.train import CHECKPOINT_DIR, train
+from empirical.train import CHECKPOINT_DIR, branch_run, train
 from hmm.prior_predictive import SMCSettings
 
 CURVE_FILE = "curve.jsonl"
@@ -107,18 +111,47 @@ def written_points(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
+def branch_curve(source_dir: Path, run_dir: Path, preset: ExperimentPreset, model_config: RoFormerConfig,
+                 every: int, probe_settings: dict, command: str | None = None) -> int:
+    """Start the curve run ``run_dir`` as a branch of the curve run ``source_dir`` at its checkpoint's
+    step ``k`` (:func:`empirical.train.branch_run`), with the source's baselines and its points up
+    to ``k``; returns ``k``. ``ValueError`` when the source's probe is not ``probe_settings``
+    (``num_prompts``, ``fresh_tasks``, ``ceiling_settings``, as :func:`build_probe` records them) or
+    ``k`` is not a multiple of ``every``."""
+    baselines = json.loads((source_dir / BASELINES_FILE).read_text())
+    source_probe = {key: baselines[key] for key in probe_settings}
+    if source_probe != probe_settings:
+        raise ValueError(f"branch_from: {str(source_dir)!r} was scored on the probe {source_probe}; expected "
+                         f"{probe_settings}, this run's")
+    source_step = json.loads((source_dir / CHECKPOINT_DIR / CONFIG_FILE).read_text())["step"]
+    if source_step % every:
+        raise ValueError(f"every: {every}; expected a divisor of the step {source_step} of branch_from "
+                         f"{str(source_dir)!r}, so that the branch's points fall where the source's do")
+    branched_at = branch_run(source_dir, run_dir, model_config, preset.train, preset.task(), command)
+    (run_dir / BASELINES_FILE).write_text(json.dumps(baselines) + "\n")
+    (run_dir / CURVE_FILE).write_text("".join(json.dumps(point) + "\n" for point in written_points(source_dir)
+                                              if point["step"] <= branched_at))
+    return branched_at
+
+
 def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run_dir: Path, every: int,
                      num_prompts: int, fresh_tasks: int, settings: SMCSettings = CEILING_SETTINGS,
-                     command: str | None = None) -> list[dict]:
+                     command: str | None = None, branch_from: Path | None = None) -> list[dict]:
     """Train ``model_config`` on ``preset``'s data and schedule in ``run_dir`` in chunks of
     ``every`` steps, a curve point after each (module docstring); returns every point of the log.
-    Resumes a stopped run."""
+    Resumes a stopped run; a new one starts as a branch of the curve run ``branch_from`` when
+    given (:func:`branch_curve`), which a resumed one no longer needs."""
     if isinstance(every, bool) or not isinstance(every, int) or every < 1 or preset.train.steps % every:
         raise ValueError(f"every: {every!r}; expected a positive divisor of the run's steps ({preset.train.steps})")
     if every % preset.train.log_every:
         raise ValueError(f"every: {every}; expected a multiple of log_every = {preset.train.log_every} (each chunk "
                          f"ends on a boundary of the training log's windows)")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if branch_from is not None and not has_checkpoint(run_dir / CHECKPOINT_DIR):
+        probe_settings = {"num_prompts": num_prompts, "fresh_tasks": fresh_tasks,
+                          "ceiling_settings": dataclasses.asdict(settings)}
+        step = branch_curve(Path(branch_from), run_dir, preset, model_config, every, probe_settings, command)
+        print(f"branched from {branch_from} at step {step}", flush=True)
     baselines_path = run_dir / BASELINES_FILE
     if not baselines_path.is_file():
         baselines_path.write_text(json.dumps(build_probe(preset, num_prompts, fresh_tasks, settings)) + "\n")

@@ -88,7 +88,9 @@ HELP = {
     "steps": "optimizer steps; unless --warmup-steps is set too, the warm-up becomes min(preset's, steps // 10)",
     "seed": "seed of the initial weights",
     "learning_rate": "peak learning rate, reached at the end of the warm-up",
-    "min_lr_ratio": "floor of the cosine decay, as a fraction of the peak",
+    "min_lr_ratio": "floor of the decay, as a fraction of the peak",
+    "decay_steps": "0: a cosine decay from the end of the warm-up; d > 0: the peak rate, then a linear decay over "
+                   "the last d steps",
     "log_every": "steps averaged by each metrics.jsonl record",
     "checkpoint_every": "steps between periodic checkpoints, a multiple of --log-every (0: a checkpoint at the end "
                         "and at a stop only)",

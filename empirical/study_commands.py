@@ -55,7 +55,7 @@ def run_curve(args) -> int:
     run_dir = Path(args.run_dir)
     settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles)
     points = train_with_curve(run.preset, run.model, run_dir, args.every, args.curve_prompts, args.fresh_tasks,
-                              settings, command=args.command_line)
+                              settings, command=args.command_line, branch_from=args.branch_from)
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
     plot_curve(points, baseline_means(baselines), run_dir / "curve.png")
     return 0
@@ -106,6 +106,9 @@ def register(subparsers) -> None:
     add_override_options(parser)
     parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present)")
     parser.add_argument("--every", type=positive_int, required=True, help="steps between curve points (divides --steps)")
+    parser.add_argument("--branch-from", metavar="RUN_DIR",
+                        help="start a new --run-dir from this curve run's checkpoint, whose steps took the same "
+                             "rates (a constant-rate run into its final decay: --decay-steps)")
     parser.add_argument("--curve-prompts", type=positive_int, default=256, help="fresh-HMM prompts of every point")
     parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
     parser.add_argument("--ceiling-particles", type=positive_int, default=CEILING_SETTINGS.particles,

@@ -2,7 +2,8 @@
 
 The caller supplies a model config, a :class:`TrainConfig` and a *batch function*
 ``batch_fn(step) -> Batch`` returning the **global** batch of that step; the loop does the rest:
-AdamW with linear warm-up and cosine decay, gradient clipping, bf16 autocast on CUDA, optional
+AdamW with linear warm-up and cosine decay (or a constant rate and a final linear decay, into which
+a constant run branches: :func:`branch_run`), gradient clipping, bf16 autocast on CUDA, optional
 ``torch.compile``, a JSON-lines metrics log, tqdm progress, and checkpoints that resume bit-exactly.
 The run folder is locked while the loop writes to it, and a stop request (SIGINT or SIGTERM, through
 :mod:`empirical.run_control`) ends the run at the next step boundary with a checkpoint.
@@ -23,10 +24,11 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 import time
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -67,12 +69,21 @@ BatchFunction = Callable[[int], Batch]
 class TrainConfig(JSONConfig):
     """Hyper-parameters of :func:`train`; validated on construction.
 
-    Learning rate at step ``s`` (0-based), with ``w = warmup_steps`` and ``S = steps``::
+    Learning rate at step ``s`` (0-based), with ``w = warmup_steps``, ``S = steps`` and
+    ``d = decay_steps``::
 
         lr(s) = lr_max (s + 1) / w                                       for s < w
-        lr(s) = lr_min + (lr_max - lr_min) (1 + cos(pi (s - w) / (S - w))) / 2   otherwise
+        lr(s) = lr_min + (lr_max - lr_min) (1 + cos(pi (s - w) / (S - w))) / 2   otherwise, if d = 0
 
-    with ``lr_min = min_lr_ratio * lr_max``.
+    and, if ``d > 0`` (warm-up, stable, decay: a constant rate, then a linear decay over the last
+    ``d`` steps)::
+
+        lr(s) = lr_max                                                   for w <= s < S - d
+        lr(s) = lr_max + (lr_min - lr_max) (s - (S - d)) / d             for s >= S - d
+
+    with ``lr_min = min_lr_ratio * lr_max``. A constant run (``min_lr_ratio = 1``) takes the same
+    rates as a decaying one over its stable steps, so it can be branched into its decay
+    (:func:`branch_run`).
     """
 
     steps: int
@@ -80,6 +91,7 @@ class TrainConfig(JSONConfig):
     learning_rate: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 0
+    decay_steps: int = 0
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -92,7 +104,7 @@ class TrainConfig(JSONConfig):
 
     def __post_init__(self) -> None:
         check_integers(self, ("steps", "batch_size", "log_every"), minimum=1)
-        check_integers(self, ("warmup_steps", "checkpoint_every"), minimum=0)
+        check_integers(self, ("warmup_steps", "decay_steps", "checkpoint_every"), minimum=0)
         if self.checkpoint_every % self.log_every:
             raise ValueError(
                 f"checkpoint_every: {self.checkpoint_every}; expected a multiple of log_every = {self.log_every} "
@@ -100,6 +112,9 @@ class TrainConfig(JSONConfig):
             )
         if self.warmup_steps >= self.steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps}; expected fewer than steps = {self.steps}")
+        if self.decay_steps > self.steps - self.warmup_steps:
+            raise ValueError(f"decay_steps: {self.decay_steps}; expected at most steps - warmup_steps = "
+                             f"{self.steps - self.warmup_steps}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate: {self.learning_rate!r}; expected a number > 0")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -119,8 +134,13 @@ def learning_rate(config: TrainConfig, step: int) -> float:
     """``lr(step)`` of the schedule in :class:`TrainConfig`."""
     if step < config.warmup_steps:
         return config.learning_rate * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / (config.steps - config.warmup_steps)
     lowest = config.min_lr_ratio * config.learning_rate
+    if config.decay_steps:
+        decay_start = config.steps - config.decay_steps
+        if step < decay_start:
+            return config.learning_rate
+        return config.learning_rate + (lowest - config.learning_rate) * (step - decay_start) / config.decay_steps
+    progress = (step - config.warmup_steps) / (config.steps - config.warmup_steps)
     return lowest + (config.learning_rate - lowest) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
@@ -253,21 +273,87 @@ def _differences(saved, current, name: str) -> list[str]:
     return [] if saved == current else [f"{name}: {saved!r} in the checkpoint, {current!r} now"]
 
 
-def _check_same_run(saved: dict, model_config: RoFormerConfig, train_config: TrainConfig, task: dict | None,
-                    run_dir: Path) -> None:
-    """``ValueError`` naming the fields of the model config, the train config and the task that
-    differ between the checkpoint's ``config.json`` and this call: resuming would train another run."""
+def _run_differences(saved: dict, model_config: RoFormerConfig, train_config: TrainConfig,
+                     task: dict | None) -> str:
+    """The fields of the model config, the train config and the task that differ between a
+    checkpoint's ``config.json`` and these (at most :data:`MAX_DIFFERENCES_SHOWN` named), or "".
+    The saved train config is read with the defaults of fields added since it was written."""
+    saved = dict(saved, train=TrainConfig.from_dict(saved["train"]).to_dict()) if "train" in saved else saved
     current = json.loads(json.dumps({"model": model_config.to_dict(), "train": train_config.to_dict(),
                                      "task": task or {}}))
     differences = [difference for section, value in current.items()
                    for difference in _differences(saved.get(section), value, section)]
+    hidden = len(differences) - MAX_DIFFERENCES_SHOWN
+    return "; ".join(differences[:MAX_DIFFERENCES_SHOWN]) + (f"; and {hidden} more" if hidden > 0 else "")
+
+
+def _check_same_run(saved: dict, model_config: RoFormerConfig, train_config: TrainConfig, task: dict | None,
+                    run_dir: Path) -> None:
+    """``ValueError`` naming the fields that differ between the checkpoint's ``config.json`` and
+    this call (:func:`_run_differences`): resuming would train another run."""
+    differences = _run_differences(saved, model_config, train_config, task)
     if differences:
-        shown, hidden = "; ".join(differences[:MAX_DIFFERENCES_SHOWN]), len(differences) - MAX_DIFFERENCES_SHOWN
-        more = f"; and {hidden} more" if hidden > 0 else ""
         raise ValueError(
-            f"run_dir: {str(run_dir)!r} holds a checkpoint of a different run ({shown}{more}); expected the same "
+            f"run_dir: {str(run_dir)!r} holds a checkpoint of a different run ({differences}); expected the same "
             f"model, train config and data to resume (or a fresh run_dir)"
         )
+
+
+SCHEDULE_FIELDS = ("steps", "learning_rate", "min_lr_ratio", "warmup_steps", "decay_steps")
+"""The :class:`TrainConfig` fields that only shape the learning-rate schedule."""
+
+
+def branch_run(source_dir: Path, run_dir: Path, model_config: RoFormerConfig, train_config: TrainConfig,
+               task: dict | None = None, command: str | None = None) -> int:
+    """Start ``run_dir`` as the run of ``train_config`` whose first ``k`` steps are the run in
+    ``source_dir``, whose checkpoint is at step ``k``; returns ``k``. :func:`train` on ``run_dir``
+    then continues it, and trains what a run of ``train_config`` from scratch would train.
+
+    That holds, and the branch is made, only when the model, the task and every train field
+    outside :data:`SCHEDULE_FIELDS` are the source's, and ``lr(s)`` is the same float under both
+    schedules for every ``s < k``: for example a constant-rate run branched into its final decay
+    (warm-up, stable, decay: ``decay_steps``). Otherwise ``ValueError`` names what differs.
+    ``run_dir`` gets the checkpoint (model, optimizer state, log window; the train config and
+    command replaced, the source and step recorded under ``branched_from``) and the source's
+    ``metrics.jsonl`` (which :func:`train` cuts at step ``k`` when it resumes); a ``run_dir`` that
+    already holds a checkpoint is refused.
+    """
+    source_dir, run_dir = Path(source_dir), Path(run_dir)
+    if has_checkpoint(run_dir / CHECKPOINT_DIR):
+        raise ValueError(f"run_dir: {str(run_dir)!r} already holds a checkpoint; expected a fresh folder to branch "
+                         f"into (or resume it without branching)")
+    saved = load_checkpoint(source_dir / CHECKPOINT_DIR)
+    if saved.optimizer_state is None:
+        raise ValueError(f"branch_from: {str(source_dir)!r} holds weights without an optimizer state; expected the "
+                         f"checkpoint of a training run")
+    branched_at = saved.config["step"]
+    source_train = TrainConfig.from_dict(saved.config["train"])
+    same_schedule_fields = replace(
+        train_config, **{name: getattr(source_train, name) for name in SCHEDULE_FIELDS})
+    differences = _run_differences(saved.config, model_config, same_schedule_fields, task)
+    if differences:
+        raise ValueError(f"branch_from: {str(source_dir)!r} is a different run ({differences}); expected the same "
+                         f"model, data and train config but for the schedule's fields {SCHEDULE_FIELDS}")
+    if not branched_at < train_config.steps:
+        raise ValueError(f"steps: {train_config.steps}; expected more than the {branched_at} steps of the "
+                         f"checkpoint of branch_from {str(source_dir)!r}")
+    for step in range(branched_at):
+        if learning_rate(source_train, step) != learning_rate(train_config, step):
+            raise ValueError(
+                f"branch_from: {str(source_dir)!r} took lr {learning_rate(source_train, step)!r} at step {step}, "
+                f"where this schedule takes {learning_rate(train_config, step)!r}; expected the same rate at each "
+                f"of the checkpoint's {branched_at} steps")
+    optimizer = build_optimizer(saved.model, train_config)
+    optimizer.load_state_dict(saved.optimizer_state)
+    config = {key: value for key, value in saved.config.items() if key not in ("model", "optimizer_param_groups")}
+    config.update(train=train_config.to_dict(), command=command or shlex.join(sys.argv),
+                  branched_from={"run_dir": str(source_dir), "step": branched_at})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with run_folder_lock(run_dir):
+        save_checkpoint(run_dir / CHECKPOINT_DIR, saved.model, optimizer, config)
+        if (source_dir / METRICS_FILE).is_file():
+            shutil.copyfile(source_dir / METRICS_FILE, run_dir / METRICS_FILE)
+    return branched_at
 
 
 def _lock_run_folder(stack: ExitStack, run_dir: Path, context: DistributedContext, device: torch.device) -> None:

@@ -80,3 +80,42 @@ def test_a_point_holds_the_competence_rule_statistics_of_the_model_against_each_
 def test_an_every_that_does_not_divide_the_run_into_log_windows_is_refused(tmp_path, every, message):
     with pytest.raises(ValueError, match=message):
         _curve(tmp_path, every=every)
+
+
+def _with_schedule(**schedule):
+    return dataclasses.replace(TINY, train=dataclasses.replace(TINY.train, **schedule))
+
+
+CONSTANT = _with_schedule(steps=20, min_lr_ratio=1.0)
+DECAYING = _with_schedule(steps=40, min_lr_ratio=0.0, decay_steps=20)
+
+
+def _scheduled_curve(preset, run_dir, branch_from=None):
+    return train_with_curve(preset, preset.model_config(preset.mixture_spec.num_tokens), run_dir, 20, num_prompts=6,
+                            fresh_tasks=8, settings=SETTINGS, branch_from=branch_from)
+
+
+@pytest.mark.long_running
+def test_a_curve_branched_into_its_decay_is_the_decaying_curve_from_scratch(tmp_path):
+    """A constant run's curve to step 20, branched into a decay over steps 20-40, gives the points
+    and the weights of the decaying run trained from scratch; its point at step 20 is the source's."""
+    source = _scheduled_curve(CONSTANT, tmp_path / "constant")
+    (tmp_path / "straight").mkdir()
+    (tmp_path / "straight" / BASELINES_FILE).write_text((tmp_path / "constant" / BASELINES_FILE).read_text())
+    straight = _scheduled_curve(DECAYING, tmp_path / "straight")
+    branched = _scheduled_curve(DECAYING, tmp_path / "branch", branch_from=tmp_path / "constant")
+    assert branched[0] == source[0]
+    assert [point["all_positions"] for point in branched] == [point["all_positions"] for point in straight]
+    weights = [load_checkpoint(tmp_path / run / "checkpoint").model.state_dict() for run in ("straight", "branch")]
+    for name, expected in weights[0].items():
+        assert torch.equal(expected, weights[1][name]), name
+    # Run again, the branch resumes its own checkpoint: nothing to train, nothing branched anew.
+    assert _scheduled_curve(DECAYING, tmp_path / "branch", branch_from=tmp_path / "constant") == branched
+
+
+def test_a_branch_from_a_curve_scored_on_another_probe_is_refused(tmp_path):
+    source = tmp_path / "constant"
+    source.mkdir()
+    (source / BASELINES_FILE).write_text(json.dumps({"num_prompts": 7, "fresh_tasks": 8, "ceiling_settings": {}}))
+    with pytest.raises(ValueError, match=r"was scored on the probe \{'num_prompts': 7, .*expected \{'num_prompts': 6"):
+        _scheduled_curve(DECAYING, tmp_path / "branch", branch_from=source)

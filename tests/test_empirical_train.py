@@ -1,5 +1,6 @@
 """Training loop: the schedule, learning on a fixed batch, bit-exact resume, DDP (gloo, 2 processes)
 against one process, and config errors."""
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -29,6 +30,7 @@ from empirical.train import (
     DistributedContext,
     TrainConfig,
     accumulate_gradients,
+    branch_run,
     learning_rate,
     loss_sum_and_count,
     shutdown_distributed,
@@ -76,6 +78,23 @@ def test_learning_rate_schedule_warms_up_then_decays_to_the_floor():
     assert all(a > b for a, b in zip(values, values[1:]))
 
 
+def test_a_decay_over_the_last_steps_keeps_the_peak_until_it_starts_then_falls_linearly():
+    """Warm-up, stable, decay (decay_steps 4 of 12, floor 1/2 of a peak of 1): every product and
+    quotient of the linear part is of binary fractions, so the rates are exact."""
+    config = TrainConfig(steps=12, batch_size=1, learning_rate=1.0, warmup_steps=2, min_lr_ratio=0.5, decay_steps=4)
+    assert [learning_rate(config, s) for s in range(12)] == [0.5, 1.0, *[1.0] * 6, 1.0, 0.875, 0.75, 0.625]
+
+
+def test_a_constant_run_takes_its_decaying_branchs_rates_exactly():
+    """With min_lr_ratio 1 the cosine's floor is the peak, and ``m + (M - m) c`` is ``M + 0 c = M``
+    exactly: so a constant run is a prefix of any warm-up-stable-decay run with the same warm-up."""
+    constant = TrainConfig(steps=1000, batch_size=1, learning_rate=3e-3, warmup_steps=20, min_lr_ratio=1.0)
+    decaying = TrainConfig(steps=700, batch_size=1, learning_rate=3e-3, warmup_steps=20, min_lr_ratio=0.0,
+                           decay_steps=200)
+    assert all(learning_rate(constant, s) == learning_rate(decaying, s) for s in range(500))
+    assert learning_rate(decaying, 500) == 3e-3 and learning_rate(decaying, 600) == pytest.approx(1.5e-3, rel=1e-15)
+
+
 def test_loss_decreases_on_a_fixed_batch():
     batch = random_batch(0)
     config = TrainConfig(steps=25, batch_size=8, learning_rate=1e-2, warmup_steps=2, log_every=25)
@@ -108,6 +127,70 @@ def test_resume_is_bit_exact(tmp_path):
     for index, state in saved[0]["state"].items():
         for key, value in state.items():
             assert torch.equal(value, saved[1]["state"][index][key]), (index, key)
+
+
+CONSTANT = TrainConfig(steps=100, batch_size=8, learning_rate=3e-3, min_lr_ratio=1.0, warmup_steps=2, log_every=1)
+DECAYING = TrainConfig(steps=8, batch_size=8, learning_rate=3e-3, min_lr_ratio=0.0, warmup_steps=2, decay_steps=4,
+                       log_every=1)
+
+
+def test_a_constant_run_branched_into_its_decay_is_the_decaying_run_from_scratch(tmp_path):
+    """The constant run stops at step 4, where the decay of DECAYING starts; the branch trains on to
+    step 8 and ends with the weights, optimizer state and log of DECAYING trained from scratch."""
+    straight = train(MODEL, DECAYING, random_batch, tmp_path / "straight", progress=False)
+    train(MODEL, CONSTANT, random_batch, tmp_path / "constant", stop_at=4, progress=False)
+    assert branch_run(tmp_path / "constant", tmp_path / "branch", MODEL, DECAYING, command="branch") == 4
+    saved = load_checkpoint(tmp_path / "branch" / CHECKPOINT_DIR).config
+    assert saved["branched_from"] == {"run_dir": str(tmp_path / "constant"), "step": 4}
+    assert saved["train"] == DECAYING.to_dict() and saved["command"] == "branch"
+    branched = train(MODEL, DECAYING, random_batch, tmp_path / "branch", progress=False)
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), branched.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    logs = [[json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
+            for run in ("straight", "branch")]
+    assert [(r["step"], r["loss"], r["lr"]) for r in logs[0]] == [(r["step"], r["loss"], r["lr"]) for r in logs[1]]
+    states = [load_checkpoint(tmp_path / run / CHECKPOINT_DIR).optimizer_state["state"] for run in ("straight", "branch")]
+    for index, state in states[0].items():
+        for key, value in state.items():
+            assert torch.equal(value, states[1][index][key]), (index, key)
+
+
+@pytest.mark.parametrize("branch, message", [
+    (dataclasses.replace(DECAYING, learning_rate=1e-3),
+     "took lr 0.0015 at step 0, where this schedule takes 0.0005; expected the same rate at each of the "
+     "checkpoint's 4 steps"),
+    (dataclasses.replace(DECAYING, decay_steps=6), "took lr 0.003 at step 3, where this schedule takes 0.0025"),
+    (dataclasses.replace(DECAYING, weight_decay=0.0),
+     "is a different run (train.weight_decay: 0.1 in the checkpoint, 0.0 now); expected the same model, data and "
+     "train config but for the schedule's fields"),
+    (dataclasses.replace(DECAYING, steps=4, decay_steps=2),
+     "steps: 4; expected more than the 4 steps of the checkpoint of branch_from"),
+])
+def test_a_branch_whose_first_steps_would_differ_from_its_source_is_refused(tmp_path, branch, message):
+    train(MODEL, CONSTANT, random_batch, tmp_path / "constant", stop_at=4, progress=False)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        branch_run(tmp_path / "constant", tmp_path / "branch", MODEL, branch)
+    assert not (tmp_path / "branch" / CHECKPOINT_DIR).exists()
+
+
+def test_a_branch_into_a_folder_that_holds_a_checkpoint_is_refused(tmp_path):
+    train(MODEL, CONSTANT, random_batch, tmp_path / "constant", stop_at=4, progress=False)
+    train(MODEL, DECAYING, random_batch, tmp_path / "branch", stop_at=2, progress=False)
+    with pytest.raises(ValueError, match="already holds a checkpoint; expected a fresh folder"):
+        branch_run(tmp_path / "constant", tmp_path / "branch", MODEL, DECAYING)
+    assert load_checkpoint(tmp_path / "branch" / CHECKPOINT_DIR).config["step"] == 2
+
+
+def test_a_checkpoint_written_before_decay_steps_existed_resumes(tmp_path):
+    """Its train config has no ``decay_steps``; read with the field's default (0, the cosine
+    schedule it was trained with), it is the same run."""
+    config = TrainConfig(steps=4, batch_size=8, log_every=1)
+    train(MODEL, config, random_batch, tmp_path, stop_at=2, progress=False)
+    config_path = tmp_path / CHECKPOINT_DIR / "config.json"
+    saved = json.loads(config_path.read_text())
+    del saved["train"]["decay_steps"]
+    config_path.write_text(json.dumps(saved))
+    assert train(MODEL, config, random_batch, tmp_path, progress=False).step == 4
 
 
 @pytest.mark.parametrize("changes, named", [
@@ -359,6 +442,8 @@ def test_the_ranks_shares_average_to_the_gradient_of_the_global_mean():
     [
         ({"steps": 0}, "steps: 0; expected an integer >= 1"),
         ({"warmup_steps": 10}, "warmup_steps: 10; expected fewer than steps = 10"),
+        ({"warmup_steps": 4, "decay_steps": 7}, "decay_steps: 7; expected at most steps - warmup_steps = 6"),
+        ({"decay_steps": -1}, "decay_steps: -1; expected an integer >= 0"),
         ({"learning_rate": -1.0}, "learning_rate: -1.0"),
         ({"precision": "fp8"}, "precision: 'fp8'"),
         ({"beta2": 1.0}, "beta2: 1.0"),
