@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import enum
 import json
+import multiprocessing
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 import hmm
@@ -274,14 +278,77 @@ def format_table(rows: list[TableRow]) -> str:
     return "\n".join(lines)
 
 
+class _InProcess(Executor):
+    """An executor that runs each submitted call at once, in this process."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:
+            future.set_exception(error)
+        return future
+
+
+def _side_executor(workers: int) -> Executor:
+    """Where :func:`measure` runs Lemma 1 and Theorem 2: this process (``workers=1``) or a second
+    one, spawned with one torch thread (``workers=2``)."""
+    if workers == 1:
+        return _InProcess()
+    if workers == 2:
+        return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=torch.set_num_threads, initargs=(1,))
+    raise ValueError(f"workers: {workers!r}; expected 1 (one process) or 2 (Lemma 1 and Theorem 2 in a second one)")
+
+
 def measure(
-    config: VerifyConfig, progress: bool = True
+    config: VerifyConfig, progress: bool = True, workers: int = 1
 ) -> tuple[Measurements, list[SuiteMember], list[theorem2.UndercompleteMember]]:
     """Steps 1-5 and 7 of the module docstring: everything measured (without the tables) and the
-    two suites (Theorem 1's, Theorem 2's)."""
+    two suites (Theorem 1's, Theorem 2's).
+
+    ``workers=2`` measures Lemma 1 (step 2) and Theorem 2 (step 7) in a second process while this
+    one measures steps 3-5; every step draws from its own seeds, so the results are those of
+    ``workers=1``. The second process shows no progress bars."""
     members = build_suite(config.suite, base_seed=config.seed)
+    with _side_executor(workers) as side:
+        side_progress = progress and workers == 1
+        lemma1_future = side.submit(lemma1.measure_suite, members, config.lemma1, side_progress)
+        theorem2_future = side.submit(theorem2.measure, config.theorem2, side_progress)
+        parts = _measure_theorem1(config, members, progress)
+        lemma1_results = lemma1_future.result()
+        undercomplete, undercomplete_members = theorem2_future.result()
     p, L = config.suite.num_tokens, config.L
-    lemma1_results = lemma1.measure_suite(members, config.lemma1, progress)
+    measurements = Measurements(
+        config=config,
+        suite=[SuiteEntry(member=member.describe(), lambda_min=lam, lemma1=result, generalization_sweep=sweep)
+               for member, lam, result, sweep in zip(members, parts.lambdas, lemma1_results, parts.sweeps)],
+        lemma1=Lemma1Results(lengths=list(config.lemma1.lengths), fits=lemma1.fit_constants(members, lemma1_results)),
+        generalization=parts.generalization,
+        theorem1=parts.theorem1,
+        optimization_curves=parts.optimization_curves,
+        construction_curves=parts.construction_curves,
+        network_counts=formulas.network_counts(p, L, config.gd_steps),
+        contraction_below_paper_rate=formulas.contraction_below_paper_rate(),
+        theorem2=undercomplete,
+    )
+    return measurements, members, undercomplete_members
+
+
+class _Theorem1Parts(NamedTuple):
+    """What steps 3-5 of the module docstring measure (:func:`_measure_theorem1`)."""
+
+    lambdas: list[float]
+    sweeps: list[list[SweepPoint]]
+    generalization: GeneralizationFit
+    theorem1: Theorem1Results
+    optimization_curves: list[OptimizationCurve]
+    construction_curves: list[ConstructionCurve]
+
+
+def _measure_theorem1(config: VerifyConfig, members: list[SuiteMember], progress: bool) -> _Theorem1Parts:
+    """Steps 3-5 of the module docstring."""
+    p, L = config.suite.num_tokens, config.L
     populations = [theorem1.population_regression(member.model, L) for member in members]
     fmt = hmm.PromptFormat(config.num_demos, config.demo_length, config.test_length)
     sweeps, prompts = [], []
@@ -304,25 +371,10 @@ def measure(
         theorem1.construction_curve(tokens, p, L, config.gd_steps, config.leaks)
         for tokens in tqdm(curve_tokens[: config.construction_prompts], desc="construction error vs beta", disable=not progress)
     ]
-    undercomplete, undercomplete_members = theorem2.measure(config.theorem2, progress)
     lambdas = [lam for _, lam in populations]
-    suite = [
-        SuiteEntry(member=member.describe(), lambda_min=lam, lemma1=result, generalization_sweep=sweep)
-        for member, lam, result, sweep in zip(members, lambdas, lemma1_results, sweeps)
-    ]
-    measurements = Measurements(
-        config=config,
-        suite=suite,
-        lemma1=Lemma1Results(lengths=list(config.lemma1.lengths), fits=lemma1.fit_constants(members, lemma1_results)),
-        generalization=generalization_fit(members, sweeps, p, L, lambdas),
-        theorem1=Theorem1Results(L=L, gd_steps=config.gd_steps, prompts=prompts),
-        optimization_curves=optimization_curves,
-        construction_curves=construction_curves,
-        network_counts=formulas.network_counts(p, L, config.gd_steps),
-        contraction_below_paper_rate=formulas.contraction_below_paper_rate(),
-        theorem2=undercomplete,
-    )
-    return measurements, members, undercomplete_members
+    return _Theorem1Parts(lambdas, sweeps, generalization_fit(members, sweeps, p, L, lambdas),
+                          Theorem1Results(L=L, gd_steps=config.gd_steps, prompts=prompts), optimization_curves,
+                          construction_curves)
 
 
 def report_json(measurements: Measurements, table: list[TableRow], theorem2_table: list[TableRow]) -> dict:

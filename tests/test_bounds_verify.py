@@ -9,8 +9,11 @@ import torch
 import hmm
 import hmmtf
 from bounds import theorem1
+from bounds.commands import config_from_args
+from bounds.serialize import to_json
 from bounds.suites import build_member
 from bounds.theorem1 import TERMS
+from bounds.verify import measure
 from rounding import gamma, least_squares_rounding, predictive_rounding, unit_roundoff
 
 TINY = [
@@ -98,6 +101,20 @@ def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, c
     stationary = report["lemma1"]["fits"]["stationary"]
     fit_constants = [m["lemma1"]["stationary"]["smallest_C"] for m in report["suite"] if m["half"] == "fit"]
     assert stationary["C"] == max(fit_constants)
+
+
+@pytest.mark.long_running
+def test_a_second_process_measures_what_one_process_does():
+    """``workers=2`` (``hmmtf main``'s default) moves Lemma 1 and Theorem 2 to a spawned process:
+    every number measured is the one-process run's."""
+    config = config_from_args(hmmtf.build_parser("main").parse_args(TINY))
+    one, two = (to_json(measure(config, progress=False, workers=workers)[0]) for workers in (1, 2))
+    assert one == two
+
+
+def test_a_third_process_is_refused():
+    with pytest.raises(ValueError, match=r"workers: 3; expected 1 \(one process\) or 2"):
+        measure(config_from_args(hmmtf.build_parser("main").parse_args(TINY)), progress=False, workers=3)
 
 
 def test_optimization_curve_reads_eta_off_its_spectrum_without_choosing_beta(monkeypatch):
