@@ -183,11 +183,12 @@ def baseline_means(baselines: dict) -> dict[str, dict[str, float]]:
 
 
 def run_summary(run_dir: Path) -> dict:
-    """One run of a study: its model and training (from its checkpoint's ``config.json``), its
-    curve's points and its baselines' mean losses."""
+    """One run of a study: its model and training (from its checkpoint's ``config.json``, with the
+    run and step it branched from, or None), its curve's points and its baselines' mean losses."""
     config = json.loads((run_dir / CHECKPOINT_DIR / CONFIG_FILE).read_text())
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
     return {"run": run_dir.name, "command": config["command"], "model": config["model"], "train": config["train"],
-            "mixture": config["task"]["mixture"], "points": written_points(run_dir),
+            "mixture": config["task"]["mixture"], "branched_from": config.get("branched_from"),
+            "points": written_points(run_dir),
             "baselines": baseline_means(baselines), "probe": {key: baselines[key] for key in
                                                             ("num_prompts", "fresh_tasks", "ceiling_settings")}}

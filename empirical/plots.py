@@ -297,15 +297,18 @@ def plot_curve(points: list[dict], baselines: dict[str, dict[str, float]], path:
 def plot_curves(study: dict, path: Path) -> None:
     """A study of :mod:`empirical.curves`: every run's gain over the in-context unigram on fresh
     HMMs against the tokens it has seen (test sequence and all positions), beside the bigram's,
-    the trigram's and the ceiling's gains on the same prompts (dotted: each run's own probe)."""
+    the trigram's and the ceiling's gains on the same prompts (dotted: each run's own probe). A run
+    branched from another is drawn dashed from its branch point on (before it, it is its source)."""
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for axis, scope in zip(axes, ("test_sequence", "all_positions")):
         for index, run in enumerate(study["runs"]):
             baselines = run["baselines"][scope]
-            gains = [baselines["ngram 1"] - point[scope]["model_loss"] for point in run["points"]]
-            axis.plot([point["tokens"] for point in run["points"]], gains, marker="o", markersize=3,
-                      color=colors[index % len(colors)], label=run["run"])
+            branch_step = run["branched_from"]["step"] if run.get("branched_from") else 0
+            points = [point for point in run["points"] if point["step"] >= branch_step]
+            gains = [baselines["ngram 1"] - point[scope]["model_loss"] for point in points]
+            axis.plot([point["tokens"] for point in points], gains, marker="o", markersize=3,
+                      color=colors[index % len(colors)], linestyle="--" if branch_step else "-", label=run["run"])
         reference = study["runs"][0]["baselines"][scope]
         for name in ("ngram 2", "ngram 3", "ceiling"):
             style = LADDER_STYLES[name]
