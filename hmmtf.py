@@ -35,6 +35,7 @@ SUBCOMMAND_MODULES = {
     "markov-sweep": "empirical.markov.commands",
     "markov-verdict": "empirical.markov.commands",
     "analyze": "empirical.analysis.commands",
+    "heads": "empirical.analysis.head_commands",
     "ladder": "empirical.ladder",
     "signal": "empirical.study_commands",
     "curve": "empirical.study_commands",

@@ -24,9 +24,9 @@ from empirical.analysis.figures import (
 )
 from empirical.analysis.patching_figures import plot_history_patching, plot_state_forcing
 from empirical.analysis.report import Analysis, AnalysisConfig, analyze
-from empirical.checkpoint import load_checkpoint
+from empirical.checkpoint import Checkpoint, load_checkpoint
 from empirical.configs import add_config_options
-from empirical.presets import preset_from_task
+from empirical.presets import ExperimentPreset, preset_from_task
 from hmmtf_options import config_from_command_line, positive_int
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
@@ -64,13 +64,19 @@ def write_patching_figures(patching: dict, out: Path) -> None:
     plot_history_patching(patching["history"], out / "patching_history.png")
 
 
+def load_on_device(args) -> tuple[torch.device, Checkpoint, ExperimentPreset]:
+    """The device of ``--device`` (CUDA if available when not given), the checkpoint ``args.checkpoint``
+    on it and the preset of its task (:func:`empirical.presets.preset_from_task`)."""
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    saved = load_checkpoint(Path(args.checkpoint), device)
+    return device, saved, preset_from_task(saved.config["task"])
+
+
 def run_analyze(args) -> int:
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
     config = config_from_command_line(AnalysisConfig, vars(args))
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    saved = load_checkpoint(Path(args.checkpoint), device)
-    preset = preset_from_task(saved.config["task"])
+    device, saved, preset = load_on_device(args)
     analysis = analyze(saved.model, preset, config, device)
     report = {
         "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(args.checkpoint),
