@@ -20,6 +20,8 @@ said, but a verdict on a network that only counts tokens says nothing about the 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ledger.claims import Claim, Judge, Outcome, Section, Verdict
 from ledger.documents import Doc
 from ledger.numbers import fixed
@@ -30,6 +32,7 @@ from ledger.observations import (
     nearby_used,
     peak_later,
     rise_then_fall,
+    scale,
     shuffle,
     state_before_task,
     state_used,
@@ -79,7 +82,7 @@ def competent(competence: Doc) -> Outcome:
     beaten = [name for name in beats["all_positions"] if all(scope[name] for scope in beats.values())]
     return Outcome(verdict, competence_summary(competence),
                    f"beats in both scopes: {', '.join(beaten) or 'no in-context n-gram'} (competence.verdict)",
-                   f"on tasks-8192-deep, {competence['fresh_tasks']} fresh HMMs")
+                   f"{scale(competence)}; {competence['fresh_tasks']} fresh HMMs")
 
 
 def gated(judge: Judge) -> Judge:
@@ -99,7 +102,80 @@ def gated(judge: Judge) -> Judge:
 
 
 GATE_RULE = "; judged only if competence.json says the model beats the in-context bigram, else not judged"
-REGIME_SCALE = "on tasks-8192-deep (the paper's 8192 tasks, 8 layers), "
+
+
+@dataclass(frozen=True)
+class RegimeModel:
+    """Where a regime model's results are, for :func:`regime_claims`: ``prefix`` of its claims'
+    ids, ``scale`` (what the model is, a phrase ending in ", "), ``point`` (the folder of its
+    ``evaluation.json`` and ``competence.json``), ``analysis`` (``hmmtf analyze``'s shuffle and
+    probes), ``extra`` (its offsets and patching; may be ``analysis``) and ``figures`` (a figure
+    per kind of claim: competence, regime, shuffle, state-first, state-used, distance, nearby, heads)."""
+
+    prefix: str
+    scale: str
+    point: str
+    analysis: str
+    extra: str
+    figures: dict[str, str]
+
+    @property
+    def competence(self) -> str:
+        return f"{self.point}/competence.json"
+
+    @property
+    def evaluation(self) -> str:
+        return f"{self.point}/evaluation.json"
+
+
+def regime_claims(model: RegimeModel) -> tuple[Claim, ...]:
+    """The Section 2 claims judged on one regime model, each gated on its competence."""
+    phrase, figures, gate = model.scale, model.figures, (model.competence,)
+    return (
+        Claim(f"{model.prefix}-competence", "The regime network infers more than token counts: it beats the "
+              "in-context n-gram baselines on HMMs it never saw (the premise of every mechanism claim below).",
+              phrase + "loss on fresh HMMs against the in-context 1/2/3-grams, paired per prompt, beside the "
+              "prior-predictive ceiling", sources=gate, judge=competent, figure=figures["competence"],
+              rule="holds when competence.json's verdict beats the in-context bigram (95% paired intervals below 0 "
+                   "on the test sequence and all positions, empirical/competence.py); otherwise not reproduced"),
+        Claim(f"{model.prefix}-F1-in-context", "Figure 1's network learns in context (the paper's regime).",
+              phrase + "the regime diagnostic", sources=(model.evaluation,), judge=in_context,
+              figure=figures["regime"], rule="memorisation_verdict: 'in context' holds; otherwise not reproduced"),
+        Claim(f"{model.prefix}-F2-shuffle", "Upper layers are position-independent (Figure 2), in the paper's regime.",
+              phrase + "the shuffle metric, lower vs upper half of the layers", sources=(*gate, model.analysis),
+              judge=gated(shuffle), figure=figures["shuffle"], rule="locality_order, as F2-shuffle" + GATE_RULE),
+        Claim(f"{model.prefix}-F3a-state-first", "The hidden state is identified before the task (Figure 3a), in "
+              "the paper's regime.", phrase + "task and state probes against their Bayes-optimal ceilings",
+              sources=(*gate, model.analysis), judge=gated(state_before_task), figure=figures["state-first"],
+              rule="decoding_order, as F3a-state-first" + GATE_RULE),
+        Claim(f"{model.prefix}-F3a-state-used", "Lower layers carry the hidden state causally, in the paper's regime.",
+              phrase + "state forcing against four controls", sources=(*gate, model.extra), judge=gated(state_used),
+              figure=figures["state-used"], rule="uses_state, as F3a-state-used" + GATE_RULE),
+        Claim(f"{model.prefix}-F3b-distance", "Previous tokens are decoded worse the further back (Figure 3b), in "
+              "the paper's regime.", phrase + "o_{t-k} probes", sources=(*gate, model.analysis),
+              judge=gated(falls_with_distance), figure=figures["distance"], rule="falls_with_k, as F3b-distance" + GATE_RULE),
+        Claim(f"{model.prefix}-F3b-nearby-used", "The prediction relies on nearby tokens (Figure 3b, causally), in "
+              "the paper's regime.", phrase + "history patching", sources=(*gate, model.extra),
+              judge=gated(nearby_used), figure=figures["nearby"], rule="as F3b-nearby-used" + GATE_RULE),
+        Claim(f"{model.prefix}-F3b-rise-fall", "Each previous-token curve rises then falls, in the paper's regime.",
+              phrase + "o_{t-k} probes", sources=(*gate, model.analysis), judge=gated(rise_then_fall),
+              figure=figures["distance"], rule="rise_then_fall, as F3b-rise-fall" + GATE_RULE),
+        Claim(f"{model.prefix}-F3b-peak-later", "The peak moves up with the distance, in the paper's regime.",
+              phrase + "o_{t-k} probes", sources=(*gate, model.analysis), judge=gated(peak_later),
+              figure=figures["distance"], rule="peaks_later, as F3b-peak-later" + GATE_RULE),
+        Claim(f"{model.prefix}-F7-history-heads", "Trained heads attend like the history layers (Figure 7), in the "
+              "paper's regime.", phrase + "matching score of the best trained head to each hand-built history layer",
+              sources=(*gate, model.extra), judge=gated(history_heads), figure=figures["heads"],
+              rule="as F7-history-heads" + GATE_RULE),
+    )
+
+
+LADDER_MODEL = RegimeModel(
+    "R", "on tasks-8192-deep (the paper's 8192 tasks, 8 layers), ", REGIME_POINT, REGIME_ANALYSIS, REGIME_EXTRA,
+    {"competence": f"{REGIME_POINT}/competence.png", "regime": f"{REGIME_POINT}/regime.png",
+     "shuffle": "figures/ladder/ladder_claim1.png", "state-first": "figures/ladder/ladder_claim2.png",
+     "state-used": "figures/regime/patching_state_forcing.png", "distance": "figures/ladder/ladder_claim3.png",
+     "nearby": "figures/regime/patching_history.png", "heads": "figures/regime/attention_hand_built_vs_trained.png"})
 
 LADDER = Section("The paper's regime: 8192 tasks inferred in context (the regime ladder)", "Regime", (
     Claim("R-regime-change", "A network trained on few HMMs memorises them; on thousands it infers the task in "
@@ -108,43 +184,5 @@ LADDER = Section("The paper's regime: 8192 tasks inferred in context (the regime
           sources=(LADDER_JSON,), judge=regime_change, figure="figures/ladder/ladder_regime.png",
           rule="holds when every model is 'memorising' at its fewest tasks and 'in context' at its most "
                "(memorisation_verdict, empirical/regime.py)"),
-    Claim("R-competence", "The regime network infers more than token counts: it beats the in-context n-gram "
-          "baselines on HMMs it never saw (the premise of every mechanism claim below).",
-          REGIME_SCALE + "loss on fresh HMMs against the in-context 1/2/3-grams, paired per prompt, beside the "
-          "prior-predictive ceiling", sources=(REGIME_COMPETENCE,), judge=competent,
-          figure=f"{REGIME_POINT}/competence.png",
-          rule="holds when competence.json's verdict beats the in-context bigram (95% paired intervals below 0 on "
-               "the test sequence and all positions, empirical/competence.py); otherwise not reproduced"),
-    Claim("R-F1-in-context", "Figure 1's network learns in context (the paper's regime).",
-          REGIME_SCALE + "the regime diagnostic", sources=(REGIME_EVALUATION,), judge=in_context,
-          figure=f"{REGIME_POINT}/regime.png",
-          rule="memorisation_verdict: 'in context' holds; otherwise not reproduced"),
-    Claim("R-F2-shuffle", "Upper layers are position-independent (Figure 2), in the paper's regime.",
-          REGIME_SCALE + "the shuffle metric, lower vs upper half of the layers", sources=(REGIME_COMPETENCE,
-          REGIME_ANALYSIS), judge=gated(shuffle), figure="figures/ladder/ladder_claim1.png",
-          rule="locality_order, as F2-shuffle" + GATE_RULE),
-    Claim("R-F3a-state-first", "The hidden state is identified before the task (Figure 3a), in the paper's regime.",
-          REGIME_SCALE + "task and state probes against their Bayes-optimal ceilings", sources=(REGIME_COMPETENCE,
-          REGIME_ANALYSIS), judge=gated(state_before_task), figure="figures/ladder/ladder_claim2.png",
-          rule="decoding_order, as F3a-state-first" + GATE_RULE),
-    Claim("R-F3a-state-used", "Lower layers carry the hidden state causally, in the paper's regime.",
-          REGIME_SCALE + "state forcing against four controls", sources=(REGIME_COMPETENCE,
-          REGIME_EXTRA), judge=gated(state_used), figure="figures/regime/patching_state_forcing.png", rule="uses_state, as F3a-state-used" + GATE_RULE),
-    Claim("R-F3b-distance", "Previous tokens are decoded worse the further back (Figure 3b), in the paper's regime.",
-          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_COMPETENCE, REGIME_ANALYSIS),
-          judge=gated(falls_with_distance), figure="figures/ladder/ladder_claim3.png", rule="falls_with_k, as F3b-distance" + GATE_RULE),
-    Claim("R-F3b-nearby-used", "The prediction relies on nearby tokens (Figure 3b, causally), in the paper's regime.",
-          REGIME_SCALE + "history patching", sources=(REGIME_COMPETENCE, REGIME_EXTRA),
-          judge=gated(nearby_used), figure="figures/regime/patching_history.png", rule="as F3b-nearby-used" + GATE_RULE),
-    Claim("R-F3b-rise-fall", "Each previous-token curve rises then falls, in the paper's regime.",
-          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_COMPETENCE, REGIME_ANALYSIS),
-          judge=gated(rise_then_fall), figure="figures/ladder/ladder_claim3.png", rule="rise_then_fall, as F3b-rise-fall" + GATE_RULE),
-    Claim("R-F3b-peak-later", "The peak moves up with the distance, in the paper's regime.",
-          REGIME_SCALE + "o_{t-k} probes", sources=(REGIME_COMPETENCE, REGIME_ANALYSIS),
-          judge=gated(peak_later), figure="figures/ladder/ladder_claim3.png", rule="peaks_later, as F3b-peak-later" + GATE_RULE),
-    Claim("R-F7-history-heads", "Trained heads attend like the history layers (Figure 7), in the paper's regime.",
-          REGIME_SCALE + "matching score of the best trained head to each hand-built history layer",
-          sources=(REGIME_COMPETENCE, REGIME_EXTRA), judge=gated(history_heads),
-          figure="figures/regime/attention_hand_built_vs_trained.png",
-          rule="as F7-history-heads" + GATE_RULE),
+    *regime_claims(LADDER_MODEL),
 ))

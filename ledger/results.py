@@ -66,11 +66,19 @@ instead: the aggregation into the stored cells and sides (tests/test_markov_swee
 them from the stored runs with the current code), the RoFormer and the training loop, which every
 study shares (the same file replays a committed trapped run and requires the same outcome), and
 the command and figure modules, which write and draw what those computed."""
+HEAD_MODULES = ("empirical/analysis/heads.py", "empirical/analysis/head_figures.py",
+                "empirical/analysis/head_commands.py")
+"""``hmmtf heads``, which ``hmmtf analyze`` does not run."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
-            "!empirical/analysis/commands.py", *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
+            "!empirical/analysis/commands.py", *(f"!{module}" for module in HEAD_MODULES), *ROFORMER, *MIXTURE,
+            *CONSTRUCTION, "empirical/configs.py")
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
 its command module, which parses the options into the sections' config (``AnalysisConfig``, in
 ``report.py``) and writes what they computed, as the Markov study's is not listed either."""
+HEADS = ("empirical/analysis/heads.py", "empirical/analysis/offsets.py", "empirical/analysis/networks.py",
+         "empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
+         "empirical/evaluate.py", "empirical/regime.py", "empirical/curves.py", "hmm/families.py", *ROFORMER, *MIXTURE)
+"""``hmmtf heads``: the head scores, the mean-ablation and the in-context references it compares with."""
 
 CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
