@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ledger.claims import Claim, Judge, Outcome, Section, Verdict
 from ledger.documents import Doc
-from ledger.numbers import fixed
+from ledger.numbers import fixed, interval, listed
 from ledger.observations import (
     falls_with_distance,
     history_heads,
@@ -109,8 +109,9 @@ class RegimeModel:
     """Where a regime model's results are, for :func:`regime_claims`: ``prefix`` of its claims'
     ids, ``scale`` (what the model is, a phrase ending in ", "), ``point`` (the folder of its
     ``evaluation.json`` and ``competence.json``), ``analysis`` (``hmmtf analyze``'s shuffle and
-    probes), ``extra`` (its offsets and patching; may be ``analysis``) and ``figures`` (a figure
-    per kind of claim: competence, regime, shuffle, state-first, state-used, distance, nearby, heads)."""
+    probes), ``extra`` (its offsets and patching; may be ``analysis``), ``figures`` (a figure
+    per kind of claim: competence, regime, shuffle, state-first, state-used, distance, nearby, heads)
+    and ``heads`` (``hmmtf heads``'s result, for the circuit claim; None: no such claim)."""
 
     prefix: str
     scale: str
@@ -118,6 +119,7 @@ class RegimeModel:
     analysis: str
     extra: str
     figures: dict[str, str]
+    heads: str | None = None
 
     @property
     def competence(self) -> str:
@@ -167,7 +169,44 @@ def regime_claims(model: RegimeModel) -> tuple[Claim, ...]:
               "paper's regime.", phrase + "matching score of the best trained head to each hand-built history layer",
               sources=(*gate, model.extra), judge=gated(history_heads), figure=figures["heads"],
               rule="as F7-history-heads" + GATE_RULE),
-    )
+    ) + (() if model.heads is None else (
+        Claim(f"{model.prefix}-circuit", "The network's in-context estimate runs through previous-token heads (the "
+              "construction's history layers) and induction heads: without either it falls back toward the "
+              "in-context unigram.", phrase + "previous-token and induction scores of every head against a "
+              "random-init twin, and mean-ablation of the top heads of each kind against random heads",
+              sources=(*gate, model.heads), judge=gated(circuit), figure=model.heads.replace(".json", ".png"),
+              rule="holds when, for both kinds, the selected heads' excess over chance beats the best random-init "
+                   "head's and ablating them raises the KL from the in-context bigram more than ablating as many "
+                   "random heads (95% paired interval of the difference above 0, all positions); with caveat for "
+                   "one kind; otherwise not reproduced" + GATE_RULE),
+    ))
+
+
+CIRCUIT_KINDS = ("previous-token", "induction")
+"""The head groups of ``hmmtf heads`` (:mod:`empirical.analysis.heads`) the circuit claim reads."""
+
+
+def circuit(heads: Doc) -> Outcome:
+    """Both kinds of heads are there (scores above a random-init twin's) and used (their ablation
+    moves the model away from the in-context bigram more than random heads' does)."""
+    parts, kinds_found = [], []
+    for kind in CIRCUIT_KINDS:
+        selection, group = heads["selection", kind], heads["ablation", "groups", kind]
+        from_bigram = group["all_positions"]["ngram 2"]["minus_random"]
+        to_unigram = group["all_positions"]["ngram 1"]["change"]
+        low, high = from_bigram["interval_95"]
+        found = max(selection["excess"]) > selection["random_init_best_excess"] and low > 0
+        kinds_found += [kind] if found else []
+        heads_named = ", ".join(f"L{layer}H{head}" for layer, head in group["heads"])
+        parts.append(f"{kind} heads {heads_named}: excess over chance {listed(selection['excess'], fixed)} (best "
+                     f"random-init {fixed(selection['random_init_best_excess'])}); ablated, KL from the bigram minus "
+                     f"random heads' {interval(from_bigram['mean'], low, high, 4)}, KL to the unigram changes by "
+                     f"{fixed(to_unigram['mean'], 4)}")
+    verdict = (Verdict.HOLDS if len(kinds_found) == len(CIRCUIT_KINDS) else
+               Verdict.HOLDS_WITH_CAVEAT if kinds_found else Verdict.NOT_REPRODUCED)
+    return Outcome(verdict, "; ".join(parts),
+                   f"found and used: {', '.join(kinds_found) or 'neither kind'} (all positions, "
+                   f"{heads['settings', 'prompts']} prompts of fresh HMMs)", scale(heads))
 
 
 LADDER_MODEL = RegimeModel(
@@ -186,3 +225,29 @@ LADDER = Section("The paper's regime: 8192 tasks inferred in context (the regime
                "(memorisation_verdict, empirical/regime.py)"),
     *regime_claims(LADDER_MODEL),
 ))
+
+
+def _regime_model(family: str, shape: str, prefix: str, what: str) -> RegimeModel:
+    """The shipped regime model ``models/FAMILY-SHAPE``, whose results are in ``figures/FAMILY/SHAPE``."""
+    point = f"figures/{family}/{shape}"
+    analysis = f"{point}/analysis.json"
+    return RegimeModel(prefix, f"on {family}-{shape} ({what}), ", point, analysis, analysis,
+                       {"competence": f"{point}/competence.png", "regime": f"{point}/regime.png",
+                        "shuffle": f"{point}/shuffle.png", "state-first": f"{point}/probes_task_state.png",
+                        "state-used": f"{point}/patching_state_forcing.png",
+                        "distance": f"{point}/probes_previous_tokens.png", "nearby": f"{point}/patching_history.png",
+                        "heads": f"{point}/attention_hand_built_vs_trained.png"}, heads=f"{point}/heads.json")
+
+
+REGIME_MODELS = (
+    _regime_model("observable", "4x4x64", "O4", "the theory's observable family: 8192 HMMs, 4 states, 8 tokens; "
+                  "4 layers x 4 heads x width 64"),
+    _regime_model("observable", "2x4x64", "O2", "the same family; 2 layers x 4 heads x width 64"),
+    _regime_model("paper", "2x4x64", "P2", "the paper's family: 8192 HMMs, 16 states, 8 tokens; 2 layers x 4 heads "
+                  "x width 64"),
+)
+"""The shipped regime models (models/README.md), each judged on every regime claim and the circuit."""
+
+REGIME_MODEL_SECTION = Section(
+    "Competent regime networks: the claims re-judged on networks that beat the in-context n-grams", "Competent",
+    tuple(claim for model in REGIME_MODELS for claim in regime_claims(model)))

@@ -7,7 +7,7 @@ Appendix B), :mod:`ledger.theory` (Sections 4 and 5), :mod:`ledger.markov` (the 
 from __future__ import annotations
 
 from ledger.claims import Claim, Section
-from ledger.ladder import LADDER
+from ledger.ladder import LADDER, REGIME_MODEL_SECTION
 from ledger.markov import MARKOV
 from ledger.observations import FIGURE1, FIGURE2, FIGURE3, FIGURE7, PAPER_SCALE
 from ledger.theory import ASSUMPTIONS, CONSTRUCTION, LAYERWISE, LEMMA1, THEOREM1, THEOREM2
@@ -17,6 +17,7 @@ SECTIONS: tuple[Section, ...] = (
     ASSUMPTIONS, LEMMA1, THEOREM1, CONSTRUCTION, LAYERWISE, THEOREM2,
     MARKOV,
     LADDER,
+    REGIME_MODEL_SECTION,
 )
 
 

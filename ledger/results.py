@@ -86,6 +86,32 @@ CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone 
 REGIME_CHECKPOINT = ("runs/tasks-8192-deep/checkpoint, from `hmmtf train --preset tasks-8192-deep --threads 1` "
                      "(about 20-45 minutes on a core)")
 
+REGIME_MODEL_FAMILIES = ("observable", "paper")
+"""The data families of the shipped regime models: ``models/FAMILY-SHAPE``, results in ``figures/FAMILY/SHAPE``."""
+
+
+def regime_model_results(family: str) -> tuple[Result, ...]:
+    """The results of the shipped regime models of ``family``: ``hmmtf evaluate`` (the regime
+    diagnostic and the competence result), ``hmmtf analyze`` (every section) and ``hmmtf heads``."""
+    folder, model = f"figures/{family}/*", f"models/{family}-POINT"
+    evaluate = (f"hmmtf evaluate {model} --out figures/{family}/POINT --hand-built-prompts 0 --num-prompts 512 "
+                f"--reference-tasks 4096 --threads 1 (the command is in the JSON)")
+    needs = f"the model's checkpoint ({model})"
+    return (
+        Result(f"{folder}/evaluation.json", evaluate,
+               ("empirical/evaluate.py", "empirical/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE), needs=needs),
+        Result(f"{folder}/competence.json", evaluate,
+               ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
+                "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", "hmm/families.py", *ROFORMER,
+                *MIXTURE, *CONSTRUCTION), needs=needs + "; 10 (observable) to 40 (paper) minutes on a core"),
+        Result(f"{folder}/analysis.json", f"hmmtf analyze {model} --out figures/{family}/POINT --sections shuffle "
+               f"probes offsets patching --probe-tasks 64 --threads 1", (*ANALYSIS, "hmm/families.py"),
+               needs=needs + "; about 10 minutes on a core"),
+        Result(f"{folder}/heads.json", f"hmmtf heads {model} --out figures/{family}/POINT --threads 1", HEADS,
+               needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
+    )
+
+
 RESULTS: tuple[Result, ...] = (
     Result("figures/verification/report.json", "hmmtf main --out figures/verification",
            ("bounds/", "!bounds/figures.py", *CONSTRUCTION, *HMM_ENGINE, "hmm/memory.py", "hmm/observability.py",
@@ -151,15 +177,7 @@ RESULTS: tuple[Result, ...] = (
             "empirical/hand_built.py", "hmm/prior_predictive.py", "hmm/markov.py", "hmm/observability.py",
             "hmm/families.py", "hmm/memory.py", *MIXTURE),
            needs="about 25 minutes on a loaded core (the paper family's ceiling is most of it)"),
-    Result("figures/observable/*/evaluation.json",
-           "hmmtf evaluate runs/observable-POINT/checkpoint --out figures/observable/POINT (the model's command is in the JSON)",
-           ("empirical/evaluate.py", "empirical/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE),
-           needs="the model's checkpoint (models/observable-*)"),
-    Result("figures/observable/*/competence.json",
-           "hmmtf evaluate runs/observable-POINT/checkpoint --out figures/observable/POINT (the model's command is in the JSON)",
-           ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
-            "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", "hmm/families.py", *ROFORMER,
-            *MIXTURE, *CONSTRUCTION), needs="the model's checkpoint (models/observable-*); about 10 minutes on a core"),
+    *(result for family in REGIME_MODEL_FAMILIES for result in regime_model_results(family)),
     Result("figures/curves/*/curves.json",
            "hmmtf curves models/curves/RUN ... --title TITLE --out figures/curves/POINT (POINT: the family; the command is in the JSON)",
            ("empirical/curves.py", "empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py",
