@@ -391,8 +391,10 @@ def _competence(competent: bool) -> dict:
     losses = {"ngram 1": 1.95, "ngram 2": 1.93 if competent else 1.90, "ngram 3": 1.92, "model": 1.91, "ceiling": 1.88,
               "oracle": 1.66}
     beaten = {"ngram 1": True, "ngram 2": competent, "ngram 3": False}
+    evaluation = json.loads((ROOT / "figures/ladder/tasks-8192-deep/evaluation.json").read_text())
     return {"verdict": "beats the in-context bigram" if competent else "beats the in-context unigram",
             "competent": competent, "num_prompts": 512, "fresh_tasks": 1024,
+            **{key: evaluation[key] for key in ("task", "model", "step")},
             "ladder": {"all_positions": {name: {"loss": loss} for name, loss in losses.items()}},
             "beats": {"test_sequence": beaten, "all_positions": beaten},
             "gap_closed": {"all_positions": {"fraction": 0.57, "interval_95": [0.4, 0.7]}}}
