@@ -197,7 +197,7 @@ def circuit(heads: Doc) -> Outcome:
         low, high = from_bigram["interval_95"]
         found = max(selection["excess"]) > selection["random_init_best_excess"] and low > 0
         kinds_found += [kind] if found else []
-        heads_named = ", ".join(f"L{layer}H{head}" for layer, head in group["heads"])
+        heads_named = ", ".join(f"L{head['layer']}H{head['head']}" for head in group["heads"])
         parts.append(f"{kind} heads {heads_named}: excess over chance {listed(selection['excess'], fixed)} (best "
                      f"random-init {fixed(selection['random_init_best_excess'])}); ablated, KL from the bigram minus "
                      f"random heads' {interval(from_bigram['mean'], low, high, 4)}, KL to the unigram changes by "
