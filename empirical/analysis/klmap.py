@@ -74,10 +74,12 @@ KL_DEFINITION = ("kl[row][column]: per prompt, the mean over its common rows of 
 
 
 def hand_built_name(history_length: int) -> str:
+    """The hand-built network's name on the map."""
     return f"hand-built L={history_length}"
 
 
 def task_memory_name(history_length: int) -> str:
+    """``P_L``'s name on the map (as in :func:`empirical.hand_built.side_by_side_predictors`)."""
     return f"P_L L={history_length}"
 
 
@@ -195,9 +197,9 @@ def ceiling_probabilities(tokens: torch.Tensor, preset: ExperimentPreset, partic
 
 def map_predictions(model: RoFormer, fresh: hmm.Mixture, prompts: hmm.Prompts, preset: ExperimentPreset,
                     settings: KLMapSettings, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
-    """``{name: (B, N, p)}`` of every predictor of the module docstring on ``prompts`` (of the
-    fresh HMMs ``fresh``), in the map's order, and ``{name: seconds}`` it took to compute each
-    (the ceiling's record under ``ceiling`` in the second dict, None when skipped)."""
+    """``{name: (B, N, p)}`` float64 of every predictor of the module docstring on ``prompts`` (of
+    the fresh HMMs ``fresh``), in the map's order, and their costs: ``{"seconds": {name: seconds},
+    "ceiling": the ceiling's record of :func:`ceiling_probabilities`, None when skipped}``."""
     fmt, p, tokens = preset.prompt_format, fresh.num_tokens, prompts.tokens
     predictors = {MODEL: model_predictor(model, p, device)}
     predictors.update({hand_built_name(L): hand_built_predictor(fmt, p, L, settings.gd_steps) for L in HISTORY_LENGTHS})
@@ -214,7 +216,7 @@ def map_predictions(model: RoFormer, fresh: hmm.Mixture, prompts: hmm.Prompts, p
         probabilities["ceiling"], ceiling = ceiling_probabilities(tokens, preset, settings.ceiling_particles)
         seconds["ceiling"] = ceiling["seconds"]
     started = time.perf_counter()
-    probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
+    probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens).double()
     seconds["oracle"] = time.perf_counter() - started
     return probabilities, {"seconds": seconds, "ceiling": ceiling}
 
