@@ -69,9 +69,12 @@ the command and figure modules, which write and draw what those computed."""
 HEAD_MODULES = ("empirical/analysis/heads.py", "empirical/analysis/head_figures.py",
                 "empirical/analysis/head_commands.py")
 """``hmmtf heads``, which ``hmmtf analyze`` does not run."""
+KLMAP_MODULES = ("empirical/analysis/klmap.py", "empirical/analysis/klmap_figures.py",
+                 "empirical/analysis/klmap_commands.py")
+"""``hmmtf klmap``, which ``hmmtf analyze`` does not run either."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
-            "!empirical/analysis/commands.py", *(f"!{module}" for module in HEAD_MODULES), *ROFORMER, *MIXTURE,
-            *CONSTRUCTION, "empirical/configs.py")
+            "!empirical/analysis/commands.py", *(f"!{module}" for module in (*HEAD_MODULES, *KLMAP_MODULES)),
+            *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
 its command module, which parses the options into the sections' config (``AnalysisConfig``, in
 ``report.py``) and writes what they computed, as the Markov study's is not listed either."""
@@ -79,6 +82,11 @@ HEADS = ("empirical/analysis/heads.py", "empirical/analysis/offsets.py", "empiri
          "empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
          "empirical/evaluate.py", "empirical/regime.py", "empirical/curves.py", "hmm/families.py", *ROFORMER, *MIXTURE)
 """``hmmtf heads``: the head scores, the mean-ablation and the in-context references it compares with."""
+KLMAP = ("empirical/analysis/klmap.py", "empirical/analysis/heads.py", "empirical/hand_built.py", *CONSTRUCTION,
+         "hmm/memory.py", "empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
+         "empirical/evaluate.py", "empirical/regime.py", "empirical/curves.py", "hmm/families.py", *ROFORMER, *MIXTURE)
+"""``hmmtf klmap``: the map, its predictors (the model, the hand-built network, ``P_L``, the in-context
+n-grams, the ceiling, the oracle) and the per-prompt KL of ``hmmtf heads`` (``heads.py``)."""
 
 CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
@@ -92,7 +100,8 @@ REGIME_MODEL_FAMILIES = ("observable", "paper")
 
 def regime_model_results(family: str) -> tuple[Result, ...]:
     """The results of the shipped regime models of ``family``: ``hmmtf evaluate`` (the regime
-    diagnostic and the competence result), ``hmmtf analyze`` (every section) and ``hmmtf heads``."""
+    diagnostic and the competence result), ``hmmtf analyze`` (every section), ``hmmtf heads`` and
+    ``hmmtf klmap``."""
     folder, model = f"figures/{family}/*", f"models/{family}-POINT"
     evaluate = (f"hmmtf evaluate {model} --out figures/{family}/POINT --hand-built-prompts 0 --num-prompts 512 "
                 f"--reference-tasks 4096 --threads 1 (the command is in the JSON)")
@@ -109,6 +118,9 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
                needs=needs + "; about 10 minutes on a core"),
         Result(f"{folder}/heads.json", f"hmmtf heads {model} --out figures/{family}/POINT --threads 1", HEADS,
                needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
+        Result(f"{folder}/klmap.json", f"hmmtf klmap {model} --out figures/{family}/POINT --threads 1", KLMAP,
+               needs=needs + "; about 15 (observable) to 35 (paper) minutes on a core (the hand-built network, 256 "
+                             "prompts x 3 history lengths, and the ceiling's SMC)"),
     )
 
 

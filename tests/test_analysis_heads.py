@@ -353,25 +353,48 @@ def tiny_checkpoint(folder) -> None:
     save_checkpoint(folder, model, None, {"step": 0, "task": preset.task(), "train": {}})
 
 
+def run_on_tiny_checkpoint(tmp_path, capsys, command: str, options: list[str]) -> tuple[dict, dict]:
+    """``hmmtf COMMAND`` (``hmmtf heads``, ``hmmtf klmap``) with ``options`` on a fresh tiny
+    checkpoint in ``tmp_path``, into ``tmp_path / COMMAND``: what it printed and the JSON it wrote,
+    which must record the command line and the git commit."""
+    tiny_checkpoint(tmp_path / "checkpoint")
+    argv = [command, str(tmp_path / "checkpoint"), "--out", str(tmp_path / command), *options]
+    assert hmmtf.main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    report = json.loads((tmp_path / command / f"{command}.json").read_text())
+    assert report["command"] == shlex.join(["hmmtf", *argv]) and "git_commit" in report
+    return printed, report
+
+
+def assert_refused_in_one_line(tmp_path, capsys, command: str, cases: list[tuple[list[str], str]]) -> None:
+    """On a fresh tiny checkpoint, ``hmmtf COMMAND`` with each case's options prints one line
+    starting with ``hmmtf COMMAND: error: `` and the case's message and exits with 2, as it does on
+    a missing checkpoint, and writes no output folder."""
+    tiny_checkpoint(tmp_path / "checkpoint")
+    missing = tmp_path / "missing"
+    cases = [*((["--out", str(tmp_path / "out"), str(tmp_path / "checkpoint"), *options], message)
+               for options, message in cases),
+             (["--out", str(tmp_path / "out"), str(missing)], f"checkpoint: {str(missing)!r} does not exist")]
+    for argv, message in cases:
+        assert hmmtf.main([command, *argv]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"hmmtf {command}: error: {message}"), line
+    assert not (tmp_path / "out").exists()
+
+
 HEADS_ARGV = ["--prompts", "8", "--reference-prompts", "8", "--fresh-tasks", "4", "--random-draws", "2",
               "--top-heads", "1", "--ceiling-particles", "4"]
 
 
 @pytest.mark.long_running
 def test_heads_command_writes_every_number_and_the_figure(tmp_path, capsys):
-    tiny_checkpoint(tmp_path / "checkpoint")
-    out = tmp_path / "heads"
-    argv = ["heads", str(tmp_path / "checkpoint"), "--out", str(out), *HEADS_ARGV]
-    assert hmmtf.main(argv) == 0
-    printed = json.loads(capsys.readouterr().out)
-    report = json.loads((out / "heads.json").read_text())
-    assert report["command"] == shlex.join(["hmmtf", *argv]) and "git_commit" in report
+    printed, report = run_on_tiny_checkpoint(tmp_path, capsys, "heads", HEADS_ARGV)
     assert set(report["scores"]) == {"trained", "random-init"}
     assert len(report["scores"]["trained"]["induction 1"]["score"]) == 2  # layers
     assert report["ceiling"]["particles"] == 4
     assert report["ablation"]["references"] == ["ngram 1", "ngram 2", "ngram 3", "ceiling", "unablated model"]
     assert set(report["ablation"]["groups"]) == {"previous-token", "induction"} == set(printed["selection"])
-    assert (out / "heads.png").stat().st_size > 0
+    assert (tmp_path / "heads" / "heads.png").stat().st_size > 0
     with figures_recorded_not_drawn():  # drawn above
         assert hmmtf.main(["heads", str(tmp_path / "checkpoint"), "--out", str(tmp_path / "none"), *HEADS_ARGV[:-1],
                            "0"]) == 0
@@ -379,16 +402,7 @@ def test_heads_command_writes_every_number_and_the_figure(tmp_path, capsys):
 
 
 def test_heads_command_refuses_bad_options_in_one_line(tmp_path, capsys):
-    tiny_checkpoint(tmp_path / "checkpoint")
-    cases = [(["--top-heads", "3"], "hmmtf heads: error: top_heads: 3; expected at most half of the model's 4 heads"),
-             (["--random-draws", "0"], "hmmtf heads: error: argument --random-draws: 0; expected an integer >= 1"),
-             (["--ceiling-particles", "-1"],
-              "hmmtf heads: error: argument --ceiling-particles: -1; expected an integer >= 0")]
-    for options, message in cases:
-        assert hmmtf.main(["heads", str(tmp_path / "checkpoint"), "--out", str(tmp_path / "out"), *options]) == 2
-        (line,) = capsys.readouterr().err.splitlines()
-        assert line.startswith(message), line
-    missing = tmp_path / "missing"
-    assert hmmtf.main(["heads", str(missing), "--out", str(tmp_path / "out")]) == 2
-    assert f"checkpoint: {str(missing)!r} does not exist" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert_refused_in_one_line(tmp_path, capsys, "heads", [
+        (["--top-heads", "3"], "top_heads: 3; expected at most half of the model's 4 heads"),
+        (["--random-draws", "0"], "argument --random-draws: 0; expected an integer >= 1"),
+        (["--ceiling-particles", "-1"], "argument --ceiling-particles: -1; expected an integer >= 0")])

@@ -6,8 +6,10 @@ the git commit that made it) and the figures of :mod:`empirical.analysis.figures
 run."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -27,7 +29,7 @@ from empirical.analysis.report import Analysis, AnalysisConfig, analyze
 from empirical.checkpoint import Checkpoint, load_checkpoint
 from empirical.configs import add_config_options
 from empirical.presets import ExperimentPreset, preset_from_task
-from hmmtf_options import config_from_command_line, positive_int
+from hmmtf_options import config_from_command_line, non_negative_int, positive_int
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
 REPORT_FILE = "analysis.json"
@@ -70,6 +72,51 @@ def load_on_device(args) -> tuple[torch.device, Checkpoint, ExperimentPreset]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(Path(args.checkpoint), device)
     return device, saved, preset_from_task(saved.config["task"])
+
+
+def add_measure_command(subparsers, name: str, help: str, settings_class: type, counts_from_zero: tuple[str, ...],
+                        outputs: str, run: Callable[..., int]) -> None:
+    """Add the subcommand ``name`` that measures one checkpoint with the settings dataclass
+    ``settings_class`` and runs ``run(args)`` (``hmmtf heads``, ``hmmtf klmap``). Its options: the
+    checkpoint, ``--out`` (the folder of ``outputs``), one ``--field-name`` per field
+    (:func:`empirical.configs.option`'s help; type :data:`hmmtf_options.non_negative_int` for the
+    fields of ``counts_from_zero``, else :data:`hmmtf_options.positive_int`), ``--device`` and
+    ``--threads``."""
+    parser = subparsers.add_parser(name, help=help)
+    parser.add_argument("checkpoint", help="a checkpoint folder (RUN_DIR/checkpoint of hmmtf train, or a folder of "
+                                           "models/)")
+    parser.add_argument("--out", required=True, help=f"folder of {outputs}")
+    for field in dataclasses.fields(settings_class):
+        kind = non_negative_int if field.name in counts_from_zero else positive_int
+        parser.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default,
+                            help=f"{field.metadata['help']} (default: %(default)s)")
+    parser.add_argument("--device", help="default: CUDA if available, else CPU")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    parser.set_defaults(run=run)
+
+
+def measure_checkpoint(args, settings_class: type, measure: Callable[..., dict], plot: Callable[[dict, Path], None],
+                       report_file: str, figure_file: str) -> dict:
+    """Run a command of :func:`add_measure_command`: its settings from ``args``, the checkpoint on
+    its device, ``measure(model, preset, settings, device)`` under the command line, git commit,
+    checkpoint, step, task, model and device; ``plot(report, path)`` draws ``figure_file`` and the
+    report, with ``runtime_s``, goes to ``report_file``, both in ``--out``. Returns the report."""
+    started = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    settings = config_from_command_line(settings_class, vars(args))
+    device, saved, preset = load_on_device(args)
+    report = {
+        "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(args.checkpoint),
+        "step": saved.config["step"], "task": saved.config["task"], "model": saved.config["model"],
+        "device": str(device),
+        **measure(saved.model.eval(), preset, settings, device),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot(report, out / figure_file)
+    report["runtime_s"] = time.perf_counter() - started
+    (out / report_file).write_text(json.dumps(report, indent=1) + "\n")
+    return report
 
 
 def run_analyze(args) -> int:
