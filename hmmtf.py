@@ -36,6 +36,7 @@ SUBCOMMAND_MODULES = {
     "markov-verdict": "empirical.markov.commands",
     "analyze": "empirical.analysis.commands",
     "heads": "empirical.analysis.head_commands",
+    "beliefs": "empirical.analysis.belief_commands",
     "ladder": "empirical.ladder",
     "signal": "empirical.study_commands",
     "curve": "empirical.study_commands",

@@ -69,9 +69,12 @@ the command and figure modules, which write and draw what those computed."""
 HEAD_MODULES = ("empirical/analysis/heads.py", "empirical/analysis/head_figures.py",
                 "empirical/analysis/head_commands.py")
 """``hmmtf heads``, which ``hmmtf analyze`` does not run."""
+BELIEF_MODULES = ("empirical/analysis/beliefs.py", "empirical/analysis/belief_figures.py",
+                  "empirical/analysis/belief_commands.py", "empirical/analysis/checkpoint_commands.py")
+"""``hmmtf beliefs`` and the command frame it shares with ``hmmtf heads``, which ``hmmtf analyze`` does not run."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
             "!empirical/analysis/commands.py", *(f"!{module}" for module in HEAD_MODULES), *ROFORMER, *MIXTURE,
-            *CONSTRUCTION, "empirical/configs.py")
+            *CONSTRUCTION, "empirical/configs.py", *(f"!{module}" for module in BELIEF_MODULES))
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
 its command module, which parses the options into the sections' config (``AnalysisConfig``, in
 ``report.py``) and writes what they computed, as the Markov study's is not listed either."""
@@ -79,6 +82,14 @@ HEADS = ("empirical/analysis/heads.py", "empirical/analysis/offsets.py", "empiri
          "empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
          "empirical/evaluate.py", "empirical/regime.py", "empirical/curves.py", "hmm/families.py", *ROFORMER, *MIXTURE)
 """``hmmtf heads``: the head scores, the mean-ablation and the in-context references it compares with."""
+BELIEFS = ("empirical/analysis/beliefs.py", "empirical/analysis/networks.py", "empirical/analysis/probes.py",
+           "empirical/analysis/shuffle.py", "empirical/analysis/report.py", "empirical/competence.py",
+           "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py", "empirical/evaluate.py",
+           "empirical/regime.py", "empirical/curves.py", "empirical/hand_built.py", "hmm/families.py",
+           "empirical/configs.py", *ROFORMER, *MIXTURE)
+"""``hmmtf beliefs``: the probes (their streams, standardisation, bootstrap, derangements and random-init twin from
+the modules of ``hmmtf analyze``), the beliefs (exact filtering, in :data:`MIXTURE`, per segment of
+``empirical/hand_built.py``) and the in-context references."""
 
 CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
@@ -107,6 +118,8 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
         Result(f"{folder}/analysis.json", f"hmmtf analyze {model} --out figures/{family}/POINT --sections shuffle "
                f"probes offsets patching --probe-tasks 64 --threads 1", (*ANALYSIS, "hmm/families.py"),
                needs=needs + "; about 10 minutes on a core"),
+        Result(f"{folder}/beliefs.json", f"hmmtf beliefs {model} --out figures/{family}/POINT --threads 1", BELIEFS,
+               needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
         Result(f"{folder}/heads.json", f"hmmtf heads {model} --out figures/{family}/POINT --threads 1", HEADS,
                needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
     )
