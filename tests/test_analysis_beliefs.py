@@ -5,7 +5,6 @@ a prompt with a delimiter restart, the implied next-token distribution against t
 predictor, the shuffled-target control on a planted signal, and ``hmmtf beliefs`` end to end."""
 import json
 import math
-import shlex
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import torch
 from hmm_strategies import enumerate_joint
 from recorded_figures import figures_recorded_not_drawn
 from rounding import enumeration_rounding, filtering_rounding, gamma, predictive_rounding, unit_roundoff
-from test_analysis_heads import tiny_checkpoint
+from tiny_checkpoints import assert_refused_in_one_line, command_report
 
 import hmm
 import hmmtf
@@ -221,13 +220,8 @@ BELIEFS_ARGV = ["--prompts", "8", "--fresh-tasks", "4", "--batch-size", "4", "--
 
 @pytest.mark.long_running
 def test_beliefs_command_writes_every_number_and_the_figure(tmp_path, capsys):
-    tiny_checkpoint(tmp_path / "checkpoint")
+    printed, report = command_report("beliefs", tmp_path, capsys, BELIEFS_ARGV)
     out = tmp_path / "beliefs"
-    argv = ["beliefs", str(tmp_path / "checkpoint"), "--out", str(out), *BELIEFS_ARGV]
-    assert hmmtf.main(argv) == 0
-    printed = json.loads(capsys.readouterr().out)
-    report = json.loads((out / "beliefs.json").read_text())
-    assert report["command"] == shlex.join(["hmmtf", *argv]) and "git_commit" in report
     assert report["ceiling"]["particles"] == 4 and report["settings"]["prompts"] == 8
     names = ["belief next-token", "belief sorted", "belief entropy", "ngram 1", "ngram 2", "ngram 3", "ceiling"]
     assert list(report["targets"]) == names
@@ -248,16 +242,8 @@ def test_beliefs_command_writes_every_number_and_the_figure(tmp_path, capsys):
 
 
 def test_beliefs_command_refuses_bad_options_in_one_line(tmp_path, capsys):
-    tiny_checkpoint(tmp_path / "checkpoint")
     cases = [(["--prompts", "7"], "hmmtf beliefs: error: --prompts: 7; expected an integer >= 8"),
              (["--batch-size", "0"], "hmmtf beliefs: error: argument --batch-size: 0; expected an integer >= 1"),
              (["--ceiling-particles", "-1"],
               "hmmtf beliefs: error: argument --ceiling-particles: -1; expected an integer >= 0")]
-    for options, message in cases:
-        assert hmmtf.main(["beliefs", str(tmp_path / "checkpoint"), "--out", str(tmp_path / "out"), *options]) == 2
-        (line,) = capsys.readouterr().err.splitlines()
-        assert line == message, line
-    missing = tmp_path / "missing"
-    assert hmmtf.main(["beliefs", str(missing), "--out", str(tmp_path / "out")]) == 2
-    assert f"checkpoint: {str(missing)!r} does not exist" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert_refused_in_one_line("beliefs", tmp_path, capsys, cases)

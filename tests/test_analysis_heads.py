@@ -5,7 +5,6 @@ network's history heads as previous-token heads at exactly their offsets; mean-a
 hook equals ablation through TransformerLens's ``hook_z``, leaves the model bit-identical when it
 replaces nothing, and its hooks leave with the ``with`` block; ``hmmtf heads`` end to end."""
 import json
-import shlex
 
 import pytest
 import torch
@@ -30,13 +29,12 @@ from empirical.analysis.heads import (
     select_heads,
 )
 from empirical.analysis.networks import hand_built_composed_history, hand_built_network, hand_built_weights
-from empirical.checkpoint import save_checkpoint
 from empirical.evaluate import model_predictor
 from empirical.model import RoFormer, RoFormerConfig
-from empirical.presets import get_preset
 from recorded_figures import figures_recorded_not_drawn
 from rounding import gamma, reordered_forward_tolerance, unit_roundoff, sub_blocks_before
 from test_empirical_transformer_lens import random_roformer
+from tiny_checkpoints import assert_refused_in_one_line, command_report
 
 FORMAT = hmm.PROMPT_FORMATS["tiny"]
 MIXTURE = hmm.mixture_preset("tiny")
@@ -343,29 +341,14 @@ def test_bad_arguments_are_refused_naming_them():
         HeadsSettings(random_draws=0)
 
 
-def tiny_checkpoint(folder) -> None:
-    """A freshly initialised RoFormer of the tiny preset, saved with the preset's task: the
-    command reads no more than that from a checkpoint."""
-    preset = get_preset("tiny")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        model = RoFormer(preset.model_config(preset.mixture_spec.num_tokens))
-    save_checkpoint(folder, model, None, {"step": 0, "task": preset.task(), "train": {}})
-
-
 HEADS_ARGV = ["--prompts", "8", "--reference-prompts", "8", "--fresh-tasks", "4", "--random-draws", "2",
               "--top-heads", "1", "--ceiling-particles", "4"]
 
 
 @pytest.mark.long_running
 def test_heads_command_writes_every_number_and_the_figure(tmp_path, capsys):
-    tiny_checkpoint(tmp_path / "checkpoint")
+    printed, report = command_report("heads", tmp_path, capsys, HEADS_ARGV)
     out = tmp_path / "heads"
-    argv = ["heads", str(tmp_path / "checkpoint"), "--out", str(out), *HEADS_ARGV]
-    assert hmmtf.main(argv) == 0
-    printed = json.loads(capsys.readouterr().out)
-    report = json.loads((out / "heads.json").read_text())
-    assert report["command"] == shlex.join(["hmmtf", *argv]) and "git_commit" in report
     assert set(report["scores"]) == {"trained", "random-init"}
     assert len(report["scores"]["trained"]["induction 1"]["score"]) == 2  # layers
     assert report["ceiling"]["particles"] == 4
@@ -379,16 +362,8 @@ def test_heads_command_writes_every_number_and_the_figure(tmp_path, capsys):
 
 
 def test_heads_command_refuses_bad_options_in_one_line(tmp_path, capsys):
-    tiny_checkpoint(tmp_path / "checkpoint")
     cases = [(["--top-heads", "3"], "hmmtf heads: error: top_heads: 3; expected at most half of the model's 4 heads"),
              (["--random-draws", "0"], "hmmtf heads: error: argument --random-draws: 0; expected an integer >= 1"),
              (["--ceiling-particles", "-1"],
               "hmmtf heads: error: argument --ceiling-particles: -1; expected an integer >= 0")]
-    for options, message in cases:
-        assert hmmtf.main(["heads", str(tmp_path / "checkpoint"), "--out", str(tmp_path / "out"), *options]) == 2
-        (line,) = capsys.readouterr().err.splitlines()
-        assert line.startswith(message), line
-    missing = tmp_path / "missing"
-    assert hmmtf.main(["heads", str(missing), "--out", str(tmp_path / "out")]) == 2
-    assert f"checkpoint: {str(missing)!r} does not exist" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert_refused_in_one_line("heads", tmp_path, capsys, cases)
