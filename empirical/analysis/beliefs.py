@@ -98,8 +98,8 @@ HELD_OUT_FRACTION = 0.25
 VALIDATION_FRACTION = 0.25
 """Fraction of the training prompts (the last ones) on which the ridge penalty is chosen."""
 MIN_PROMPTS = 8
-"""Fewest prompts: two held out, six to train (one of them validating), so that every split can
-be deranged (:func:`deranged_within_position` needs two prompts in each)."""
+"""Fewest prompts: two held out and six to train (two of them validating), so that every split
+can be deranged (:func:`deranged_within_position` needs two prompts in each)."""
 RIDGE_PENALTIES = tuple(10.0 ** k for k in range(-6, 3))
 """Candidate ``alpha`` of the penalty ``lambda = alpha n`` (module docstring), 1e-6 to 1e2: from
 nearly least squares to a probe shrunk almost to its intercept."""
@@ -111,8 +111,6 @@ BELIEF_NEXT_TOKEN = "belief next-token"
 BELIEF_SORTED = "belief sorted"
 BELIEF_ENTROPY = "belief entropy"
 CEILING = "ceiling"
-NETWORKS = ("trained", "random-init", "shuffled targets")
-"""The probed feature sets: the checkpoint, its random-init twin, the checkpoint with shuffled targets."""
 
 
 def probe_rows(tokens: torch.Tensor, num_tokens: int) -> torch.Tensor:
@@ -347,7 +345,8 @@ def reference_targets(tokens: torch.Tensor, preset: ExperimentPreset, settings: 
 def beliefs_report(model: RoFormer, preset: ExperimentPreset, settings: BeliefSettings,
                    device: torch.device | str = "cpu") -> dict:
     """Every probe of the module docstring on fresh-HMM prompts of ``preset`` (the checkpoint's):
-    per feature set of :data:`NETWORKS`, per layer and target, the held-out metrics; JSON-ready."""
+    per feature set (``trained``, ``random-init``, ``shuffled targets``: the trained network's
+    streams against the deranged targets), layer and target, the held-out metrics; JSON-ready."""
     fresh, prompts = fresh_prompts(preset, settings.prompts, settings.fresh_tasks)
     tokens, num_tokens = prompts.tokens, fresh.num_tokens
     rows = probe_rows(tokens, num_tokens)
@@ -355,6 +354,7 @@ def beliefs_report(model: RoFormer, preset: ExperimentPreset, settings: BeliefSe
     full = {**belief_targets(fresh, prompts), **references}
     at_rows = {name: values[:, rows] for name, values in full.items()}  # (B, R, k)
     split = prompt_split(settings.prompts)
+    # One derangement for every target: a row's shuffled targets all come from the same other prompt.
     shuffled = {name: deranged_within_position(values, split, torch.Generator().manual_seed(settings.seed))
                 for name, values in at_rows.items()}
     flat = {name: values.flatten(0, 1) for name, values in at_rows.items()}
