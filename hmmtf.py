@@ -37,6 +37,7 @@ SUBCOMMAND_MODULES = {
     "analyze": "empirical.analysis.commands",
     "heads": "empirical.analysis.head_commands",
     "klmap": "empirical.analysis.klmap_commands",
+    "beliefs": "empirical.analysis.belief_commands",
     "ladder": "empirical.ladder",
     "signal": "empirical.study_commands",
     "curve": "empirical.study_commands",

@@ -72,8 +72,12 @@ HEAD_MODULES = ("empirical/analysis/heads.py", "empirical/analysis/head_figures.
 KLMAP_MODULES = ("empirical/analysis/klmap.py", "empirical/analysis/klmap_figures.py",
                  "empirical/analysis/klmap_commands.py")
 """``hmmtf klmap``, which ``hmmtf analyze`` does not run either."""
+BELIEF_MODULES = ("empirical/analysis/beliefs.py", "empirical/analysis/belief_figures.py",
+                  "empirical/analysis/belief_commands.py")
+"""``hmmtf beliefs``, which ``hmmtf analyze`` does not run either."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
-            "!empirical/analysis/commands.py", *(f"!{module}" for module in (*HEAD_MODULES, *KLMAP_MODULES)),
+            "!empirical/analysis/commands.py",
+            *(f"!{module}" for module in (*HEAD_MODULES, *KLMAP_MODULES, *BELIEF_MODULES)),
             *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
 its command module, which parses the options into the sections' config (``AnalysisConfig``, in
@@ -87,6 +91,14 @@ KLMAP = ("empirical/analysis/klmap.py", "empirical/analysis/heads.py", "empirica
          "empirical/evaluate.py", "empirical/regime.py", "empirical/curves.py", "hmm/families.py", *ROFORMER, *MIXTURE)
 """``hmmtf klmap``: the map, its predictors (the model, the hand-built network, ``P_L``, the in-context
 n-grams, the ceiling, the oracle) and the per-prompt KL of ``hmmtf heads`` (``heads.py``)."""
+BELIEFS = ("empirical/analysis/beliefs.py", "empirical/analysis/networks.py", "empirical/analysis/probes.py",
+           "empirical/analysis/shuffle.py", "empirical/analysis/report.py", "empirical/competence.py",
+           "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py", "empirical/evaluate.py",
+           "empirical/regime.py", "empirical/curves.py", "empirical/hand_built.py", "hmm/families.py",
+           "empirical/configs.py", *ROFORMER, *MIXTURE)
+"""``hmmtf beliefs``: the probes (their streams, standardisation, bootstrap, derangements and random-init twin from
+the modules of ``hmmtf analyze``), the beliefs (exact filtering, in :data:`MIXTURE`, per segment of
+``empirical/hand_built.py``) and the in-context references."""
 
 CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
@@ -116,6 +128,8 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
         Result(f"{folder}/analysis.json", f"hmmtf analyze {model} --out figures/{family}/POINT --sections shuffle "
                f"probes offsets patching --probe-tasks 64 --threads 1", (*ANALYSIS, "hmm/families.py"),
                needs=needs + "; about 10 minutes on a core"),
+        Result(f"{folder}/beliefs.json", f"hmmtf beliefs {model} --out figures/{family}/POINT --threads 1", BELIEFS,
+               needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
         Result(f"{folder}/heads.json", f"hmmtf heads {model} --out figures/{family}/POINT --threads 1", HEADS,
                needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
         Result(f"{folder}/klmap.json", f"hmmtf klmap {model} --out figures/{family}/POINT --threads 1", KLMAP,

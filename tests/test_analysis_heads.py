@@ -5,7 +5,6 @@ network's history heads as previous-token heads at exactly their offsets; mean-a
 hook equals ablation through TransformerLens's ``hook_z``, leaves the model bit-identical when it
 replaces nothing, and its hooks leave with the ``with`` block; ``hmmtf heads`` end to end."""
 import json
-import shlex
 
 import pytest
 import torch
@@ -30,11 +29,10 @@ from empirical.analysis.heads import (
     select_heads,
 )
 from empirical.analysis.networks import hand_built_composed_history, hand_built_network, hand_built_weights
-from empirical.checkpoint import save_checkpoint
 from empirical.evaluate import model_predictor
 from empirical.model import RoFormer, RoFormerConfig
-from empirical.presets import get_preset
 from recorded_figures import figures_recorded_not_drawn
+from tiny_checkpoints import assert_refused_in_one_line, command_report
 from rounding import gamma, reordered_forward_tolerance, unit_roundoff, sub_blocks_before
 from test_empirical_transformer_lens import random_roformer
 
@@ -343,52 +341,13 @@ def test_bad_arguments_are_refused_naming_them():
         HeadsSettings(random_draws=0)
 
 
-def tiny_checkpoint(folder) -> None:
-    """A freshly initialised RoFormer of the tiny preset, saved with the preset's task: the
-    command reads no more than that from a checkpoint."""
-    preset = get_preset("tiny")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        model = RoFormer(preset.model_config(preset.mixture_spec.num_tokens))
-    save_checkpoint(folder, model, None, {"step": 0, "task": preset.task(), "train": {}})
-
-
-def run_on_tiny_checkpoint(tmp_path, capsys, command: str, options: list[str]) -> tuple[dict, dict]:
-    """``hmmtf COMMAND`` (``hmmtf heads``, ``hmmtf klmap``) with ``options`` on a fresh tiny
-    checkpoint in ``tmp_path``, into ``tmp_path / COMMAND``: what it printed and the JSON it wrote,
-    which must record the command line and the git commit."""
-    tiny_checkpoint(tmp_path / "checkpoint")
-    argv = [command, str(tmp_path / "checkpoint"), "--out", str(tmp_path / command), *options]
-    assert hmmtf.main(argv) == 0
-    printed = json.loads(capsys.readouterr().out)
-    report = json.loads((tmp_path / command / f"{command}.json").read_text())
-    assert report["command"] == shlex.join(["hmmtf", *argv]) and "git_commit" in report
-    return printed, report
-
-
-def assert_refused_in_one_line(tmp_path, capsys, command: str, cases: list[tuple[list[str], str]]) -> None:
-    """On a fresh tiny checkpoint, ``hmmtf COMMAND`` with each case's options prints one line
-    starting with ``hmmtf COMMAND: error: `` and the case's message and exits with 2, as it does on
-    a missing checkpoint, and writes no output folder."""
-    tiny_checkpoint(tmp_path / "checkpoint")
-    missing = tmp_path / "missing"
-    cases = [*((["--out", str(tmp_path / "out"), str(tmp_path / "checkpoint"), *options], message)
-               for options, message in cases),
-             (["--out", str(tmp_path / "out"), str(missing)], f"checkpoint: {str(missing)!r} does not exist")]
-    for argv, message in cases:
-        assert hmmtf.main([command, *argv]) == 2
-        (line,) = capsys.readouterr().err.splitlines()
-        assert line.startswith(f"hmmtf {command}: error: {message}"), line
-    assert not (tmp_path / "out").exists()
-
-
 HEADS_ARGV = ["--prompts", "8", "--reference-prompts", "8", "--fresh-tasks", "4", "--random-draws", "2",
               "--top-heads", "1", "--ceiling-particles", "4"]
 
 
 @pytest.mark.long_running
 def test_heads_command_writes_every_number_and_the_figure(tmp_path, capsys):
-    printed, report = run_on_tiny_checkpoint(tmp_path, capsys, "heads", HEADS_ARGV)
+    printed, report = command_report("heads", tmp_path, capsys, HEADS_ARGV)
     assert set(report["scores"]) == {"trained", "random-init"}
     assert len(report["scores"]["trained"]["induction 1"]["score"]) == 2  # layers
     assert report["ceiling"]["particles"] == 4
@@ -402,7 +361,7 @@ def test_heads_command_writes_every_number_and_the_figure(tmp_path, capsys):
 
 
 def test_heads_command_refuses_bad_options_in_one_line(tmp_path, capsys):
-    assert_refused_in_one_line(tmp_path, capsys, "heads", [
+    assert_refused_in_one_line("heads", tmp_path, capsys, [
         (["--top-heads", "3"], "top_heads: 3; expected at most half of the model's 4 heads"),
         (["--random-draws", "0"], "argument --random-draws: 0; expected an integer >= 1"),
         (["--ceiling-particles", "-1"], "argument --ceiling-particles: -1; expected an integer >= 0")])

@@ -16,7 +16,8 @@ from empirical.hand_built import served_rows
 from empirical.ngram import scored_rows
 from recorded_figures import figures_recorded_not_drawn
 from rounding import gamma
-from test_analysis_heads import FORMAT, MIXTURE, assert_refused_in_one_line, run_on_tiny_checkpoint, tiny_prompts
+from test_analysis_heads import FORMAT, MIXTURE, tiny_prompts
+from tiny_checkpoints import assert_refused_in_one_line, command_report
 
 P = MIXTURE.num_tokens
 EVERY_ROW = torch.ones(FORMAT.length, dtype=torch.bool)
@@ -136,7 +137,7 @@ KLMAP_ARGV = ["--prompts", "4", "--fresh-tasks", "4", "--gd-steps", "2", "--ceil
 
 @pytest.mark.long_running
 def test_klmap_command_writes_every_number_and_the_figure(tmp_path, capsys):
-    printed, report = run_on_tiny_checkpoint(tmp_path, capsys, "klmap", KLMAP_ARGV)
+    printed, report = command_report("klmap", tmp_path, capsys, KLMAP_ARGV)
     names = [MODEL, "hand-built L=1", "hand-built L=2", "hand-built L=3", "P_L L=1", "P_L L=2", "P_L L=3",
              "ngram 1", "ngram 2", "ngram 3", "ceiling", "oracle"]
     assert report["predictors"] == names
@@ -157,7 +158,7 @@ def test_klmap_command_writes_every_number_and_the_figure(tmp_path, capsys):
 
 
 def test_klmap_command_refuses_bad_options_in_one_line(tmp_path, capsys):
-    assert_refused_in_one_line(tmp_path, capsys, "klmap", [
+    assert_refused_in_one_line("klmap", tmp_path, capsys, [
         (["--prompts", "0"], "argument --prompts: 0; expected an integer >= 1"),
         (["--gd-steps", "x"], "argument --gd-steps: x; expected an integer >= 1"),
         (["--ceiling-particles", "-1"], "argument --ceiling-particles: -1; expected an integer >= 0")])
