@@ -51,6 +51,8 @@ matrix products are slow); ``bf16-cpu``: bf16 autocast on the CPU too, a rehears
 run's dtypes on a machine without one."""
 CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
+BRANCHED_FROM = "branched_from"
+"""The checkpoint config's record of the run and step a branched run started from (:func:`branch_run`)."""
 
 
 class Batch(NamedTuple):
@@ -347,7 +349,7 @@ def branch_run(source_dir: Path, run_dir: Path, model_config: RoFormerConfig, tr
     optimizer.load_state_dict(saved.optimizer_state)
     config = {key: value for key, value in saved.config.items() if key not in ("model", "optimizer_param_groups")}
     config.update(train=train_config.to_dict(), command=command or shlex.join(sys.argv),
-                  branched_from={"run_dir": str(source_dir), "step": branched_at})
+                  **{BRANCHED_FROM: {"run_dir": str(source_dir), "step": branched_at}})
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_folder_lock(run_dir):
         save_checkpoint(run_dir / CHECKPOINT_DIR, saved.model, optimizer, config)
@@ -459,6 +461,7 @@ def train(
         # targets of the global batch, their number). Nonzero only for a checkpoint saved at a stop
         # in mid-window; None for a checkpoint written without them.
         window: dict | None = {"loss_sum": 0.0, "counted": 0}
+        origin: dict = {}  # where a branched run came from (branch_run), kept by every later save
         if checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
             saved = load_checkpoint(checkpoint_dir, device)
             _check_same_run(saved.config, model_config, train_config, task, run_dir)
@@ -466,6 +469,7 @@ def train(
             optimizer.load_state_dict(saved.optimizer_state)
             start = saved.config["step"]
             window = saved.config.get("log_window")
+            origin = {BRANCHED_FROM: saved.config[BRANCHED_FROM]} if BRANCHED_FROM in saved.config else {}
             if stop_at < start:
                 raise ValueError(
                     f"stop_at: {stop_at}; the checkpoint in run_dir is at step {start}; expected stop_at >= {start}"
@@ -485,7 +489,7 @@ def train(
             if checkpoint_dir is not None and context.rank == 0:
                 config = {"train": train_config.to_dict(), "task": task or {}, "step": step,
                           "command": command or shlex.join(sys.argv),
-                          "log_window": {"loss_sum": window_loss_sum, "counted": window_counted}}
+                          "log_window": {"loss_sum": window_loss_sum, "counted": window_counted}, **origin}
                 save_checkpoint(checkpoint_dir, model, optimizer, config)
 
         log_path = run_dir / METRICS_FILE if run_dir is not None and context.rank == 0 else None

@@ -144,6 +144,7 @@ def test_a_constant_run_branched_into_its_decay_is_the_decaying_run_from_scratch
     assert saved["branched_from"] == {"run_dir": str(tmp_path / "constant"), "step": 4}
     assert saved["train"] == DECAYING.to_dict() and saved["command"] == "branch"
     branched = train(MODEL, DECAYING, random_batch, tmp_path / "branch", progress=False)
+    assert load_checkpoint(tmp_path / "branch" / CHECKPOINT_DIR).config["branched_from"] == saved["branched_from"]
     for (name, a), (_, b) in zip(straight.model.state_dict().items(), branched.model.state_dict().items()):
         assert torch.equal(a, b), name
     logs = [[json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
