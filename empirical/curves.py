@@ -39,7 +39,7 @@ from empirical.evaluate import model_predictor
 from empirical.model import RoFormer, RoFormerConfig
 from empirical.presets import ExperimentPreset
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor, unseen_mixture
-from empirical.train import BRANCHED_FROM, CHECKPOINT_DIR, branch_run, train
+from empirical.train import CHECKPOINT_DIR, branch_run, train
 from hmm.prior_predictive import SMCSettings
 
 CURVE_FILE = "curve.jsonl"
@@ -188,7 +188,7 @@ def run_summary(run_dir: Path) -> dict:
     config = json.loads((run_dir / CHECKPOINT_DIR / CONFIG_FILE).read_text())
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
     return {"run": run_dir.name, "command": config["command"], "model": config["model"], "train": config["train"],
-            "mixture": config["task"]["mixture"], "branched_from": config.get(BRANCHED_FROM),
+            "mixture": config["task"]["mixture"], "branched_from": config.get("branched_from"),
             "points": written_points(run_dir),
             "baselines": baseline_means(baselines), "probe": {key: baselines[key] for key in
                                                             ("num_prompts", "fresh_tasks", "ceiling_settings")}}
