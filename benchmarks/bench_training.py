@@ -3,6 +3,7 @@ matrix-multiply peak measured in the same run on the same device.
 
     python benchmarks/bench_training.py --preset cpu-small            # CPU, float32
     python benchmarks/bench_training.py --preset paper --compile      # GPU, bf16 autocast
+    python benchmarks/bench_training.py --compare --compile --steps 50 --warmup 5    # ways to use the CPU's cores
 
 Model FLOPs per trained token (PaLM convention, Chowdhery et al. 2022, Appendix B;
 :func:`empirical.model.training_flops_per_token`)::
@@ -15,45 +16,111 @@ does, though causal attention needs half). MFU = (FLOPs per token x tokens/s) / 
 peak is the best of several ``n x n`` matrix products in the training dtype (float32 on CPU,
 bfloat16 on CUDA). A step is forward + backward + gradient clipping + AdamW on a batch of random
 tokens of the preset's shape (the data pipeline is excluded: it runs on the CPU beside the GPU).
+
+``--compare`` measures, in one run on the CPU, the whole machine's training tokens/s for one
+preset's shape (default ``tasks-8192-small``, the ladder's 4 x 4 x 64) in each way of using its
+``--cores`` (:func:`empirical.throughput.layouts`): today's path (one process, one thread), one
+process with a thread per core, one DDP run of a process per core, independent runs of a process per
+core side by side (the machine's rate is their sum over the interval all of them were timing),
+today's path and the independent runs again at twice the batch, and with ``--compile`` today's path
+compiled. Each way runs in fresh processes (:mod:`empirical.throughput`)::
+
+    ratio_to_today = tokens/s / tokens/s of today's path, in the same run
+    mfu            = FLOPs per token x tokens/s / peak of the cores
+
+with the cores' float32 matmul peak measured in the same run, the larger of ``cores`` one-thread
+processes at once (the sum of their peaks) and one process of ``cores`` threads. Timings on busy cores are not results: ``--out`` is
+refused when the load average at the start is above ``--max-load``, unless ``--allow-load``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from empirical.model import RoFormer, training_flops_per_token  # noqa: E402
 from empirical.presets import PRESETS, get_preset  # noqa: E402
-from empirical.roofline import matmul_peak, synchronize  # noqa: E402
-from empirical.train import (  # noqa: E402
-    IGNORE_INDEX,
-    Batch,
-    DistributedContext,
-    accumulate_gradients,
-    build_optimizer,
-)
-from hmmtf import source_commit  # noqa: E402
+from empirical.roofline import matmul_peak  # noqa: E402
+from empirical.throughput import layouts, measure_layout, measure_peaks, time_steps, training_step  # noqa: E402
+from hmmtf import USER_ERROR_EXIT_CODE, Parser, UsageError, error_line, source_commit  # noqa: E402
+from hmmtf_options import integer_at_least, non_negative_int, positive_float, positive_int  # noqa: E402
+
+PROG = "bench_training.py"
+SINGLE_PRESET = "cpu-small"
+COMPARE_PRESET = "tasks-8192-small"
+"""The comparison's default shape: the ladder's 4 x 4 x 64 (cpu-small's shape; the 8192-task
+mixture only changes the data, which the benchmark does not sample)."""
+CPU_PEAK_SIZE = 1024
+"""``n`` of the float32 ``n x n`` products of the CPU peak."""
+CUDA_PEAK_SIZE = 8192
+"""``n`` of the bfloat16 ``n x n`` products of the CUDA peak."""
+CORES = 2
+"""The comparison's default number of cores: this project's machines'."""
+MAX_LOAD = 0.5
+"""Highest 1-minute load average at the start for which ``--compare`` writes ``--out``: on idle
+cores it is near 0; a run beside a busy process is near 1 per busy core."""
+TIMEOUT_S = 900.0
+"""Seconds one way of the comparison may take, warm-up (compilation) included, before its workers
+are killed and the way reported as failed."""
+COMPARE_ONLY = ("cores", "max_load", "allow_load", "timeout")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="cpu-small", choices=sorted(PRESETS))
-    parser.add_argument("--device", help="default: CUDA if available, else CPU")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, allocator)")
-    parser.add_argument("--batch-size", type=int, help="default: the preset's")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU)")
+def build_parser() -> Parser:
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help=f"default: {SINGLE_PRESET}, or {COMPARE_PRESET} with --compare")
+    parser.add_argument("--device", help="default: CUDA if available, else CPU (--compare: CPU only)")
+    parser.add_argument("--steps", type=positive_int, default=20, help="timed steps")
+    parser.add_argument("--warmup", type=non_negative_int, default=3,
+                        help="untimed steps first (compilation, allocator)")
+    parser.add_argument("--batch-size", type=positive_int, help="default: the preset's")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (--compare: add today's path compiled)")
+    parser.add_argument("--threads", type=positive_int, help="torch.set_num_threads (CPU; not with --compare)")
     parser.add_argument("--out", help="also write the JSON result here")
-    args = parser.parse_args(argv)
+    compare = parser.add_argument_group("comparison of the ways to use the CPU's cores")
+    compare.add_argument("--compare", action="store_true", help="compare the ways (module docstring)")
+    compare.add_argument("--cores", type=integer_at_least(2), help=f"cores to use (default {CORES}; the ways differ from 2 on)")
+    compare.add_argument("--max-load", type=positive_float,
+                         help=f"highest load average at the start for which --out is written (default {MAX_LOAD})")
+    compare.add_argument("--allow-load", action="store_true", help="write --out whatever the load")
+    compare.add_argument("--timeout", type=positive_float,
+                         help=f"seconds one way may take before it is killed and reported failed (default {TIMEOUT_S:g})")
+    return parser
 
+
+def resolve(args):
+    """``args`` with the mode's defaults; ``UsageError`` for an option the mode does not take, and
+    for a batch the DDP way cannot split."""
+    args.preset = args.preset or (COMPARE_PRESET if args.compare else SINGLE_PRESET)
+    if not args.compare:
+        given = [name for name in COMPARE_ONLY if getattr(args, name) not in (None, False)]
+        if given:
+            raise UsageError(PROG, f"--{given[0].replace('_', '-')}: only with --compare")
+        return args
+    args.cores = args.cores or CORES
+    args.max_load = args.max_load or MAX_LOAD
+    args.timeout = args.timeout or TIMEOUT_S
+    if args.threads is not None:
+        raise UsageError(PROG, f"--threads: {args.threads}; the comparison sets each way's threads, "
+                                              "expected no --threads with --compare")
+    if args.device not in (None, "cpu"):
+        raise UsageError(PROG, f"--device: {args.device}; expected cpu (the comparison is of CPU cores)")
+    batch_size = args.batch_size or get_preset(args.preset).train.batch_size
+    if batch_size % args.cores:
+        raise UsageError(PROG, f"--batch-size: {batch_size}; expected a multiple of --cores "
+                                              f"{args.cores} (a DDP run splits the batch across its processes)")
+    return args
+
+
+def single(args, command: list[str]) -> dict:
+    """One configuration in this process (the mode the committed cpu-small benchmarks use)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -61,41 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     precision = "bf16" if cuda else "fp32"
     preset = get_preset(args.preset)
     batch_size = args.batch_size or preset.train.batch_size
-    fmt = preset.prompt_format
-    num_tokens = preset.mixture_spec.num_tokens
+    length = preset.prompt_format.length
 
     load_average = os.getloadavg()[0]  # other processes on the cores: a timing is only as clean as its machine
-    peak = matmul_peak(device, torch.bfloat16 if cuda else torch.float32, 8192 if cuda else 1024)
+    peak = matmul_peak(device, torch.bfloat16 if cuda else torch.float32, CUDA_PEAK_SIZE if cuda else CPU_PEAK_SIZE)
 
-    torch.manual_seed(0)
-    model = RoFormer(preset.model_config(num_tokens)).to(device)
-    optimizer = build_optimizer(model, preset.train)
-    trained = torch.compile(model) if args.compile else model
-    generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, num_tokens + 1, (batch_size, fmt.length), generator=generator)
-    targets = torch.cat([tokens[:, 1:], torch.full((batch_size, 1), IGNORE_INDEX)], dim=1)
-    batch = Batch(tokens, targets)
-    single = DistributedContext(0, 1)
+    model, step, batch = training_step(preset, batch_size, device, compile=args.compile, precision=precision)
+    seconds = time_steps(step, args.steps, args.warmup, device).seconds
 
-    def step() -> None:
-        accumulate_gradients(trained, batch, single, device, precision)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), preset.train.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(args.warmup):
-        step()
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    synchronize(device)
-    seconds = time.perf_counter() - start
-
-    tokens_per_s = args.steps * tokens.numel() / seconds
-    model_flops = training_flops_per_token(model.config, fmt.length) * tokens_per_s
-    result = {
-        "command": ["python", *sys.argv],
+    tokens_per_s = args.steps * batch.inputs.numel() / seconds
+    model_flops = training_flops_per_token(model.config, length) * tokens_per_s
+    return {
+        "command": command,
         "git_commit": source_commit(),
         "device": torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
         "torch": torch.__version__,
@@ -104,17 +148,110 @@ def main(argv: list[str] | None = None) -> int:
         "precision": precision,
         "compile": args.compile,
         "batch_size": batch_size,
-        "context": fmt.length,
+        "context": length,
         "parameters": model.num_parameters(),
         "seconds_per_step": seconds / args.steps,
         "tokens_per_s": tokens_per_s,
-        "model_flops_per_token": training_flops_per_token(model.config, fmt.length),
+        "model_flops_per_token": training_flops_per_token(model.config, length),
         "model_flops_per_s": model_flops,
         "matmul_peak_flops_per_s": peak,
         "mfu": model_flops / peak,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
+
+
+def compare(args, command: list[str], load_average: float) -> dict:
+    """Every way of :func:`empirical.throughput.layouts` and the cores' peak, measured in fresh
+    processes; each way's tokens/s, ``ratio_to_today`` and ``mfu`` (module docstring), ``None``
+    where the way, today's path or the peak failed (the failed one's ``error`` says why)."""
+    preset = get_preset(args.preset)
+    batch_size = args.batch_size or preset.train.batch_size
+    length = preset.prompt_format.length
+    config = preset.model_config(preset.mixture_spec.num_tokens)
+    flops_per_token = training_flops_per_token(config, length)
+    peak = measure_peaks(args.cores, CPU_PEAK_SIZE, args.timeout)
+    ways = [measure_layout(way, preset, args.steps, args.warmup, args.timeout)
+            for way in layouts(args.cores, batch_size, compile=args.compile)]
+    today = ways[0].get("tokens_per_s")
+    for way in ways:
+        rate = way.get("tokens_per_s")
+        measured = rate is not None
+        way["ratio_to_today"] = rate / today if measured and today is not None else None
+        way["model_flops_per_s"] = flops_per_token * rate if measured else None
+        way["mfu"] = flops_per_token * rate / peak["flops_per_s"] if measured and peak["flops_per_s"] else None
+    return {
+        "command": command,
+        "git_commit": source_commit(),
+        "device": "cpu",
+        "torch": torch.__version__,
+        "cores": args.cores,
+        "load_average_at_start": load_average,
+        "max_load": args.max_load,
+        "preset": preset.name,
+        "shape": {"layers": config.num_layers, "heads": config.num_heads, "width": config.width},
+        "precision": "fp32",
+        "batch_size": batch_size,
+        "context": length,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "parameters": RoFormer(config).num_parameters(),
+        "model_flops_per_token": flops_per_token,
+        "matmul_peak": peak,
+        "today": ways[0]["name"],
+        "configurations": ways,
+    }
+
+
+def _number(value: float | None, form: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value / scale, form)
+
+
+def comparison_table(result: dict) -> str:
+    """The comparison as text: its shape, load and peak, then a row a way (its warm-up seconds: the
+    slowest worker's, compilation included)."""
+    shape, peak = result["shape"], result["matmul_peak"]
+    peaks = ", ".join(f"{name.replace('_', ' ')}: {_number(way['flops_per_s'], '.1f', 1e9)}"
+                      for name, way in peak["ways"].items())
+    lines = [
+        f"{result['preset']}: {shape['layers']} layers x {shape['heads']} heads x width {shape['width']}, batch "
+        f"{result['batch_size']} x {result['context']} tokens, {result['steps']} timed steps after "
+        f"{result['warmup']} warm-up; load average {result['load_average_at_start']:.2f} at the start",
+        f"{result['cores']}-core float32 matmul peak: {_number(peak['flops_per_s'], '.1f', 1e9)} GFLOP/s, "
+        f"the larger of ({peaks})",
+        "",
+        f"{'way':<52} {'tokens/s':>10} {'x today':>8} {'MFU':>6} {'warm-up s':>9}  threads",
+    ]
+    for way in result["configurations"]:
+        if "error" in way:
+            lines.append(f"{way['description']:<52} failed: {way['error']}")
+            continue
+        threads = ",".join(str(worker["threads"]) for worker in way["workers"])
+        warmup_s = max(worker["warmup_s"] for worker in way["workers"])
+        lines.append(f"{way['description']:<52} {way['tokens_per_s']:>10,.0f} {_number(way['ratio_to_today'], '.2f'):>8} "
+                     f"{_number(way['mfu'], '.3f'):>6} {warmup_s:>9.1f}  {threads}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = ["python", Path(__file__).resolve().relative_to(ROOT).as_posix(), *argv]
+    try:
+        args = resolve(build_parser().parse_args(argv))
+    except UsageError as error:
+        print(error_line(error.prog, str(error)), file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+    if not args.compare:
+        text = json.dumps(single(args, command), indent=2)
+        print(text)
+    else:
+        load_average = os.getloadavg()[0]
+        if args.out and load_average > args.max_load and not args.allow_load:
+            print(error_line(PROG, f"--out: the load average at the start is {load_average:.2f}, above "
+                             f"--max-load {args.max_load:g}: a timing on busy cores is not a result; wait for idle "
+                             "cores or pass --allow-load"), file=sys.stderr)
+            return USER_ERROR_EXIT_CODE
+        result = compare(args, command, load_average)
+        print(comparison_table(result))
+        text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
     return 0

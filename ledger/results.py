@@ -57,6 +57,10 @@ CONSTRUCTION = ("construction/", "!construction/export.py", "!construction/comma
 """The hand-built network (its export and CLI do not compute anything a result reads)."""
 ROFORMER = ("empirical/model.py",)
 """The trained network's forward pass."""
+TRAINING_BENCHMARK = ("benchmarks/bench_training.py", "empirical/throughput.py", "empirical/train.py",
+                      "empirical/roofline.py", *ROFORMER)
+"""The training benchmark: its timed step and its ways of using the cores, the training step's
+gradient code, the matmul peak and the network."""
 MARKOV = ("empirical/markov/chains.py", "empirical/markov/runs.py", "empirical/markov/criterion.py",
           "empirical/markov/inits.py", "empirical/markov/config.py", "empirical/markov/attention.py",
           "empirical/configs.py", "hmm/model.py", "hmm/prompts.py")
@@ -152,12 +156,14 @@ RESULTS: tuple[Result, ...] = (
             *CONSTRUCTION, "hmm/memory.py"), needs=CPU_SMALL_CHECKPOINT),
     Result("figures/cpu-small/benchmark_threads1.json",
            "python benchmarks/bench_training.py --preset cpu-small --threads 1 --steps 30 --out figures/cpu-small/benchmark_threads1.json",
-           ("benchmarks/bench_training.py", "empirical/train.py", "empirical/roofline.py", *ROFORMER),
-           needs="idle cores (a timing)"),
+           TRAINING_BENCHMARK, needs="idle cores (a timing)"),
     Result("figures/cpu-small/benchmark_threads2.json",
            "python benchmarks/bench_training.py --preset cpu-small --threads 2 --steps 30 --out figures/cpu-small/benchmark_threads2.json",
-           ("benchmarks/bench_training.py", "empirical/train.py", "empirical/roofline.py", *ROFORMER),
-           needs="idle cores (a timing)"),
+           TRAINING_BENCHMARK, needs="idle cores (a timing)"),
+    Result("figures/benchmarks/training_compare.json",
+           "python benchmarks/bench_training.py --compare --preset tasks-8192-small --compile --steps 50 --warmup 5 "
+           "--out figures/benchmarks/training_compare.json",
+           TRAINING_BENCHMARK, needs="idle cores (a timing); about 3 minutes on 2 cores, plus 1-4 of compilation"),
     Result("figures/analysis/analysis.json", "hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis",
            ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes"),
     Result("figures/patching/analysis.json",

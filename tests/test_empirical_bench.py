@@ -1,6 +1,9 @@
-"""The training benchmark: its FLOPs formula against torch's FLOP counter, and a one-step run."""
+"""The training benchmark: its FLOPs formula against torch's FLOP counter, a one-step run, and the
+comparison of the ways to use the CPU's cores (empirical/throughput.py) on the tiny preset, which
+checks what it measures and how, not how fast."""
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -8,6 +11,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import hmmtf
+from empirical import throughput
 from empirical.model import RoFormer, RoFormerConfig, forward_flops_per_token, training_flops_per_token
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training.py"
@@ -37,3 +41,90 @@ def test_benchmark_runs_and_reports_a_utilisation(tmp_path):
     assert result["tokens_per_s"] > 0
     assert 0 < result["mfu"] < 1
     assert result["git_commit"] == hmmtf.source_commit()
+
+
+def test_the_common_interval_counts_what_every_worker_did_while_all_were_timing():
+    # Worker a steps 10 tokens at t = 1, 2, 3, 4 from t = 0; worker b 20 tokens at t = 3, 5 from
+    # t = 1. Over [1, 4]: a did 3 steps (30 tokens), b 1.5 steps (30 tokens), in 3 s.
+    assert throughput.rate_over_common_interval([[0, 1, 2, 3, 4], [1, 3, 5]], [10, 20]) == (20.0, 3.0)
+    assert throughput.rate_over_common_interval([[0, 2, 4]], [5]) == (2.5, 4.0)
+    with pytest.raises(ValueError, match="timelines: the last start 2 is not before the first end 1"):
+        throughput.rate_over_common_interval([[0, 1], [2, 3]], [1, 1])
+
+
+def test_the_ways_start_with_todays_path_and_only_ddp_splits_the_batch():
+    ways = throughput.layouts(2, 32, compile=True)
+    assert [way.name for way in ways] == ["1x1", "1x2", "ddp-2x1", "independent-2x1", "1x1-batch64",
+                                          "independent-2x1-batch64", "1x1-compiled"]
+    assert [way.rows_per_process() for way in ways] == [32, 32, 16, 32, 64, 64, 32]
+    assert [way.name for way in throughput.layouts(2, 32)] == [way.name for way in ways[:-1]]
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+    """The comparison on the tiny preset, one timed step a way (the JSON it wrote)."""
+    out = tmp_path_factory.mktemp("compare") / "compare.json"
+    assert bench.main(["--compare", "--preset", "tiny", "--steps", "1", "--warmup", "0", "--allow-load",
+                       "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.long_running
+def test_the_comparison_measures_every_way_against_todays_path_and_the_cores_peak(comparison):
+    ways = comparison["configurations"]
+    assert [way["name"] for way in ways] == [way.name for way in throughput.layouts(2, 16)]
+    assert [way for way in ways if "error" in way] == []
+    assert comparison["today"] == "1x1" and ways[0]["ratio_to_today"] == 1.0
+    for way in ways:
+        assert way["tokens_per_s"] > 0 and 0 < way["mfu"] < 1
+        assert way["ratio_to_today"] == way["tokens_per_s"] / ways[0]["tokens_per_s"]
+        assert way["mfu"] == way["tokens_per_s"] * comparison["model_flops_per_token"] / comparison["matmul_peak"]["flops_per_s"]
+    peak = comparison["matmul_peak"]
+    assert peak["flops_per_s"] == max(way["flops_per_s"] for way in peak["ways"].values())
+    assert peak["flops_per_s"] == peak["ways"][peak["used"]]["flops_per_s"]
+    assert comparison["git_commit"] == hmmtf.source_commit()
+    assert comparison["command"][:3] == ["python", "benchmarks/bench_training.py", "--compare"]
+
+
+@pytest.mark.long_running
+def test_every_worker_runs_on_the_threads_it_was_given(comparison):
+    for way in comparison["configurations"]:
+        assert [worker["threads"] for worker in way["workers"]] == [way["threads"]] * way["processes"], way["name"]
+    ways_of_peak = comparison["matmul_peak"]["ways"]
+    assert [worker["threads"] for worker in ways_of_peak["2_processes_x_1_thread"]["workers"]] == [1, 1]
+    assert [worker["threads"] for worker in ways_of_peak["1_process_x_2_threads"]["workers"]] == [2]
+
+
+def test_the_comparison_refuses_to_write_a_timing_of_busy_cores(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.25, 2.0, 1.5))
+    out = tmp_path / "compare.json"
+    assert bench.main(["--compare", "--preset", "tiny", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("bench_training.py: error: --out: the load average at the start is 2.25, above --max-load 0.5")
+    assert line.endswith("pass --allow-load") and not out.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--compare", "--batch-size", "15"], "--batch-size: 15; expected a multiple of --cores 2"),
+    (["--compare", "--threads", "2"], "--threads: 2; the comparison sets each way's threads"),
+    (["--compare", "--device", "cuda"], "--device: cuda; expected cpu"),
+    (["--cores", "2"], "--cores: only with --compare"),
+    (["--compare", "--steps", "0"], "argument --steps: 0; expected an integer >= 1"),
+    (["--compare", "--cores", "1"], "argument --cores: 1; expected an integer >= 2"),
+    (["--compare", "--max-load", "-1"], "argument --max-load: -1; expected a finite number > 0"),
+])
+def test_a_bad_argument_is_named_in_one_line(argv, message, capsys):
+    assert bench.main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"bench_training.py: error: {message}")
+
+
+@pytest.mark.long_running
+def test_a_failing_or_late_worker_is_reported_not_raised():
+    """A worker that raises breaks the barrier, so the other is not left waiting; a group past its
+    timeout is killed. (Long only when it starts the forkserver: about 5 s of imports.)"""
+    failed = throughput.run_together(throughput._peak_worker, [(0, 8), (1, 8)], timeout_s=60)
+    assert failed[0] == {"error": "RuntimeError: set_num_threads expects a positive integer"}
+    assert "error" in failed[1]
+    (late,) = throughput.run_together(throughput._peak_worker, [(1, 2048)], timeout_s=0.01)
+    assert late == {"error": "not done within the timeout of 0.01 s; killed"}
