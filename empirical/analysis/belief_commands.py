@@ -4,11 +4,9 @@
 (:func:`empirical.analysis.belief_figures.plot_beliefs`)."""
 from __future__ import annotations
 
-import json
-
 from empirical.analysis.belief_figures import plot_beliefs
 from empirical.analysis.beliefs import COUNTS_FROM_ZERO, BeliefSettings, beliefs_report
-from empirical.analysis.commands import add_measure_command, measure_checkpoint
+from empirical.analysis.commands import add_measure_command
 
 REPORT_FILE = "beliefs.json"
 FIGURE_FILE = "beliefs.png"
@@ -21,16 +19,10 @@ def summary(report: dict) -> dict:
                                      for network, by_layer in report["probes"].items()}}
 
 
-def run_beliefs(args) -> int:
-    report = measure_checkpoint(args, BeliefSettings, beliefs_report, plot_beliefs, REPORT_FILE, FIGURE_FILE)
-    print(json.dumps({"out": args.out, "runtime_s": round(report["runtime_s"], 1), **summary(report)}, indent=1))
-    return 0
-
-
 def register(subparsers) -> None:
     """Add ``beliefs`` to the ``hmmtf`` parser."""
     add_measure_command(subparsers, "beliefs", "linear (ridge) probes per layer to the exact belief of each prompt's "
                         "HMM (its implied next-token distribution, sorted probabilities, entropy), to the "
                         "prior-predictive ceiling and to the in-context n-grams, with shuffled-target and "
                         "random-init controls, on fresh-HMM prompts", BeliefSettings, COUNTS_FROM_ZERO,
-                        f"{REPORT_FILE} and {FIGURE_FILE}", run_beliefs)
+                        beliefs_report, plot_beliefs, summary, REPORT_FILE, FIGURE_FILE)

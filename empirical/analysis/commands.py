@@ -75,23 +75,32 @@ def load_on_device(args) -> tuple[torch.device, Checkpoint, ExperimentPreset]:
 
 
 def add_measure_command(subparsers, name: str, help: str, settings_class: type, counts_from_zero: tuple[str, ...],
-                        outputs: str, run: Callable[..., int]) -> None:
-    """Add the subcommand ``name`` that measures one checkpoint with the settings dataclass
-    ``settings_class`` and runs ``run(args)`` (``hmmtf heads``, ``hmmtf klmap``). Its options: the
-    checkpoint, ``--out`` (the folder of ``outputs``), one ``--field-name`` per field
+                        measure: Callable[..., dict], plot: Callable[[dict, Path], None],
+                        summarise: Callable[[dict], dict], report_file: str, figure_file: str) -> None:
+    """Add the subcommand ``name`` (``hmmtf heads``, ``klmap``, ``beliefs``) that measures one
+    checkpoint with the settings dataclass ``settings_class`` (:func:`measure_checkpoint`) and
+    prints ``--out``, the runtime and ``summarise(report)`` as JSON. Its options: the checkpoint,
+    ``--out`` (the folder of ``report_file`` and ``figure_file``), one ``--field-name`` per field
     (:func:`empirical.configs.option`'s help; type :data:`hmmtf_options.non_negative_int` for the
     fields of ``counts_from_zero``, else :data:`hmmtf_options.positive_int`), ``--device`` and
     ``--threads``."""
     parser = subparsers.add_parser(name, help=help)
     parser.add_argument("checkpoint", help="a checkpoint folder (RUN_DIR/checkpoint of hmmtf train, or a folder of "
                                            "models/)")
-    parser.add_argument("--out", required=True, help=f"folder of {outputs}")
+    parser.add_argument("--out", required=True, help=f"folder of {report_file} and {figure_file}")
     for field in dataclasses.fields(settings_class):
         kind = non_negative_int if field.name in counts_from_zero else positive_int
         parser.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default,
                             help=f"{field.metadata['help']} (default: %(default)s)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+
+    def run(args) -> int:
+        report = measure_checkpoint(args, settings_class, measure, plot, report_file, figure_file)
+        print(json.dumps({"out": str(Path(args.out)), "runtime_s": round(report["runtime_s"], 1),
+                          **summarise(report)}, indent=1))
+        return 0
+
     parser.set_defaults(run=run)
 
 

@@ -4,10 +4,7 @@ of its task; writes ``heads.json`` (every number, the command and the git commit
 ``heads.png`` (:func:`empirical.analysis.head_figures.plot_heads`)."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from empirical.analysis.commands import add_measure_command, measure_checkpoint
+from empirical.analysis.commands import add_measure_command
 from empirical.analysis.head_figures import plot_heads
 from empirical.analysis.heads import COUNTS_FROM_ZERO, HeadsSettings, heads_report
 
@@ -17,11 +14,11 @@ HELP = ("previous-token and induction scores of every head (trained and random-i
         "top heads against random heads, on fresh-HMM prompts")
 
 
-def run_heads(args) -> int:
-    report = measure_checkpoint(args, HeadsSettings, heads_report, plot_heads, REPORT_FILE, FIGURE_FILE)
+def summary(report: dict) -> dict:
+    """What the command prints: the selected heads, and per group and reference the KL over all
+    positions before ablating, its change and the random heads' change."""
     ablation = report["ablation"]
-    print(json.dumps({
-        "out": str(Path(args.out)), "runtime_s": round(report["runtime_s"], 1),
+    return {
         "selection": {group: [f"layer {h['layer']} head {h['head']}" for h in chosen["heads"]]
                       for group, chosen in report["selection"].items()},
         "kl_all_positions": {group: {name: {"before": round(ablation["before"]["all_positions"][name]["mean"], 4),
@@ -29,11 +26,10 @@ def run_heads(args) -> int:
                                             "random_change": round(values["random_change"]["mean"], 4)}
                                      for name, values in entry["all_positions"].items()}
                              for group, entry in ablation["groups"].items()},
-    }, indent=1))
-    return 0
+    }
 
 
 def register(subparsers) -> None:
     """Add ``heads`` to the ``hmmtf`` parser."""
-    add_measure_command(subparsers, "heads", HELP, HeadsSettings, COUNTS_FROM_ZERO,
-                        f"{REPORT_FILE} and {FIGURE_FILE}", run_heads)
+    add_measure_command(subparsers, "heads", HELP, HeadsSettings, COUNTS_FROM_ZERO, heads_report, plot_heads, summary,
+                        REPORT_FILE, FIGURE_FILE)

@@ -5,10 +5,7 @@ writes ``klmap.json`` (every number, the command and the git commit) and ``klmap
 (:func:`empirical.analysis.klmap_figures.plot_klmap`)."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from empirical.analysis.commands import add_measure_command, measure_checkpoint
+from empirical.analysis.commands import add_measure_command
 from empirical.analysis.klmap import COUNTS_FROM_ZERO, KLMapSettings, klmap_report
 from empirical.analysis.klmap_figures import plot_klmap
 
@@ -31,14 +28,7 @@ def summary(report: dict) -> dict:
             for scope, section in report["scopes"].items()}
 
 
-def run_klmap(args) -> int:
-    report = measure_checkpoint(args, KLMapSettings, klmap_report, plot_klmap, REPORT_FILE, FIGURE_FILE)
-    print(json.dumps({"out": str(Path(args.out)), "runtime_s": round(report["runtime_s"], 1), **summary(report)},
-                     indent=1))
-    return 0
-
-
 def register(subparsers) -> None:
     """Add ``klmap`` to the ``hmmtf`` parser."""
-    add_measure_command(subparsers, "klmap", HELP, KLMapSettings, COUNTS_FROM_ZERO,
-                        f"{REPORT_FILE} and {FIGURE_FILE}", run_klmap)
+    add_measure_command(subparsers, "klmap", HELP, KLMapSettings, COUNTS_FROM_ZERO, klmap_report, plot_klmap, summary,
+                        REPORT_FILE, FIGURE_FILE)
