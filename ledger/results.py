@@ -86,20 +86,22 @@ ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
 its command module, which parses the options into the sections' config (``AnalysisConfig``, in
 ``report.py``) and writes what they computed, as the Markov study's is not listed either."""
+FRESH_HMM_REFERENCES = ("empirical/curves.py", "empirical/competence.py", "empirical/ngram.py",
+                        "hmm/prior_predictive.py", "hmm/markov.py", "empirical/evaluate.py", "empirical/regime.py",
+                        "hmm/families.py", *ROFORMER, *MIXTURE)
+"""What the one-checkpoint commands (``hmmtf heads``, ``klmap``, ``beliefs``) share: the fresh-HMM
+prompts of ``hmmtf curve``'s probe, the model's predictions and the in-context references (the
+n-grams, the ceiling, the oracle)."""
 HEADS = ("empirical/analysis/heads.py", "empirical/analysis/offsets.py", "empirical/analysis/networks.py",
-         "empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
-         "empirical/evaluate.py", "empirical/regime.py", "empirical/curves.py", "hmm/families.py", *ROFORMER, *MIXTURE)
+         *FRESH_HMM_REFERENCES)
 """``hmmtf heads``: the head scores, the mean-ablation and the in-context references it compares with."""
 KLMAP = ("empirical/analysis/klmap.py", "empirical/analysis/heads.py", "empirical/hand_built.py", *CONSTRUCTION,
-         "hmm/memory.py", "empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
-         "empirical/evaluate.py", "empirical/regime.py", "empirical/curves.py", "hmm/families.py", *ROFORMER, *MIXTURE)
+         "hmm/memory.py", *FRESH_HMM_REFERENCES)
 """``hmmtf klmap``: the map, its predictors (the model, the hand-built network, ``P_L``, the in-context
 n-grams, the ceiling, the oracle) and the per-prompt KL of ``hmmtf heads`` (``heads.py``)."""
 BELIEFS = ("empirical/analysis/beliefs.py", "empirical/analysis/networks.py", "empirical/analysis/probes.py",
-           "empirical/analysis/shuffle.py", "empirical/analysis/report.py", "empirical/competence.py",
-           "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py", "empirical/evaluate.py",
-           "empirical/regime.py", "empirical/curves.py", "empirical/hand_built.py", "hmm/families.py",
-           "empirical/configs.py", *ROFORMER, *MIXTURE)
+           "empirical/analysis/shuffle.py", "empirical/analysis/report.py", "empirical/hand_built.py",
+           "empirical/configs.py", *FRESH_HMM_REFERENCES)
 """``hmmtf beliefs``: the probes (their streams, standardisation, bootstrap, derangements and random-init twin from
 the modules of ``hmmtf analyze``), the beliefs (exact filtering, in :data:`MIXTURE`, per segment of
 ``empirical/hand_built.py``) and the in-context references."""
