@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import queue
 import socket
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, NamedTuple
@@ -191,13 +192,15 @@ def layouts(cores: int, batch_size: int, *, compile: bool = False) -> list[Layou
 
 def _report(target: Callable[..., dict], index: int, barrier, results, args: tuple) -> None:
     """A worker process: ``target(index, barrier, *args)``'s dict, or the error it raised as
-    ``{"error": ...}`` (after breaking the barrier, so that no other worker waits for it)."""
+    ``{"error": ...}`` (after breaking the barrier, so that no other worker waits for it), with
+    whether that error was only the barrier another worker broke."""
     try:
-        payload = target(index, barrier, *args)
+        payload, broken_by_another = target(index, barrier, *args), False
     except Exception as error:
         barrier.abort()
         payload = {"error": f"{type(error).__name__}: {error}"}
-    results.put((index, payload))
+        broken_by_another = isinstance(error, threading.BrokenBarrierError)
+    results.put((index, payload, broken_by_another))
 
 
 def run_together(target: Callable[..., dict], args: list[tuple], timeout_s: float) -> list[dict]:
@@ -206,7 +209,9 @@ def run_together(target: Callable[..., dict], args: list[tuple], timeout_s: floa
 
     A failure does not raise: when a worker raises, dies without a result, or the group is not done
     after ``timeout_s`` seconds, the workers still running are killed and every worker without a
-    result gets ``{"error": ...}``.
+    result gets ``{"error": ...}``. A worker that failed only because another broke the barrier
+    does not end the wait: the worker that broke it does, so the failure named is the cause,
+    whichever of the two reports first.
     """
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
@@ -225,7 +230,7 @@ def run_together(target: Callable[..., dict], args: list[tuple], timeout_s: floa
             # has no result once it is over died without one.
             exited = [index for index, process in enumerate(processes) if process.exitcode is not None]
             try:
-                index, payload = results.get(timeout=POLL_S)
+                index, payload, broken_by_another = results.get(timeout=POLL_S)
             except queue.Empty:
                 died = [index for index in exited if index not in payloads]
                 if died:
@@ -234,7 +239,7 @@ def run_together(target: Callable[..., dict], args: list[tuple], timeout_s: floa
                     failure = f"not done within the timeout of {timeout_s:g} s; killed"
                 continue
             payloads[index] = payload
-            if "error" in payload:
+            if "error" in payload and not broken_by_another:
                 failure = f"worker {index} failed: {payload['error']}"
     finally:
         for index, process in enumerate(processes):
