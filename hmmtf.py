@@ -34,6 +34,7 @@ SUBCOMMAND_MODULES = {
     "calibrate": "empirical.commands",
     "markov-sweep": "empirical.markov.commands",
     "markov-verdict": "empirical.markov.commands",
+    "markov-incontext": "empirical.markov.incontext_commands",
     "analyze": "empirical.analysis.commands",
     "heads": "empirical.analysis.head_commands",
     "klmap": "empirical.analysis.klmap_commands",
