@@ -7,14 +7,22 @@ Judged from ``hmmtf markov-sweep``'s ``results.json``: its ``sides`` pool the se
 "trapped" is the decision rule recorded in the JSON's ``criterion`` (docs/markov.md). Verdicts read
 the default initialisation (``gaussian``, as in the companion paper); the other initialisations
 appear in the numbers and turn a pass into a caveat when they disagree.
+
+M7, the in-context variant (a fresh kernel per sequence), is judged from ``hmmtf
+markov-incontext``'s ``results.json`` (:mod:`empirical.markov.incontext`).
 """
 from __future__ import annotations
 
 from ledger.claims import Claim, Outcome, Section, Verdict
 from ledger.documents import Doc, LedgerError
-from ledger.numbers import fixed
+from ledger.numbers import fixed, interval
 
 SWEEP = "figures/markov/results.json"
+INCONTEXT = "figures/markov/incontext/results.json"
+MIN_GAP_CLOSED = 0.8
+"""M7: the smallest lower 95% bound of the gap closed that counts as estimating the kernel."""
+MIN_INDUCTION_EXCESS = 0.2
+"""M7: the smallest induction score over chance (attention mass) that counts as an induction head."""
 LONG_BUDGET = "figures/markov/long-budget/results.json"
 DEFAULT_INIT = "gaussian"
 ABOVE, BELOW = "p + q > 1", "p + q < 1"
@@ -49,6 +57,40 @@ def _trapped(sweep: Doc, architecture: str, side: str) -> str:
     others = _others(sweep, architecture, side)
     return (f"{architecture}, {side}: trapped {_count(_side(sweep, architecture, side))} ({DEFAULT_INIT})"
             + "".join(f"; {init}: {_count(record)}" for init, record in others.items()))
+
+
+def _deepest(study: Doc) -> tuple[str, dict]:
+    depths = study["config", "depths"]
+    if max(depths) < 2:
+        raise LedgerError(f"{study.path}: depths {depths}; expected a model with 2 or more layers")
+    name = f"{max(depths)}-layer"
+    return name, study["models", name]
+
+
+def induction_in_context(study: Doc) -> Outcome:
+    """M7: the rule of the claim, read from ``hmmtf markov-incontext``'s ``results.json``."""
+    name, deepest = _deepest(study)
+    gap = deepest["gap_closed"]
+    excess, control = deepest["largest_excess"]["induction"], deepest["random_init_largest_excess"]["induction"]
+    versus_random = deepest["ablation"]["induction"]["bayes"]["minus_random"]
+    checks = {
+        f"gap closed {interval(gap['fraction'], *gap['interval_95'], 2)} "
+        f"{'>=' if gap['interval_95'][0] >= MIN_GAP_CLOSED else '<'} {MIN_GAP_CLOSED}": gap["interval_95"][0] >= MIN_GAP_CLOSED,
+        f"largest induction excess {fixed(excess, 2)} (random init {fixed(control, 2)})":
+            excess >= MIN_INDUCTION_EXCESS and excess > control,
+        f"ablation minus random heads, KL to Bayes {interval(versus_random['mean'], *versus_random['interval_95'], 4)}":
+            versus_random["interval_95"][0] > 0,
+    }
+    shallow = [f"{depth}-layer closes {fixed(study['models', f'{depth}-layer', 'gap_closed', 'fraction'], 2)}"
+               for depth in study["config", "depths"] if depth < 2]
+    config = study["config"]
+    failed = [text for text, ok in checks.items() if not ok]
+    return Outcome(Verdict.NOT_REPRODUCED if failed else Verdict.HOLDS,
+                   f"{name}: " + "; ".join(checks) + "".join(f"; {text}" for text in shallow),
+                   "fails: " + "; ".join(failed) if failed else "all three parts of the rule hold",
+                   f"{config['num_tokens']} tokens, Dirichlet({config['concentration']:g}) rows, "
+                   f"{config['eval_sequences']} held-out sequences of {config['sequence_length']}; width "
+                   f"{config['width']}, {config['num_heads']} heads, {config['steps']} steps x {config['batch_size']}")
 
 
 def trapped_above(sweep: Doc) -> Outcome:
@@ -148,7 +190,14 @@ MARKOV = Section("Companion: Attention with Markov (Makkuva et al.)", "Markov", 
           rule="holds when, for some architecture and p + q > 1 cell, one initialisation's trapped interval lies "
                "entirely above another's"),
     Claim("M7-induction", "Two or more layers estimate an in-context kernel with an induction head.",
-          "nothing yet", pending=Verdict.NOT_COMPUTED,
-          pending_reason="the in-context variant (a new kernel per sequence) is not run; with one fixed chain nothing "
-                         "rewards copying from the context (docs/markov.md)"),
+          "on chains with a fresh Dirichlet kernel per sequence: the fraction of the in-context unigram's excess "
+          "over the Bayes predictor the deepest model closes, its largest order-1 induction score over chance "
+          "(random-init control), and the change in KL(Bayes || model) when its top induction heads are "
+          "mean-ablated, against as many random heads", sources=(INCONTEXT,), judge=induction_in_context,
+          figure="figures/markov/incontext/incontext.png",
+          rule=f"holds when the deepest model (>= 2 layers) closes at least {MIN_GAP_CLOSED} of the gap (lower 95% "
+               f"bound), has a head whose induction score exceeds chance by at least {MIN_INDUCTION_EXCESS} and "
+               f"exceeds the random-init model's largest excess, and ablating its top induction heads moves it "
+               f"further from the Bayes predictor than as many random heads (95% interval of the difference above "
+               f"0); not reproduced when any of the three fails"),
 ))
