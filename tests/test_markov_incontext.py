@@ -7,6 +7,7 @@ within binomial error); the unigram counter against a direct count.
 """
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,11 +15,21 @@ import torch
 from scipy import integrate
 
 import hmmtf
-from empirical.markov.incontext import (InContextConfig, bayes_predictive, oracle_predictive, sample_chains,
-                                        unigram_counter)
+from empirical.checkpoint import load_checkpoint
+from empirical.competence import per_prompt_loss
+from empirical.evaluate import model_predictor
+from empirical.markov.incontext import (InContextConfig, bayes_predictive, held_out_chains, oracle_predictive,
+                                        sample_chains, unigram_counter)
 from ledger.claims import Verdict
 from ledger.documents import Doc
 from ledger.markov import induction_in_context
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "figures" / "markov" / "incontext" / "results.json"
+FLOAT32_LOSS_BOUND = 1e-5
+"""Relative, as for the shipped HMM models (tests/test_shipped_models.py): another machine's float32
+kernels may order a logit's sums differently; averaged over 130,000 tokens the effect on a loss of
+0.9 is far below 1e-5 of it."""
 
 Z_TEST = 5.0
 """Standard errors a Monte-Carlo estimate may differ by: a false failure has probability ~6e-7 per
@@ -140,3 +151,24 @@ def test_the_command_trains_measures_resumes_and_is_judged(tmp_path, capsys):
     outcome = induction_in_context(Doc(str(out / "results.json"), document))
     assert outcome.verdict is Verdict.NOT_REPRODUCED
     assert outcome.number.startswith("2-layer: gap closed")
+
+
+@pytest.mark.long_running
+def test_the_shipped_models_reproduce_their_recorded_held_out_loss():
+    """The committed runs (models/markov-incontext) are the models the committed study measured."""
+    document = json.loads(STUDY.read_text())
+    config = InContextConfig.from_dict(document["config"])
+    tokens, _ = held_out_chains(config)
+    rows = torch.ones(tokens.shape[1], dtype=torch.bool)
+    for depth in config.depths:
+        saved = load_checkpoint(ROOT / document["runs"] / f"{depth}-layer" / "checkpoint")
+        assert saved.config["step"] == config.steps
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            probabilities = model_predictor(saved.model, config.num_tokens)(tokens)
+        finally:
+            torch.set_num_threads(threads)
+        loss = per_prompt_loss(probabilities, tokens, config.num_tokens, rows).mean().item()
+        assert loss == pytest.approx(document["models"][f"{depth}-layer"]["losses"]["model"], rel=FLOAT32_LOSS_BOUND,
+                                     abs=0)
