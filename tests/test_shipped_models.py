@@ -23,7 +23,8 @@ about (depth x 3 products + norms) x width x eps32 ~ 8 x 4 x 64 x 6e-8 = 1.5e-4 
 averaged over 100,000 tokens with independent signs it is far below 1e-5 of a loss of 1.9."""
 
 
-EVALUATIONS = {"cpu-small": "figures/ladder/cpu-small", "tasks-8192-small": "figures/ladder/tasks-8192-small",
+EVALUATIONS = {"cpu-small": "figures/ladder/cpu-small", "tasks-64-small": "figures/ladder/tasks-64-small",
+               "tasks-8192-small": "figures/ladder/tasks-8192-small",
                "observable-2x4x64": "figures/observable/2x4x64", "observable-4x4x64": "figures/observable/4x4x64",
                "paper-2x4x64": "figures/paper/2x4x64", "paper-4x4x64": "figures/paper/4x4x64"}
 """The folder of each shipped model's committed evaluation (models/README.md's "its results")."""
