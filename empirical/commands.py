@@ -17,17 +17,17 @@ import torch
 
 import hmm
 from empirical.calibrate import DEFAULT_CONCENTRATIONS, calibrate
+from empirical.checkpoint import load_checkpoint
 from empirical.competence import CEILING_SETTINGS, competence_section
-from empirical.data import PromptStream
+from empirical.data import PromptStream, held_out_prompts
 from empirical.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
 from empirical.plots import (plot_calibration, plot_competence, plot_in_context, plot_regime, plot_side_by_side,
                              plot_training_loss)
 from empirical.overrides import add_override_options, flag_overrides, training_run
-from empirical.presets import PRESETS
+from empirical.presets import PRESETS, preset_from_task
 from empirical.regime import oracle_predictor, regime_section
 from empirical.run_control import stop_on_signals
-from empirical.runs import load_run
 from empirical.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
 from hmmtf_options import non_negative_int, positive_float, positive_int
@@ -97,29 +97,32 @@ def run_train(args) -> int:
 
 def run_evaluate(args) -> int:
     torch.set_num_threads(args.threads)
+    checkpoint_dir = Path(args.checkpoint)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    run = load_run(args.checkpoint, args.num_prompts, device)
-    preset, mixture, prompts, saved_config = run.preset, run.mixture, run.prompts, run.config
-    num_prompts = len(prompts.tokens)
-    predictors = in_context_predictors(run.model, mixture, preset, num_prompts, device)
+    saved = load_checkpoint(checkpoint_dir, device)
+    preset = preset_from_task(saved.config["task"])
+    num_prompts = preset.eval_prompts if args.num_prompts is None else args.num_prompts
+    mixture = preset.build_mixture()
+    prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
+    predictors = in_context_predictors(saved.model, mixture, preset, num_prompts, device)
     started = time.perf_counter()
     evaluation = evaluate_predictors({**predictors, "oracle": oracle_predictor(mixture, prompts)}, prompts,
                                      mixture.num_tokens, pairs=(("model", "oracle"),))
     if args.fresh_tasks:
         evaluation["regime"] = regime_section(predictors, mixture, preset, evaluation, num_prompts,
                                               args.fresh_tasks, args.reference_tasks, device)
-    run_dir = run.checkpoint.parent
+    run_dir = checkpoint_dir.parent
     out = Path(args.out) if args.out else run_dir / "evaluation"
     out.mkdir(parents=True, exist_ok=True)
     train_summary = run_dir / TRAIN_SUMMARY_FILE
     report = {
         "command": args.command_line,
         "git_commit": args.git_commit,
-        "checkpoint": str(run.checkpoint),
-        "step": saved_config["step"],
-        "task": saved_config["task"],
-        "model": saved_config["model"],
-        "train": saved_config["train"],
+        "checkpoint": str(checkpoint_dir),
+        "step": saved.config["step"],
+        "task": saved.config["task"],
+        "model": saved.config["model"],
+        "train": saved.config["train"],
         "train_summary": json.loads(train_summary.read_text()) if train_summary.is_file() else None,
         "evaluation_time_s": time.perf_counter() - started,
         **evaluation,

@@ -17,13 +17,14 @@ import hmmtf
 from empirical.analysis.report import AnalysisConfig
 from empirical.checkpoint import CONFIG_FILE, MODEL_FILE, save_checkpoint
 from empirical.markov.config import MarkovSweepConfig
+from empirical.markov.incontext import InContextConfig
 from empirical.model import RoFormer, RoFormerConfig
 from empirical.overrides import SECTIONS
 from hmmtf_options import config_from_command_line, non_negative_int, positive_float, positive_int
 from ledger.results import RESULTS
 
 CHECKED_TYPES = (positive_int, non_negative_int, positive_float)
-CONFIG_OPTIONS = {"analyze": AnalysisConfig, "markov-sweep": MarkovSweepConfig}
+CONFIG_OPTIONS = {"analyze": AnalysisConfig, "markov-sweep": MarkovSweepConfig, "markov-incontext": InContextConfig}
 """Commands whose options are the fields of a config, which validates them when it is built."""
 CHECKED_WHERE_USED = {"max_distance", "max_offset", "data_seed"}
 """Config fields not validated when the config is built: the first two against the checkpoint's

@@ -540,7 +540,9 @@ def test_config_is_a_json_config_with_the_results_keys():
 
 
 MARKOV_FIGURES = Path(__file__).resolve().parents[1] / "figures" / "markov"
-COMMITTED_SWEEPS = sorted(MARKOV_FIGURES.glob("**/results.json"))
+COMMITTED_SWEEPS = sorted(path for path in MARKOV_FIGURES.glob("**/results.json")
+                          if path.parent != MARKOV_FIGURES / "incontext")
+"""The results of ``hmmtf markov-sweep``; ``incontext/`` is ``hmmtf markov-incontext``'s (tests/test_markov_incontext.py)."""
 
 
 @pytest.mark.parametrize("path", COMMITTED_SWEEPS, ids=lambda path: path.parent.name)
