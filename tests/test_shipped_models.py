@@ -25,7 +25,7 @@ averaged over 100,000 tokens with independent signs it is far below 1e-5 of a lo
 
 EVALUATIONS = {"cpu-small": "figures/ladder/cpu-small", "tasks-64-small": "figures/ladder/tasks-64-small",
                "tasks-1024-small": "figures/ladder/tasks-1024-small", "tasks-1024-deep": "figures/ladder/tasks-1024-deep",
-               "tasks-8192-small": "figures/ladder/tasks-8192-small",
+               "tasks-8192-small": "figures/ladder/tasks-8192-small", "tasks-8192-deep": "figures/ladder/tasks-8192-deep",
                "observable-2x4x64": "figures/observable/2x4x64", "observable-4x4x64": "figures/observable/4x4x64",
                "paper-2x4x64": "figures/paper/2x4x64", "paper-4x4x64": "figures/paper/4x4x64"}
 """The folder of each shipped model's committed evaluation (models/README.md's "its results")."""
