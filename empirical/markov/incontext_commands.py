@@ -19,9 +19,10 @@ import matplotlib
 import numpy as np
 import torch
 
+from empirical.checkpoint import load_checkpoint
 from empirical.configs import add_config_options
 from empirical.markov.incontext import PREDICTORS, InContextConfig, held_out_chains, measure_model, train_depth
-from empirical.train import METRICS_FILE
+from empirical.train import CHECKPOINT_DIR, METRICS_FILE
 from hmmtf_options import config_from_command_line, positive_int
 
 matplotlib.use("Agg")
@@ -58,12 +59,13 @@ def training_curve(directory: Path) -> dict:
 
 
 def measure_all(config: InContextConfig, runs: Path) -> dict:
-    """Per depth: :func:`measure_model` of the trained run on the held-out chains, and its curve."""
+    """Per depth: :func:`measure_model` of the trained run's checkpoint on the held-out chains, and
+    its curve."""
     tokens, kernels = held_out_chains(config)
     measured = {}
     for depth in config.depths:
-        result = train_depth(config, depth, run_dir(runs, depth))  # finished: loads the checkpoint
-        measured[f"{depth}-layer"] = {**measure_model(result.model, tokens, kernels, config),
+        model = load_checkpoint(run_dir(runs, depth) / CHECKPOINT_DIR).model
+        measured[f"{depth}-layer"] = {**measure_model(model, tokens, kernels, config),
                                       "training_curve": training_curve(run_dir(runs, depth))}
     return measured
 
