@@ -39,6 +39,7 @@ SUBCOMMAND_MODULES = {
     "heads": "empirical.analysis.head_commands",
     "klmap": "empirical.analysis.klmap_commands",
     "beliefs": "empirical.analysis.belief_commands",
+    "ngram-verdict": "empirical.ngram_verdict",
     "ladder": "empirical.ladder",
     "signal": "empirical.study_commands",
     "curve": "empirical.study_commands",

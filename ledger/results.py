@@ -92,6 +92,11 @@ FRESH_HMM_REFERENCES = ("empirical/curves.py", "empirical/competence.py", "empir
 """What the one-checkpoint commands (``hmmtf heads``, ``klmap``, ``beliefs``) share: the fresh-HMM
 prompts of ``hmmtf curve``'s probe, the model's predictions and the in-context references (the
 n-grams, the ceiling, the oracle)."""
+NGRAM_VERDICT = ("empirical/ngram_verdict.py", "empirical/competence.py", "empirical/ngram.py", "empirical/evaluate.py",
+                 "empirical/regime.py", "empirical/hand_built.py", "hmm/memory.py", "hmm/families.py", *ROFORMER,
+                 *MIXTURE)
+"""``hmmtf ngram-verdict``: its prompts, the model's predictions, the in-context n-grams (fitted as
+the competence result fits them) and the oracle."""
 HEADS = ("empirical/analysis/heads.py", "empirical/analysis/offsets.py", "empirical/analysis/networks.py",
          *FRESH_HMM_REFERENCES)
 """``hmmtf heads``: the head scores, the mean-ablation and the in-context references it compares with."""
@@ -118,8 +123,8 @@ REGIME_MODEL_FAMILIES = ("observable", "paper")
 
 def regime_model_results(family: str) -> tuple[Result, ...]:
     """The results of the shipped regime models of ``family``: ``hmmtf evaluate`` (the regime
-    diagnostic and the competence result), ``hmmtf analyze`` (every section), ``hmmtf heads`` and
-    ``hmmtf klmap``."""
+    diagnostic and the competence result), ``hmmtf analyze`` (every section), ``hmmtf heads``,
+    ``hmmtf ngram-verdict`` and ``hmmtf klmap``."""
     folder, model = f"figures/{family}/*", f"models/{family}-POINT"
     evaluate = (f"hmmtf evaluate {model} --out figures/{family}/POINT --hand-built-prompts 0 --num-prompts 512 "
                 f"--reference-tasks 4096 --threads 1 (the command is in the JSON)")
@@ -138,6 +143,8 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
                needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
         Result(f"{folder}/heads.json", f"hmmtf heads {model} --out figures/{family}/POINT --threads 1", HEADS,
                needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
+        Result(f"{folder}/ngram-verdict.json", f"hmmtf ngram-verdict {model} --out figures/{family}/POINT --threads 1",
+               NGRAM_VERDICT, needs=needs + "; a few minutes on a core"),
         Result(f"{folder}/klmap.json", f"hmmtf klmap {model} --out figures/{family}/POINT --threads 1", KLMAP,
                needs=needs + "; about 15 (observable) to 35 (paper) minutes on a core (the hand-built network, 256 "
                              "prompts x 3 history lengths, and the ceiling's SMC)"),
