@@ -46,6 +46,7 @@ from empirical.competence import NGRAM_ORDERS, RULE, competence_verdict, fitted_
 from empirical.configs import check_integers, option  # noqa: E402
 from empirical.data import stream_seed  # noqa: E402
 from empirical.evaluate import model_predictor  # noqa: E402
+from empirical.ngram import scored_rows  # noqa: E402
 from empirical.model import RoFormer  # noqa: E402
 from empirical.presets import ExperimentPreset  # noqa: E402
 from empirical.regime import Z_95, oracle_predictor, unseen_mixture  # noqa: E402
@@ -90,7 +91,7 @@ def clustered_interval(differences: torch.Tensor, clusters: torch.Tensor) -> dic
 def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: NgramVerdictSettings,
                          device: torch.device | str = "cpu") -> dict:
     """The module docstring's comparison as a JSON-ready dict: each predictor's mean loss and
-    accuracy per scope, the clustered intervals of model minus each n-gram (and minus the oracle),
+    top-1 accuracy (over the scope's scored rows) per scope, the clustered intervals of model minus each n-gram (and minus the oracle),
     which orders the model beats, and the verdict."""
     fresh = unseen_mixture(preset, settings.fresh_tasks, VERDICT_MIXTURE_STREAM)
     prompts = hmm.sample_prompts(fresh, settings.prompts, preset.prompt_format,
@@ -100,10 +101,14 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
                   "oracle": oracle_predictor(fresh, prompts)}
     probabilities = {name: predictor(tokens) for name, predictor in predictors.items()}
     ngrams = [f"ngram {n}" for n in NGRAM_ORDERS]
-    losses, comparisons, beats = {}, {}, {}
+    scored, targets = scored_rows(tokens, p)
+    losses, accuracy, comparisons, beats = {}, {}, {}, {}
     for scope, rows in scope_rows(preset.prompt_format).items():
         per_prompt = {name: per_prompt_loss(probs, tokens, p, rows) for name, probs in probabilities.items()}
         losses[scope] = {name: values.mean().item() for name, values in per_prompt.items()}
+        in_scope = scored & rows
+        accuracy[scope] = {name: ((probs.argmax(-1) == targets) & in_scope).sum().item() / in_scope.sum().item()
+                           for name, probs in probabilities.items()}
         comparisons[scope] = {f"model - {name}": clustered_interval(per_prompt["model"] - per_prompt[name],
                                                                     prompts.task_ids)
                               for name in (*ngrams, "oracle")}
@@ -114,6 +119,7 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
         "streams": {"mixture": VERDICT_MIXTURE_STREAM, "prompts": VERDICT_PROMPT_STREAM},
         "distinct_hmms": int(torch.unique(prompts.task_ids).numel()),
         "losses": losses,
+        "accuracy": accuracy,
         "comparisons": comparisons,
         "beats": beats,
         "verdict": competence_verdict(beats),

@@ -35,7 +35,8 @@ def test_prompts_repeated_within_an_hmm_add_no_information():
 def test_the_command_writes_the_comparison_and_its_verdict(tmp_path, capsys):
     printed, report = command_report("ngram-verdict", tmp_path, capsys, ["--prompts", "24", "--fresh-tasks", "6"])
     assert report["settings"] == {"prompts": 24, "fresh_tasks": 6} and report["distinct_hmms"] <= 6
-    assert set(report["losses"]) == {"test_sequence", "all_positions"}
+    assert set(report["losses"]) == set(report["accuracy"]) == {"test_sequence", "all_positions"}
+    assert all(0 <= value <= 1 for by_name in report["accuracy"].values() for value in by_name.values())
     for scope, comparisons in report["comparisons"].items():
         assert set(comparisons) == {"model - ngram 1", "model - ngram 2", "model - ngram 3", "model - oracle"}
         for name, interval in comparisons.items():
