@@ -127,28 +127,34 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
 
 
 def plot_ngram_verdict(report: dict, path: Path) -> None:
-    """Model minus each in-context n-gram (and the oracle, off the scale's right) with its 95%
-    clustered interval, one panel per scope; the title gives the verdict."""
+    """Model minus each in-context n-gram with its 95% clustered interval: one panel per scope
+    (rows) and order (columns), each on its own scale with 0 marked, so that the trigram's margin of
+    a thousandth of a nat is as readable as the unigram's tenth; the title gives the verdict."""
     scopes = list(report["comparisons"])
-    figure, axes = plt.subplots(1, len(scopes), figsize=(5 * len(scopes), 3), constrained_layout=True)
-    for axis, scope in zip(axes, scopes):
-        names = [name for name in report["comparisons"][scope] if "ngram" in name]
-        for row, name in enumerate(names):
-            interval = report["comparisons"][scope][name]
+    names = [name for name in report["comparisons"][scopes[0]] if "ngram" in name]
+    figure, axes = plt.subplots(len(scopes), len(names), figsize=(3.6 * len(names), 1.9 * len(scopes)),
+                                constrained_layout=True, squeeze=False)
+    for row, scope in enumerate(scopes):
+        for column, name in enumerate(names):
+            axis, interval = axes[row, column], report["comparisons"][scope][name]
             low, high = interval["interval_95"]
-            beaten = high < 0
-            axis.errorbar(interval["mean"], row, xerr=[[interval["mean"] - low], [high - interval["mean"]]],
-                          fmt="o", color="tab:green" if beaten else "tab:gray", capsize=4)
-        axis.axvline(0, color="black", linewidth=0.8)
-        axis.set_yticks(range(len(names)), names)
-        axis.invert_yaxis()
-        axis.set_xlabel("model minus n-gram loss (nats/token), 95% interval")
-        axis.set_title(scope.replace("_", " "))
-        axis.grid(alpha=0.3)
+            axis.errorbar(interval["mean"], 0, xerr=[[interval["mean"] - low], [high - interval["mean"]]], fmt="o",
+                          color="tab:green" if high < 0 else "tab:gray", capsize=5)
+            axis.axvline(0, color="black", linewidth=0.8)
+            margin = 0.15 * (max(high, 0) - min(low, 0))
+            axis.set_xlim(min(low, 0) - margin, max(high, 0) + margin)
+            axis.set_yticks([])
+            axis.xaxis.set_major_locator(plt.MaxNLocator(4))
+            axis.set_title(f"{scope.replace('_', ' ')}: {name}\n{interval['mean']:+.4f} [{low:+.4f}, {high:+.4f}]",
+                           fontsize=9)
+            axis.grid(alpha=0.3)
+        axes[row, 0].set_ylabel(scope.replace("_", " "))
+    for axis in axes[-1]:
+        axis.set_xlabel("loss difference (nats/token)")
     settings = report["settings"]
-    figure.suptitle(f"{report.get('checkpoint', '')}: {report['verdict']} "
-                    f"({settings['prompts']} prompts of {report['distinct_hmms']} distinct fresh HMMs; green: "
-                    f"interval below 0)", fontsize=10)
+    figure.suptitle(f"{report.get('checkpoint', '')}: {report['verdict']} ({settings['prompts']} prompts of "
+                    f"{report['distinct_hmms']} distinct fresh HMMs; 95% intervals clustered by HMM, green: below 0)",
+                    fontsize=10)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
