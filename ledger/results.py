@@ -208,12 +208,14 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/ladder/*/evaluation.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
            ("empirical/evaluate.py", "empirical/regime.py", *ROFORMER, *MIXTURE),
-           needs="the point's checkpoint (hmmtf train --preset tasks-N-small or tasks-N-deep)"),
+           needs="the point's checkpoint: models/POINT, copied to runs/POINT/checkpoint, with its training log and "
+                 "summary from the committed evaluation.json beside it (or hmmtf train --preset POINT)"),
     Result("figures/ladder/*/competence.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
            ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
             "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", *ROFORMER, *MIXTURE,
-            *CONSTRUCTION), needs="the point's checkpoint; the SMC ceiling takes about 25 minutes on a core"),
+            *CONSTRUCTION), needs="the point's checkpoint (as for evaluation.json); the SMC ceiling takes 11-40 "
+                                  "minutes on a core"),
     Result("figures/competence/prior_predictive.json",
            "python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 32 --out "
            "figures/competence/prior_predictive.json",
