@@ -208,8 +208,9 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/ladder/*/evaluation.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
            ("empirical/evaluate.py", "empirical/regime.py", *ROFORMER, *MIXTURE),
-           needs="the point's checkpoint: models/POINT, copied to runs/POINT/checkpoint, with its training log and "
-                 "summary from the committed evaluation.json beside it (or hmmtf train --preset POINT)"),
+           needs="the point's checkpoint: models/POINT copied to runs/POINT/checkpoint, and beside it "
+                 "figures/ladder/POINT/metrics.jsonl and the evaluation.json's train_summary as train_summary.json "
+                 "(or hmmtf train --preset POINT)"),
     Result("figures/ladder/*/competence.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
            ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
