@@ -27,7 +27,8 @@ EVALUATIONS = {"cpu-small": "figures/ladder/cpu-small", "tasks-64-small": "figur
                "tasks-1024-small": "figures/ladder/tasks-1024-small", "tasks-1024-deep": "figures/ladder/tasks-1024-deep",
                "tasks-8192-small": "figures/ladder/tasks-8192-small", "tasks-8192-deep": "figures/ladder/tasks-8192-deep",
                "observable-2x4x64": "figures/observable/2x4x64", "observable-4x4x64": "figures/observable/4x4x64",
-               "paper-2x4x64": "figures/paper/2x4x64", "paper-4x4x64": "figures/paper/4x4x64"}
+               "paper-2x4x64": "figures/paper/2x4x64", "paper-4x4x64": "figures/paper/4x4x64",
+               "paper-4x4x64-long": "figures/paper/4x4x64-long"}
 """The folder of each shipped model's committed evaluation (models/README.md's "its results")."""
 
 
