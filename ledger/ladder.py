@@ -277,6 +277,8 @@ REGIME_MODELS = (
     _regime_model("paper", "2x4x64", "P2", "the paper's family: 8192 HMMs, 16 states, 8 tokens; 2 layers x 4 heads "
                   "x width 64"),
     _regime_model("paper", "4x4x64", "P4", "the same family; 4 layers x 4 heads x width 64"),
+    _regime_model("paper", "4x4x64-long", "P4L", "the same 4-layer network with a longer cooldown: constant rate to "
+                  "step 19000, decay to step 27000"),
 )
 """The shipped regime models (models/README.md), each judged on every regime claim and the circuit."""
 
