@@ -91,8 +91,8 @@ def clustered_interval(differences: torch.Tensor, clusters: torch.Tensor) -> dic
 def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: NgramVerdictSettings,
                          device: torch.device | str = "cpu") -> dict:
     """The module docstring's comparison as a JSON-ready dict: each predictor's mean loss and
-    top-1 accuracy (over the scope's scored rows) per scope, the clustered intervals of model minus each n-gram (and minus the oracle),
-    which orders the model beats, and the verdict."""
+    top-1 accuracy (over the scope's scored rows) per scope, the clustered intervals of model
+    minus each n-gram (and minus the oracle), which orders the model beats, and the verdict."""
     fresh = unseen_mixture(preset, settings.fresh_tasks, VERDICT_MIXTURE_STREAM)
     prompts = hmm.sample_prompts(fresh, settings.prompts, preset.prompt_format,
                                  seed=stream_seed(preset.data_seed, VERDICT_PROMPT_STREAM, 0))
