@@ -128,8 +128,8 @@ class RegimeModel:
     ids, ``scale`` (what the model is, a phrase ending in ", "), ``point`` (the folder of its
     ``evaluation.json`` and ``competence.json``), ``analysis`` (``hmmtf analyze``'s shuffle and
     probes), ``extra`` (its offsets and patching; may be ``analysis``), ``figures`` (a figure
-    per kind of claim: competence, regime, shuffle, state-first, state-used, distance, nearby, heads)
-    , ``heads`` (``hmmtf heads``'s result, for the circuit claim; None: no such claim) and
+    per kind of claim: competence, regime, shuffle, state-first, state-used, distance, nearby,
+    heads), ``heads`` (``hmmtf heads``'s result, for the circuit claim; None: no such claim) and
     ``ngram_verdict`` (``hmmtf ngram-verdict``'s result; None: no such claim)."""
 
     prefix: str

@@ -144,7 +144,7 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
         Result(f"{folder}/heads.json", f"hmmtf heads {model} --out figures/{family}/POINT --threads 1", HEADS,
                needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
         Result(f"{folder}/ngram-verdict.json", f"hmmtf ngram-verdict {model} --out figures/{family}/POINT --threads 1",
-               NGRAM_VERDICT, needs=needs + "; a few minutes on a core"),
+               NGRAM_VERDICT, needs=needs + "; under a minute on a core"),
         Result(f"{folder}/klmap.json", f"hmmtf klmap {model} --out figures/{family}/POINT --threads 1", KLMAP,
                needs=needs + "; about 15 (observable) to 35 (paper) minutes on a core (the hand-built network, 256 "
                              "prompts x 3 history lengths, and the ceiling's SMC)"),
