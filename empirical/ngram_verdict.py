@@ -31,7 +31,6 @@ result's fitting prompts of as many other fresh HMMs.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import matplotlib
@@ -42,7 +41,8 @@ import torch  # noqa: E402
 
 import hmm  # noqa: E402
 from empirical.analysis.commands import add_measure_command  # noqa: E402
-from empirical.competence import NGRAM_ORDERS, RULE, competence_verdict, fitted_ngrams, per_prompt_loss, scope_rows  # noqa: E402
+from empirical.competence import (  # noqa: E402
+    NGRAM_ORDERS, RULE, competence_verdict, fitted_ngrams, paired, per_prompt_loss, scope_rows)
 from empirical.configs import check_integers, option  # noqa: E402
 from empirical.data import stream_seed  # noqa: E402
 from empirical.evaluate import model_predictor  # noqa: E402
@@ -77,7 +77,8 @@ class NgramVerdictSettings:
 
 def clustered_interval(differences: torch.Tensor, clusters: torch.Tensor) -> dict:
     """Mean of per-prompt ``differences``, its standard error clustered by ``clusters`` (the
-    module docstring's ``se``), the 95% interval, and the naive standard error beside it."""
+    module docstring's ``se``), the 95% interval, and beside it the naive standard error that
+    :func:`empirical.competence.paired` gives (prompts independent)."""
     mean = differences.mean()
     centred = differences - mean
     _, cluster_index = torch.unique(clusters, return_inverse=True)
@@ -85,7 +86,7 @@ def clustered_interval(differences: torch.Tensor, clusters: torch.Tensor) -> dic
     stderr = (sums.square().sum().sqrt() / differences.numel()).item()
     return {"mean": mean.item(), "stderr": stderr,
             "interval_95": [mean.item() - Z_95 * stderr, mean.item() + Z_95 * stderr],
-            "naive_stderr": differences.std().item() / math.sqrt(differences.numel())}
+            "naive_stderr": paired(differences)["stderr"]}
 
 
 def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: NgramVerdictSettings,
