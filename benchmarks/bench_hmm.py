@@ -2,7 +2,10 @@
 this run.
 
 1. Filtering throughput (tokens/s) on distinct HMMs, one sequence each (paper sizes S=128, p=16,
-   T=256), against
+   T=256), of both our filters: the engine (``hmm.log_likelihood``, built to share each HMM's
+   matrices among many sequences) and the SMC's filter (``hmm.particle_filter.log_likelihood``,
+   built for this case: one sequence per HMM, the particles of the prior-predictive ceiling), at
+   torch's thread count, against
 
    - hmmlearn's ``CategoricalHMM.score`` looping over the same HMMs and sequences, in both of its
      implementations, ``"log"`` (its default) and ``"scaling"``;
@@ -51,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 import hmm  # noqa: E402
 from empirical.roofline import matmul_peak, read_bandwidth, timed  # noqa: E402
+from hmm import particle_filter  # noqa: E402
 from hmm.filtering import MATRIX_CACHE_BYTES  # noqa: E402
 
 NUM_STATES, NUM_TOKENS = 128, 16
@@ -69,14 +73,17 @@ def filtering_bytes_per_token(num_states: int) -> int:
     return FLOAT64_BYTES * num_states * (num_states + 1)
 
 
-def _baseline(library: str, setting: str, scores, seconds: float, length: int, ours_scores: torch.Tensor, ours_rate: float, **extra) -> dict:
-    """A baseline's rate on the first ``len(scores)`` HMMs, our speedup ``ours_rate / rate`` and the
-    largest difference of its log-likelihoods from ours."""
+def _baseline(library: str, setting: str, scores, seconds: float, length: int, ours_scores: torch.Tensor, ours_rate: float,
+              particle_rate: float, **extra) -> dict:
+    """A baseline's rate on the first ``len(scores)`` HMMs, our speedups ``ours_rate / rate`` (the
+    engine) and ``particle_rate / rate`` (the SMC's filter), and the largest difference of its
+    log-likelihoods from ours."""
     num_hmms = len(scores)
     rate = num_hmms * length / seconds
     difference = np.abs(np.asarray(scores) - ours_scores[:num_hmms].numpy()).max()
     return {"library": library, "setting": setting, **extra, "num_hmms": num_hmms, "seconds": seconds,
-            "tokens_per_s": rate, "speedup": ours_rate / rate, "max_abs_loglik_difference": float(difference)}
+            "tokens_per_s": rate, "speedup": ours_rate / rate, "particle_filter_speedup": particle_rate / rate,
+            "max_abs_loglik_difference": float(difference)}
 
 
 def time_hmmlearn(model: hmm.HMM, tokens: torch.Tensor, implementation: str, repeats: int) -> tuple[list[float], float]:
@@ -142,7 +149,7 @@ def bandwidth_bound(name: str, num_bytes: int, bytes_per_token: int, ours_rate: 
 
 
 def time_baselines(model: hmm.HMM, tokens: torch.Tensor, num_hmmlearn: int, num_dynamax: int, ours_scores: torch.Tensor,
-                   ours_rate: float, repeats: int) -> list[dict]:
+                   ours_rate: float, particle_rate: float, repeats: int) -> list[dict]:
     """Every baseline setting (hmmlearn's two implementations, dynamax at each of
     :func:`vmap_batches`), each marked ``default`` (what a user gets without tuning: hmmlearn's
     default ``"log"``, dynamax in one call over all HMMs) and ``best`` (its library's fastest); a
@@ -152,12 +159,12 @@ def time_baselines(model: hmm.HMM, tokens: torch.Tensor, num_hmmlearn: int, num_
     for implementation in ("log", "scaling"):
         scores, seconds = time_hmmlearn(model, tokens[:num_hmmlearn], implementation, repeats)
         baselines.append(_baseline("hmmlearn", f'implementation="{implementation}"', scores, seconds, length, ours_scores, ours_rate,
-                                   implementation=implementation, default=implementation == "log"))
+                                   particle_rate, implementation=implementation, default=implementation == "log"))
     try:
         for batch in vmap_batches(num_dynamax):
             scores, seconds, details = time_dynamax(model, tokens[:num_dynamax], batch, repeats)
             baselines.append(_baseline("dynamax", f"jit(vmap) over {batch} HMM{'s' * (batch > 1)} per call", scores, seconds, length, ours_scores, ours_rate,
-                                       vmap_batch=batch, default=batch == num_dynamax, **details))
+                                       particle_rate, vmap_batch=batch, default=batch == num_dynamax, **details))
     except ImportError as error:
         baselines.append({"library": "dynamax", "skipped": f"{error}; install the bench extra: pip install -e '.[bench]'"})
     for library in {baseline["library"] for baseline in baselines}:
@@ -177,6 +184,10 @@ def bench_filtering(num_hmms: int, num_hmmlearn: int, num_dynamax: int, length: 
     tokens, _ = hmm.sample_sequences(model, torch.arange(num_hmms), length, seed=1)
     ours_scores, ours_seconds = timed(lambda: hmm.log_likelihood(model, tokens), repeats)
     ours_rate = num_hmms * length / ours_seconds
+    threads = torch.get_num_threads()
+    arrays = [value.numpy() for value in (model.transition, model.emission, model.initial, tokens)]
+    particle_scores, particle_seconds = timed(lambda: particle_filter.log_likelihood(*arrays, threads=threads), repeats)
+    particle_rate = num_hmms * length / particle_seconds
 
     per_token = filtering_bytes_per_token(NUM_STATES)
     bounds = [
@@ -191,7 +202,9 @@ def bench_filtering(num_hmms: int, num_hmmlearn: int, num_dynamax: int, length: 
         "length": length,
         "repeats": repeats,
         "ours_tokens_per_s": ours_rate,
-        "baselines": time_baselines(model, tokens, num_hmmlearn, num_dynamax, ours_scores, ours_rate, repeats),
+        "particle_filter": {"tokens_per_s": particle_rate, "threads": threads,
+                            "max_abs_loglik_difference": float(np.abs(particle_scores - ours_scores.numpy()).max())},
+        "baselines": time_baselines(model, tokens, num_hmmlearn, num_dynamax, ours_scores, ours_rate, particle_rate, repeats),
         "bytes_per_token": per_token,
         "bandwidth_bounds": bounds,
     }
@@ -249,13 +262,13 @@ def provenance() -> dict:
 
 def print_filtering(f: dict) -> None:
     print(f"filtering {f['num_hmms']} HMMs x {f['length']} tokens (S={f['num_states']}, p={f['num_tokens']}): "
-          f"ours {f['ours_tokens_per_s']:.3g} tok/s")
+          f"ours {f['ours_tokens_per_s']:.3g} tok/s, the SMC's filter {f['particle_filter']['tokens_per_s']:.3g} tok/s")
     for baseline in f["baselines"]:
         if "skipped" in baseline:
             print(f"  {baseline['library']}: skipped ({baseline['skipped']})")
         else:
             print(f"  {baseline['library']} {baseline['setting']} on {baseline['num_hmms']} HMMs: {baseline['tokens_per_s']:.3g} tok/s, "
-                  f"ours {baseline['speedup']:.2f}x (max |log-lik difference| {baseline['max_abs_loglik_difference']:.1e})"
+                  f"ours {baseline['speedup']:.2f}x, the SMC's filter {baseline['particle_filter_speedup']:.2f}x (max |log-lik difference| {baseline['max_abs_loglik_difference']:.1e})"
                   f"{' <- fastest' if baseline.get('best') else ''}")
     for bound in f["bandwidth_bounds"]:
         print(f"  bound from re-reading {bound['working_set']} ({bound['bytes'] / 2**10:.0f} KiB at "

@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hmm  # noqa: E402
-from empirical.competence import CEILING_SETTINGS, ceiling_error, ceiling_replicates, per_prompt_loss, scope_rows  # noqa: E402
+from empirical.competence import CEILING_SETTINGS, ceiling_error, ceiling_estimates, per_prompt_loss, scope_rows  # noqa: E402
 from empirical.data import stream_seed  # noqa: E402
 from empirical.presets import PRESETS, get_preset  # noqa: E402
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, Z_95, unseen_mixture  # noqa: E402
@@ -55,8 +55,8 @@ def mean_and_stderr(values: torch.Tensor) -> dict:
 
 def ceiling_losses(tokens, preset, settings: SMCSettings) -> dict:
     """The averaged ceiling's mean loss and Monte-Carlo error per scope, and the seconds it took."""
-    replicates, seconds = timed(lambda: ceiling_replicates(tokens, preset, settings))
-    averaged = torch.stack(replicates).mean(0)
+    estimates = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec, settings)
+    averaged, replicates, seconds = estimates.probabilities, estimates.replicates, estimates.seconds
     p = preset.mixture_spec.num_tokens
     scopes = {}
     for scope, rows in scope_rows(preset.prompt_format).items():

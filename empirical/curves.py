@@ -32,7 +32,7 @@ import torch
 
 import hmm
 from empirical.checkpoint import CONFIG_FILE, has_checkpoint
-from empirical.competence import (CEILING_SETTINGS, ceiling_replicates, fitted_ngrams, gap_closed, paired,
+from empirical.competence import (CEILING_SETTINGS, ceiling_estimates, fitted_ngrams, gap_closed, paired,
                                   per_prompt_loss, scope_rows)
 from empirical.data import PromptStream, stream_seed
 from empirical.evaluate import model_predictor
@@ -73,7 +73,7 @@ def build_probe(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int, se
     tokens, p = prompts.tokens, fresh.num_tokens
     started = time.perf_counter()
     probabilities = {name: ngram(tokens) for name, ngram in fitted_ngrams(preset, fresh_tasks).items()}
-    probabilities["ceiling"] = torch.stack(ceiling_replicates(tokens, preset, settings)).mean(0)
+    probabilities["ceiling"] = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec, settings).probabilities
     probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
     losses = {scope: {name: per_prompt_loss(probs, tokens, p, rows).tolist() for name, probs in probabilities.items()}
               for scope, rows in scope_rows(preset.prompt_format).items()}

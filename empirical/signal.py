@@ -26,18 +26,17 @@ the SMC's prior is :class:`hmm.prior_predictive.DirichletHMMPrior`.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import torch
 
 import hmm
 from empirical.competence import (CEILING_REPLICATES, FIT_MIXTURE_STREAM, FIT_PROMPT_STREAM, FIT_PROMPTS,
-                                  NGRAM_ORDERS, ceiling_error, paired, per_prompt_loss, scope_rows)
+                                  NGRAM_ORDERS, ceiling_error, ceiling_estimates, paired, per_prompt_loss, scope_rows)
 from empirical.data import stream_seed
 from empirical.ngram import InContextNGram
 from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
 from hmm.observability import observability_exact
-from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
+from hmm.prior_predictive import SMCSettings
 
 CANDIDATES: dict[str, hmm.MixtureSpec] = {
     "paper family (S 16, T 0.1, O 0.1)": hmm.MIXTURE_SPECS["tasks-8192"],
@@ -84,12 +83,8 @@ def family_signal(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_pr
     _, fitting = family_prompts(spec, prompt_format, FIT_PROMPTS, fresh_tasks, FIT_MIXTURE_STREAM, FIT_PROMPT_STREAM)
     tokens, p = prompts.tokens, spec.num_tokens
     probabilities = {f"ngram {n}": InContextNGram.fitted(n, p, fitting.tokens)(tokens) for n in NGRAM_ORDERS}
-    prior = DirichletHMMPrior.from_spec(spec)
-    started = time.perf_counter()
-    replicates = [prior_predictive(tokens, prompt_format, prior, dataclasses.replace(settings, seed=settings.seed + r)
-                                   ).next_token for r in range(CEILING_REPLICATES)]
-    ceiling_seconds = time.perf_counter() - started
-    probabilities["ceiling"] = torch.stack(replicates).mean(0)
+    estimates = ceiling_estimates(tokens, prompt_format, spec, settings)
+    probabilities["ceiling"] = estimates.probabilities
     probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
     scopes = {}
     for scope, rows in scope_rows(prompt_format).items():
@@ -103,11 +98,11 @@ def family_signal(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_pr
                       for n in NGRAM_ORDERS[1:]},
             "ceiling - oracle": paired(losses["ceiling"] - losses["oracle"]),
             "bigram_share": (losses["ngram 1"] - losses["ngram 2"]).mean().item() / signal["mean"],
-            "ceiling_monte_carlo_stderr": ceiling_error(replicates, tokens, p, rows),
+            "ceiling_monte_carlo_stderr": ceiling_error(estimates.replicates, tokens, p, rows),
         }
     gammas = torch.tensor([emission_gamma(fresh.hmm.emission[k]) for k in range(min(GAMMA_HMMS, fresh_tasks))])
     return {"spec": dataclasses.asdict(spec), "fresh_tasks": fresh_tasks, "num_prompts": num_prompts,
-            "ceiling_seconds": ceiling_seconds,
+            "ceiling_seconds": estimates.seconds, "ceiling_cached": estimates.cached,
             "gamma_quartiles": torch.quantile(gammas, torch.tensor([0.25, 0.5, 0.75], dtype=gammas.dtype)).tolist(),
             "scopes": scopes}
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
+from scipy.special import logsumexp
 
-from hmm.markov import stationary_or_invalid
-from hmm.prior_predictive import DirichletHMMPrior, _filter, _move, _Particles, check_prompts, format_positions
+from hmm.particle_filter import advance, emission_likelihoods, forward_filter
+from hmm.prior_predictive import DirichletHMMPrior, _move, _Particles, _stationary, check_prompts, format_positions
 from hmm.prompts import PromptFormat
 
 
@@ -36,17 +38,13 @@ class EvidenceBounds(NamedTuple):
     """``(B,)``: reverse AIS from the generating HMM, ``-log mean_c v_c`` (a stochastic upper bound)."""
 
 
-def _log_likelihood_of_last(particles: _Particles, tokens: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+def _log_likelihood_of_last(particles: _Particles, tokens: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """``(M,)``: ``log P(o_j | o_{<j}, theta)`` of the last token of ``tokens (M, j)`` (a forward
     pass over the tokens before it)."""
-    S = particles.transition.shape[-1]
-    likelihood = particles.emission.transpose(1, 2).gather(1, tokens[:, :, None].expand(-1, -1, S)).transpose(0, 1)
-    if tokens.shape[1] == 1 or starts[tokens.shape[1] - 1]:
-        predicted = particles.stationary
-    else:
-        filtered = _filter(particles.transition, particles.emission, particles.stationary, likelihood[:-1], starts)
-        predicted = (filtered[-1][:, :, None] * particles.transition).sum(1)
-    return (predicted * likelihood[-1]).sum(-1).log()
+    likelihoods = emission_likelihoods(particles.emission, tokens)
+    _, log_normalizers = forward_filter(particles.transition, particles.stationary, likelihoods,
+                                        starts[: tokens.shape[1]], keep_beliefs=False)
+    return log_normalizers[-1]
 
 
 def evidence_bounds(tokens, prompt_format: PromptFormat, prior: DirichletHMMPrior, transition: torch.Tensor,
@@ -62,31 +60,31 @@ def evidence_bounds(tokens, prompt_format: PromptFormat, prior: DirichletHMMPrio
     if transition.shape != (B, S, S) or emission.shape != (B, S, p):
         raise ValueError(f"transition, emission: shapes {tuple(transition.shape)}, {tuple(emission.shape)}; expected "
                          f"({B}, {S}, {S}) and ({B}, {S}, {p}), the HMM of each prompt")
-    positions, starts = format_positions(prompt_format)
-    observed = tokens[:, positions].repeat_interleave(chains, dim=0)  # (B C, J)
+    positions, starts = (values.numpy() for values in format_positions(prompt_format))
+    observed = tokens.numpy()[:, positions].repeat(chains, axis=0)  # (B C, J)
     J = observed.shape[1]
-    generator = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
 
-    forward = _Particles(*prior.sample(B * chains, generator))
-    log_w = torch.zeros(B * chains, dtype=torch.float64)
+    forward = _Particles(*prior.sample(B * chains, rng))
+    log_w = np.zeros(B * chains)
     for j in range(J):
         # The moved particles carry their filtered belief at token j - 1 (:func:`_move`).
-        predicted = forward.stationary if starts[j] else (forward.filtered[:, :, None] * forward.transition).sum(1)
-        log_w += (predicted * forward.emission.gather(2, observed[:, j, None, None].expand(-1, S, 1)).squeeze(-1)).sum(-1).log()
-        forward, _ = _move(forward, observed[:, : j + 1], starts[: j + 1], prior, 1, generator)
+        predicted = forward.stationary if starts[j] else advance(forward.filtered, forward.transition)
+        log_w += np.log(forward.observe(predicted, observed[:, j]))
+        forward, _ = _move(forward, observed[:, : j + 1], starts[: j + 1], prior, 1, rng)
 
-    start = transition.double().repeat_interleave(chains, dim=0)
-    stationary, valid = stationary_or_invalid(start)
-    if not bool(valid.all()):
+    start = transition.double().numpy().repeat(chains, axis=0)
+    stationary, valid = _stationary(start)
+    if not valid.all():
         raise ValueError("transition: a generating chain has no unique stationary law; expected irreducible chains")
-    reverse = _Particles(start, emission.double().repeat_interleave(chains, dim=0), stationary)
-    log_v = torch.zeros(B * chains, dtype=torch.float64)
+    reverse = _Particles(start, emission.double().numpy().repeat(chains, axis=0), stationary)
+    log_v = np.zeros(B * chains)
     for j in range(J, 0, -1):
         log_v -= _log_likelihood_of_last(reverse, observed[:, :j], starts)
         if j > 1:
-            reverse, _ = _move(reverse, observed[:, : j - 1], starts[: j - 1], prior, 1, generator)
+            reverse, _ = _move(reverse, observed[:, : j - 1], starts[: j - 1], prior, 1, rng)
 
-    def log_mean(values: torch.Tensor) -> torch.Tensor:
-        return values.view(B, chains).logsumexp(-1) - torch.log(torch.tensor(float(chains), dtype=torch.float64))
+    def log_mean(values: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(logsumexp(values.reshape(B, chains), axis=-1) - np.log(chains))
 
     return EvidenceBounds(log_mean(log_w), -log_mean(log_v))

@@ -39,6 +39,8 @@ The move is Gibbs sampling on ``(theta, s_{1:j})``:
    cannot be computed (a numerically reducible chain, probability zero under the prior) is
    rejected, which keeps the kernel valid.
 
+The arithmetic is numpy's (:mod:`hmm.particle_filter` filters the particles; numpy's generator
+draws the Gammas, about twice as fast as torch's), and the results come back as torch tensors.
 Validation and cost: ``docs/empirical.md``, "The prior-predictive ceiling".
 """
 from __future__ import annotations
@@ -46,10 +48,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
+from scipy.special import logsumexp
 
 from hmm.markov import stationary_or_invalid
 from hmm.model import check_tokens
+from hmm.particle_filter import advance, emission_likelihoods, forward_filter
 from hmm.presets import MixtureSpec
 from hmm.prompts import PromptFormat
 
@@ -82,15 +87,15 @@ class DirichletHMMPrior:
                              f"Dirichlet rows, a low-rank transition is another prior)")
         return cls(spec.num_states, spec.num_tokens, spec.transition_concentration, spec.emission_concentration)
 
-    def sample(self, count: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(self, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` draws ``(transition (count, S, S), emission (count, S, p), stationary (count, S))``;
         the rare draw whose stationary law is not computable is drawn again."""
         S, p = self.num_states, self.num_tokens
-        transition = _dirichlet(torch.full((count, S, S), float(self.transition_concentration), dtype=torch.float64), generator)
-        emission = _dirichlet(torch.full((count, S, p), float(self.emission_concentration), dtype=torch.float64), generator)
-        stationary, valid = stationary_or_invalid(transition)
-        if not bool(valid.all()):
-            again = self.sample(int((~valid).sum()), generator)
+        transition = _dirichlet(np.full((count, S, S), float(self.transition_concentration)), rng)
+        emission = _dirichlet(np.full((count, S, p), float(self.emission_concentration)), rng)
+        stationary, valid = _stationary(transition)
+        if not valid.all():
+            again = self.sample(int((~valid).sum()), rng)
             transition[~valid], emission[~valid], stationary[~valid] = again
         return transition, emission, stationary
 
@@ -129,10 +134,16 @@ class PriorPredictive(NamedTuple):
     """Fraction of the transition proposals accepted by the Metropolis-Hastings step."""
 
 
-def _dirichlet(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def _dirichlet(concentration: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Rows ``~ Dirichlet(concentration)`` along the last axis, by normalised Gamma draws."""
-    gammas = torch._standard_gamma(concentration, generator=generator)
-    return gammas / gammas.sum(-1, keepdim=True)
+    gammas = rng.standard_gamma(concentration)
+    return gammas / gammas.sum(-1, keepdims=True)
+
+
+def _stationary(transition: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`hmm.markov.stationary_or_invalid` of numpy transitions, as numpy arrays."""
+    stationary, valid = stationary_or_invalid(torch.from_numpy(transition))
+    return stationary.numpy(), valid.numpy()
 
 
 def format_positions(prompt_format: PromptFormat) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,81 +171,72 @@ def check_prompts(tokens, prompt_format: PromptFormat, num_tokens: int) -> torch
     return tokens
 
 
-def _advance(belief: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
-    """``(M, K)``: ``belief[m] @ matrix[m]`` for ``belief (M, S)`` and ``matrix (M, S, K)``. A
-    broadcast product and a sum: 3x faster than ``torch.bmm`` of ``(M, 1, S)`` rows at S = 16 on
-    one core (memory-bound either way; ``bmm`` pays per-matrix overhead)."""
-    return (belief[:, :, None] * matrix).sum(1)
+def _categorical(weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """``(M,)``: one draw per row of ``weights (M, S)`` (rows need not be normalised), by inverting
+    the cumulative sum at ``uniforms (M,)``."""
+    cumulative = weights.cumsum(-1)
+    below = cumulative < uniforms[:, None] * cumulative[:, -1:]
+    return np.minimum(below.sum(-1), weights.shape[1] - 1)
 
 
-def _filter(transition, emission, stationary, likelihood: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
-    """``(J, M, S)`` filtered beliefs ``P(s_j | o_{1:j}, theta)`` of M particles, with
-    ``likelihood (J, M, S) = O[:, o_j]``; a segment start takes the stationary law as its predicted
-    belief (the recursion of :mod:`hmm.filtering`)."""
-    J = likelihood.shape[0]
-    filtered = torch.empty_like(likelihood)
-    predicted = stationary
-    for j in range(J):
-        if j > 0:
-            predicted = stationary if starts[j] else _advance(filtered[j - 1], transition)
-        joint = predicted * likelihood[j]
-        filtered[j] = joint / joint.sum(-1, keepdim=True)
-    return filtered
-
-
-def _categorical(probabilities: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw per row of ``probabilities (M, S)`` (rows need not be normalised)."""
-    cumulative = probabilities.cumsum(-1)
-    uniforms = torch.rand(probabilities.shape[0], 1, dtype=probabilities.dtype, generator=generator)
-    return torch.searchsorted(cumulative, uniforms * cumulative[:, -1:]).clamp_max(probabilities.shape[1] - 1).squeeze(-1)
-
-
-def _backward_sample(filtered: torch.Tensor, transition: torch.Tensor, starts: torch.Tensor,
-                     generator: torch.Generator) -> torch.Tensor:
+def _backward_sample(filtered: np.ndarray, transition: np.ndarray, starts: np.ndarray,
+                     rng: np.random.Generator) -> np.ndarray:
     """``(M, J)`` hidden states drawn from ``P(s_{1:J} | o_{1:J}, theta)``:
     ``s_J ~ filtered_J``, ``s_j ~ filtered_j(s) T(s, s_{j+1})`` inside a segment, ``s_j ~ filtered_j``
     at a segment's end."""
     J, M, S = filtered.shape
-    states = torch.empty(M, J, dtype=torch.long)
-    states[:, -1] = _categorical(filtered[-1], generator)
-    rows = torch.arange(M)
+    uniforms = rng.random((J, M))
+    states = np.empty((M, J), dtype=np.int64)
+    states[:, -1] = _categorical(filtered[-1], uniforms[-1])
+    rows = np.arange(M)
     for j in range(J - 2, -1, -1):
         weights = filtered[j] if starts[j + 1] else filtered[j] * transition[rows, :, states[:, j + 1]]
-        states[:, j] = _categorical(weights, generator)
+        states[:, j] = _categorical(weights, uniforms[j])
     return states
 
 
+def _counts(indices: np.ndarray, size: int) -> np.ndarray:
+    """``(M, size)``: row m counts the values of ``indices[m]`` (each in ``0..size-1``)."""
+    M = indices.shape[0]
+    flat = (indices + size * np.arange(M)[:, None]).ravel()
+    return np.bincount(flat, minlength=M * size).reshape(M, size).astype(np.float64)
+
+
 def _gibbs_parameters(states, tokens, starts, prior: DirichletHMMPrior, transition, stationary,
-                      generator: torch.Generator):
+                      rng: np.random.Generator):
     """Steps 2 and 3 of the module docstring for M particles: new ``(transition, emission,
     stationary, accepted (M,) bool)`` given ``states (M, J)`` and ``tokens (M, J)``."""
     M, J = states.shape
     S, p = prior.num_states, prior.num_tokens
     inside = ~starts[1:]
-    pair = (states[:, :-1] * S + states[:, 1:])[:, inside]
-    transitions = torch.zeros(M, S * S, dtype=torch.float64).scatter_add_(1, pair, torch.ones_like(pair, dtype=torch.float64))
-    emitted = states * p + tokens
-    emissions = torch.zeros(M, S * p, dtype=torch.float64).scatter_add_(1, emitted, torch.ones_like(emitted, dtype=torch.float64))
-    emission = _dirichlet(emissions.view(M, S, p) + prior.emission_concentration, generator)
-    proposal = _dirichlet(transitions.view(M, S, S) + prior.transition_concentration, generator)
-    proposed_stationary, valid = stationary_or_invalid(proposal)
+    transitions = _counts((states[:, :-1] * S + states[:, 1:])[:, inside], S * S).reshape(M, S, S)
+    emissions = _counts(states * p + tokens, S * p).reshape(M, S, p)
+    emission = _dirichlet(emissions + prior.emission_concentration, rng)
+    proposal = _dirichlet(transitions + prior.transition_concentration, rng)
+    proposed_stationary, valid = _stationary(proposal)
     first = states[:, starts]
-    log_ratio = (proposed_stationary.gather(1, first).log() - stationary.gather(1, first).log()).sum(-1)
-    uniforms = torch.rand(M, dtype=torch.float64, generator=generator)
-    accepted = valid & (uniforms.log() < log_ratio)
-    transition = torch.where(accepted[:, None, None], proposal, transition)
-    stationary = torch.where(accepted[:, None], proposed_stationary, stationary)
+    with np.errstate(divide="ignore"):
+        log_ratio = (np.log(np.take_along_axis(proposed_stationary, first, 1))
+                     - np.log(np.take_along_axis(stationary, first, 1))).sum(-1)
+        accepted = valid & (np.log(rng.random(M)) < log_ratio)
+    transition = np.where(accepted[:, None, None], proposal, transition)
+    stationary = np.where(accepted[:, None], proposed_stationary, stationary)
     return transition, emission, stationary, accepted
 
 
-def _systematic_resample(log_weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def _normalised(log_weights: np.ndarray) -> np.ndarray:
+    """``(B, P)``: each row's weights ``W_i = w_i / sum_k w_k`` from their logs."""
+    return np.exp(log_weights - logsumexp(log_weights, axis=-1, keepdims=True))
+
+
+def _systematic_resample(log_weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``(B, P)`` ancestor indices by systematic resampling of each row's normalised weights."""
     B, P = log_weights.shape
-    weights = (log_weights - log_weights.logsumexp(-1, keepdim=True)).exp()
-    cumulative = weights.cumsum(-1)
+    cumulative = _normalised(log_weights).cumsum(-1)
     cumulative[:, -1] = 1.0
-    offsets = (torch.rand(B, 1, dtype=torch.float64, generator=generator) + torch.arange(P, dtype=torch.float64)) / P
-    return torch.searchsorted(cumulative, offsets).clamp_max(P - 1)
+    offsets = (rng.random((B, 1)) + np.arange(P)) / P
+    ancestors = np.stack([np.searchsorted(row, points) for row, points in zip(cumulative, offsets)])
+    return np.minimum(ancestors, P - 1)
 
 
 class _Particles:
@@ -243,83 +245,83 @@ class _Particles:
     def __init__(self, transition, emission, stationary, filtered=None):
         self.transition, self.emission, self.stationary, self.filtered = transition, emission, stationary, filtered
 
-    def take(self, rows: torch.Tensor) -> _Particles:
+    def take(self, rows: np.ndarray) -> _Particles:
         return _Particles(self.transition[rows], self.emission[rows], self.stationary[rows],
                           None if self.filtered is None else self.filtered[rows])
 
-    def put(self, rows: torch.Tensor, other: _Particles) -> None:
+    def put(self, rows: np.ndarray, other: _Particles) -> None:
         for name in ("transition", "emission", "stationary", "filtered"):
             getattr(self, name)[rows] = getattr(other, name)
 
+    def observe(self, predicted: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Filter one token per particle, ``tokens (M,)``, from the ``predicted (M, S)`` belief:
+        ``filtered`` becomes ``b_j``; returns ``c_j = P(o_j | o_<j, theta)`` ``(M,)``."""
+        joint = predicted * self.emission[np.arange(len(tokens)), :, tokens]
+        likelihood = joint.sum(-1)
+        self.filtered = joint / likelihood[:, None]
+        return likelihood
 
-def _move(particles: _Particles, tokens: torch.Tensor, starts: torch.Tensor, prior: DirichletHMMPrior,
-          moves: int, generator: torch.Generator) -> tuple[_Particles, torch.Tensor]:
+
+def _move(particles: _Particles, tokens: np.ndarray, starts: np.ndarray, prior: DirichletHMMPrior,
+          moves: int, rng: np.random.Generator) -> tuple[_Particles, np.ndarray]:
     """``moves`` Gibbs sweeps (module docstring) targeting ``p(theta | tokens)`` for each particle,
     ``tokens (M, j)`` its prompt's HMM tokens so far; returns the moved particles with their
     filtered belief at the last token, and the accepted-proposal flags ``(moves, M)``."""
     transition, emission, stationary = particles.transition, particles.emission, particles.stationary
     accepted = []
     for _ in range(moves):
-        likelihood = emission.transpose(1, 2).gather(1, tokens[:, :, None].expand(-1, -1, prior.num_states))
-        filtered = _filter(transition, emission, stationary, likelihood.transpose(0, 1), starts)
-        states = _backward_sample(filtered, transition, starts, generator)
+        filtered, _ = forward_filter(transition, stationary, emission_likelihoods(emission, tokens), starts)
+        states = _backward_sample(filtered, transition, starts, rng)
         transition, emission, stationary, accepted_now = _gibbs_parameters(
-            states, tokens, starts, prior, transition, stationary, generator)
+            states, tokens, starts, prior, transition, stationary, rng)
         accepted.append(accepted_now)
-    likelihood = emission.transpose(1, 2).gather(1, tokens[:, :, None].expand(-1, -1, prior.num_states))
-    filtered = _filter(transition, emission, stationary, likelihood.transpose(0, 1), starts)
-    return _Particles(transition, emission, stationary, filtered[-1]), torch.stack(accepted)
+    last, _ = forward_filter(transition, stationary, emission_likelihoods(emission, tokens), starts, keep_beliefs=False)
+    return _Particles(transition, emission, stationary, last[0]), np.stack(accepted)
 
 
-def _smc_batch(tokens: torch.Tensor, positions: torch.Tensor, starts: torch.Tensor, prior: DirichletHMMPrior,
-               settings: SMCSettings, generator: torch.Generator):
+def _smc_batch(tokens: np.ndarray, positions: np.ndarray, starts: np.ndarray, prior: DirichletHMMPrior,
+               settings: SMCSettings, rng: np.random.Generator):
     """IBIS over one batch of prompts ``tokens (B, N)``: ``(next_token (B, N, p), log_evidence (B,),
     rejuvenations (B,), accepted, proposed)``."""
     B, N = tokens.shape
-    P, S, p = settings.particles, prior.num_states, prior.num_tokens
+    P, p = settings.particles, prior.num_tokens
     observed = tokens[:, positions]  # (B, J) HMM tokens
     J = observed.shape[1]
-    particles = _Particles(*prior.sample(B * P, generator))
-    per_particle = observed.repeat_interleave(P, dim=0)  # (B P, J)
-    log_weights = torch.zeros(B, P, dtype=torch.float64)
-    log_evidence = torch.zeros(B, dtype=torch.float64)
-    rejuvenations = torch.zeros(B, dtype=torch.long)
+    particles = _Particles(*prior.sample(B * P, rng))
+    per_particle = np.repeat(observed, P, axis=0)  # (B P, J)
+    log_weights = np.zeros((B, P))
+    log_evidence = np.zeros(B)
+    rejuvenations = np.zeros(B, dtype=np.int64)
     accepted = proposed = 0
-    next_token = torch.full((B, N, p), float("nan"), dtype=torch.float64)
-    ends = torch.cat([starts[1:], torch.tensor([True])])  # the last token of each segment
+    next_token = np.full((B, N, p), np.nan)
+    ends = np.append(starts[1:], True)  # the last token of each segment
 
-    def weighted_mean(values: torch.Tensor) -> torch.Tensor:  # values (B P, p) -> (B, p)
-        weights = (log_weights - log_weights.logsumexp(-1, keepdim=True)).exp()
-        return torch.einsum("bi,bip->bp", weights, values.view(B, P, p))
+    def weighted_mean(values: np.ndarray) -> np.ndarray:  # values (B P, p) -> (B, p)
+        return np.einsum("bi,bip->bp", _normalised(log_weights), values.reshape(B, P, p))
 
+    predicted_next = particles.stationary  # the first token starts a segment
     for j in range(J):
-        if starts[j]:
-            predicted = particles.stationary
-        else:
-            predicted = _advance(particles.filtered, particles.transition)
-        joint = predicted * particles.emission.gather(2, per_particle[:, j, None, None].expand(-1, S, 1)).squeeze(-1)
-        increment = joint.sum(-1)
-        particles.filtered = joint / increment[:, None]
-        before = log_weights.logsumexp(-1)
-        log_weights = log_weights + increment.log().view(B, P)
-        log_evidence += log_weights.logsumexp(-1) - before
-        normalised = (log_weights - log_weights.logsumexp(-1, keepdim=True)).exp()
-        low = (1.0 / normalised.square().sum(-1)) < settings.ess_threshold * P
-        if bool(low.any()):
-            prompts = low.nonzero().squeeze(-1)
-            ancestors = _systematic_resample(log_weights[prompts], generator) + prompts[:, None] * P
-            rows = (prompts[:, None] * P + torch.arange(P)).reshape(-1)
-            moved, accepted_now = _move(particles.take(ancestors.reshape(-1)), per_particle[rows, : j + 1],
-                                        starts[: j + 1], prior, settings.moves, generator)
+        predicted = particles.stationary if starts[j] else predicted_next
+        increment = particles.observe(predicted, per_particle[:, j])
+        before = logsumexp(log_weights, axis=-1)
+        log_weights = log_weights + np.log(increment).reshape(B, P)
+        log_evidence += logsumexp(log_weights, axis=-1) - before
+        low = 1.0 / np.square(_normalised(log_weights)).sum(-1) < settings.ess_threshold * P
+        if low.any():
+            prompts = np.flatnonzero(low)
+            ancestors = _systematic_resample(log_weights[prompts], rng) + prompts[:, None] * P
+            rows = (prompts[:, None] * P + np.arange(P)).ravel()
+            moved, accepted_now = _move(particles.take(ancestors.ravel()), per_particle[rows, : j + 1],
+                                        starts[: j + 1], prior, settings.moves, rng)
             particles.put(rows, moved)
             log_weights[prompts] = 0.0
             rejuvenations[prompts] += 1
             accepted += int(accepted_now.sum())
-            proposed += accepted_now.numel()
-        continuation = _advance(_advance(particles.filtered, particles.transition), particles.emission)
-        next_token[:, positions[j]] = weighted_mean(continuation)
+            proposed += accepted_now.size
+        predicted_next = advance(particles.filtered, particles.transition)
+        next_token[:, positions[j]] = weighted_mean(advance(predicted_next, particles.emission))
         if ends[j] and positions[j] + 1 < N:  # the delimiter's row: a new segment's first token
-            next_token[:, positions[j] + 1] = weighted_mean(_advance(particles.stationary, particles.emission))
+            next_token[:, positions[j] + 1] = weighted_mean(advance(particles.stationary, particles.emission))
     return next_token, log_evidence, rejuvenations, accepted, proposed
 
 
@@ -335,16 +337,16 @@ def prior_predictive(tokens, prompt_format: PromptFormat, prior: DirichletHMMPri
         raise ValueError(f"prior: {type(prior).__name__}; expected a DirichletHMMPrior")
     if not isinstance(settings, SMCSettings):
         raise ValueError(f"settings: {type(settings).__name__}; expected SMCSettings")
-    tokens = check_prompts(tokens, prompt_format, prior.num_tokens)
-    positions, starts = format_positions(prompt_format)
+    tokens = check_prompts(tokens, prompt_format, prior.num_tokens).numpy()
+    positions, starts = (values.numpy() for values in format_positions(prompt_format))
     results = []
     accepted = proposed = 0
     for first in range(0, tokens.shape[0], settings.batch_prompts):
-        generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + first)
+        rng = np.random.default_rng((settings.seed, first))
         *batch, accepted_now, proposed_now = _smc_batch(tokens[first: first + settings.batch_prompts], positions,
-                                                        starts, prior, settings, generator)
+                                                        starts, prior, settings, rng)
         results.append(batch)
         accepted += accepted_now
         proposed += proposed_now
-    next_token, log_evidence, rejuvenations = (torch.cat(parts) for parts in zip(*results))
+    next_token, log_evidence, rejuvenations = (torch.from_numpy(np.concatenate(parts)) for parts in zip(*results))
     return PriorPredictive(next_token, log_evidence, rejuvenations, accepted / proposed if proposed else float("nan"))

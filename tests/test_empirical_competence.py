@@ -1,5 +1,6 @@
 """The competence result (empirical/competence.py): its decision rule, its interval for the gap
 closed, the command's output on the tiny pipeline, and the committed results' ordering."""
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -7,10 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import hmm
 import tiny_pipeline
-from empirical.competence import (COMPETENT, NGRAM_ORDERS, VERDICTS, competence_verdict, gap_closed, paired,
-                                  per_prompt_loss, scope_rows)
+from empirical.competence import (CACHE_VARIABLE, COMPETENT, NGRAM_ORDERS, VERDICTS, ceiling_estimates,
+                                  competence_verdict, gap_closed, paired, per_prompt_loss, scope_rows)
 from empirical.presets import get_preset
+from hmm.prior_predictive import SMCSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 LADDER_ORDER = ("ngram 1", "ngram 2", "ngram 3")
@@ -96,3 +99,25 @@ def test_on_the_committed_results_the_ceiling_lies_between_the_oracle_and_every_
                 # The ceiling's estimate is biased upwards (an SMC evidence's -log is, by Jensen);
                 # its Monte-Carlo error is the only slack allowed.
                 assert loss["ceiling"] - 3 * error[scope] < loss[baseline], (path, scope, baseline)
+
+
+def test_the_ceiling_cache_returns_what_was_computed_and_misses_on_any_other_computation(tmp_path, monkeypatch):
+    spec = hmm.MixtureSpec(num_tasks=4, num_states=2, num_tokens=2, transition_concentration=0.5,
+                           emission_concentration=0.5)
+    prompt_format = hmm.PromptFormat(num_demos=1, demo_length=3, test_length=2)
+    tokens = hmm.sample_prompts(spec.build(seed=0), 3, prompt_format, seed=1).tokens
+    settings = SMCSettings(particles=16, moves=1)
+    monkeypatch.delenv(CACHE_VARIABLE, raising=False)
+    uncached = ceiling_estimates(tokens, prompt_format, spec, settings)
+    assert not uncached.cached and not any(tmp_path.iterdir())
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path))
+    first, again = (ceiling_estimates(tokens, prompt_format, spec, settings) for _ in range(2))
+    assert (first.cached, again.cached) == (False, True) and again.seconds == first.seconds
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(uncached.replicates, first.replicates, again.replicates))
+    assert len(list(tmp_path.glob("*.npz"))) == 1
+    # Another seed, other prompts or another replicate count is another computation.
+    for other in (ceiling_estimates(tokens, prompt_format, spec, dataclasses.replace(settings, seed=1)),
+                  ceiling_estimates(tokens.flip(0), prompt_format, spec, settings),
+                  ceiling_estimates(tokens, prompt_format, spec, settings, replicates=3)):
+        assert not other.cached
+    assert len(list(tmp_path.glob("*.npz"))) == 4

@@ -140,7 +140,7 @@ def test_a_prior_that_is_not_the_smcs_is_refused():
 @pytest.mark.long_running
 def test_the_smc_evidence_lies_between_the_bidirectional_bounds_on_average_over_simulated_prompts():
     count = 96
-    transition, emission, stationary = PRIOR.sample(count, torch.Generator().manual_seed(5))
+    transition, emission, stationary = (torch.from_numpy(x) for x in PRIOR.sample(count, np.random.default_rng(5)))
     prompts = hmm.sample_prompts(hmm.Mixture.uniform(hmm.HMM(stationary, transition, emission)), count, FORMAT, seed=3)
     own = prompts.task_ids
     bounds = evidence_bounds(prompts.tokens, FORMAT, PRIOR, transition[own], emission[own], chains=64, seed=0)

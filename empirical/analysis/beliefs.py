@@ -32,7 +32,7 @@ features of a row are the residual stream at t after a layer: ``embedding`` (``h
 
 * The prior-predictive next-token distribution ``ceiling``: the posterior predictive under the
   generator's prior, the best any predictor of the prompt alone can do, the mean of
-  :func:`empirical.competence.ceiling_replicates` (SMC; optional, costly). For comparison the
+  :func:`empirical.competence.ceiling_estimates` (SMC; optional, costly). For comparison the
   in-context n-grams ``ngram 1..3`` (:func:`empirical.competence.fitted_ngrams`), which a network
   that counts tokens represents.
 
@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -84,7 +83,7 @@ from empirical.analysis.networks import roformer_streams
 from empirical.analysis.probes import CONFIDENCE, bootstrap_ratio_interval, standardise
 from empirical.analysis.report import random_init_like
 from empirical.analysis.shuffle import random_derangements
-from empirical.competence import CEILING_SETTINGS, ceiling_replicates, fitted_ngrams
+from empirical.competence import CEILING_SETTINGS, ceiling_estimates, fitted_ngrams
 from empirical.configs import check_integers, option
 from empirical.curves import fresh_prompts
 from empirical.hand_built import segments
@@ -334,12 +333,10 @@ def reference_targets(tokens: torch.Tensor, preset: ExperimentPreset, settings: 
     references = {name: ngram(tokens) for name, ngram in fitted_ngrams(preset, settings.fresh_tasks).items()}
     if not settings.ceiling_particles:
         return references, None
-    smc = dataclasses.replace(CEILING_SETTINGS, particles=settings.ceiling_particles)
-    started = time.perf_counter()
-    replicates = ceiling_replicates(tokens, preset, smc)
-    references[CEILING] = torch.stack(replicates).mean(0)
-    return references, {**dataclasses.asdict(smc), "replicates": len(replicates),
-                        "seconds": time.perf_counter() - started}
+    estimates = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec,
+                                  dataclasses.replace(CEILING_SETTINGS, particles=settings.ceiling_particles))
+    references[CEILING] = estimates.probabilities
+    return references, estimates.record()
 
 
 def beliefs_report(model: RoFormer, preset: ExperimentPreset, settings: BeliefSettings,

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,7 +65,7 @@ import hmm
 from empirical.analysis.networks import roformer_patterns
 from empirical.analysis.offsets import offset_sums
 from empirical.analysis.report import random_init_like
-from empirical.competence import CEILING_SETTINGS, ceiling_replicates, fitted_ngrams, paired, scope_rows
+from empirical.competence import CEILING_SETTINGS, ceiling_estimates, fitted_ngrams, paired, scope_rows
 from empirical.configs import check_integers, option
 from empirical.curves import fresh_prompts
 from empirical.data import stream_seed
@@ -423,7 +422,7 @@ def heads_report(model: RoFormer, preset: ExperimentPreset, settings: HeadsSetti
                  device: torch.device | str = "cpu") -> dict:
     """Scores of every head of ``model`` and of its random-init twin, the selected groups and the
     causal test against the in-context n-grams (:func:`empirical.competence.fitted_ngrams`), the
-    ceiling (averaged :func:`empirical.competence.ceiling_replicates`, unless
+    ceiling (averaged :func:`empirical.competence.ceiling_estimates`, unless
     ``ceiling_particles`` is 0) and the unablated model, on fresh-HMM prompts of ``preset``
     (the checkpoint's); JSON-ready."""
     if settings.top_heads > model.config.num_layers * model.config.num_heads // 2:
@@ -441,11 +440,9 @@ def heads_report(model: RoFormer, preset: ExperimentPreset, settings: HeadsSetti
     references = {name: ngram(tokens) for name, ngram in fitted_ngrams(preset, settings.fresh_tasks).items()}
     ceiling = None
     if settings.ceiling_particles:
-        smc = dataclasses.replace(CEILING_SETTINGS, particles=settings.ceiling_particles)
-        started = time.perf_counter()
-        replicates = ceiling_replicates(tokens, preset, smc)
-        references["ceiling"] = torch.stack(replicates).mean(0)
-        ceiling = {**dataclasses.asdict(smc), "replicates": len(replicates), "seconds": time.perf_counter() - started}
+        estimates = ceiling_estimates(tokens, prompt_format, preset.mixture_spec,
+                                      dataclasses.replace(CEILING_SETTINGS, particles=settings.ceiling_particles))
+        references["ceiling"], ceiling = estimates.probabilities, estimates.record()
     means = mean_head_outputs(model, reference, device, settings.batch_size)
     ablation = ablation_effects(model, tokens, prompt_format, num_tokens, references, groups, means,
                                 settings.random_draws, settings.seed, device)

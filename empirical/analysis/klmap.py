@@ -13,7 +13,7 @@ the map):
   the theory's (observable) family ``KL(P_L || hand-built)`` is what the theorem bounds;
 * ``ngram 1..3``: the in-context n-grams (:func:`empirical.competence.fitted_ngrams`);
 * ``ceiling``: the prior-predictive ceiling, :data:`empirical.competence.CEILING_REPLICATES` SMC
-  runs averaged (:func:`empirical.competence.ceiling_replicates`), unless skipped;
+  runs averaged (:func:`empirical.competence.ceiling_estimates`), unless skipped;
 * ``oracle``: each prompt's own HMM, exactly filtered (:func:`empirical.regime.oracle_predictor`).
 
 **Rows.** Row t of prompt b predicts token t + 1. A row is *common* when its next token is an HMM
@@ -50,7 +50,7 @@ import torch
 
 import hmm
 from empirical.analysis.heads import kl_per_prompt
-from empirical.competence import (CEILING_SETTINGS, HAND_BUILT_NETWORK, ceiling_replicates, fitted_ngrams, paired,
+from empirical.competence import (CEILING_SETTINGS, HAND_BUILT_NETWORK, ceiling_estimates, fitted_ngrams, paired,
                                   per_prompt_loss, scope_rows)
 from empirical.configs import check_integers, option
 from empirical.curves import fresh_prompts
@@ -185,21 +185,11 @@ def scope_section(probabilities: dict[str, torch.Tensor], tokens: torch.Tensor, 
     }
 
 
-def ceiling_probabilities(tokens: torch.Tensor, preset: ExperimentPreset, particles: int) -> tuple[torch.Tensor, dict]:
-    """The averaged :func:`empirical.competence.ceiling_replicates` with ``particles`` per SMC
-    replicate, and the record of its settings and seconds."""
-    settings = dataclasses.replace(CEILING_SETTINGS, particles=particles)
-    started = time.perf_counter()
-    replicates = ceiling_replicates(tokens, preset, settings)
-    return torch.stack(replicates).mean(0), {**dataclasses.asdict(settings), "replicates": len(replicates),
-                                             "seconds": time.perf_counter() - started}
-
-
 def map_predictions(model: RoFormer, fresh: hmm.Mixture, prompts: hmm.Prompts, preset: ExperimentPreset,
                     settings: KLMapSettings, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
     """``{name: (B, N, p)}`` float64 of every predictor of the module docstring on ``prompts`` (of
     the fresh HMMs ``fresh``), in the map's order, and their costs: ``{"seconds": {name: seconds},
-    "ceiling": the ceiling's record of :func:`ceiling_probabilities`, None when skipped}``."""
+    "ceiling": the ceiling's record (:meth:`empirical.competence.Ceiling.record`), None when skipped}``."""
     fmt, p, tokens = preset.prompt_format, fresh.num_tokens, prompts.tokens
     predictors = {MODEL: model_predictor(model, p, device)}
     predictors.update({hand_built_name(L): hand_built_predictor(fmt, p, L, settings.gd_steps) for L in HISTORY_LENGTHS})
@@ -213,7 +203,9 @@ def map_predictions(model: RoFormer, fresh: hmm.Mixture, prompts: hmm.Prompts, p
         seconds[name] = time.perf_counter() - started
     ceiling = None
     if settings.ceiling_particles:
-        probabilities["ceiling"], ceiling = ceiling_probabilities(tokens, preset, settings.ceiling_particles)
+        estimates = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec,
+                                      dataclasses.replace(CEILING_SETTINGS, particles=settings.ceiling_particles))
+        probabilities["ceiling"], ceiling = estimates.probabilities, estimates.record()
         seconds["ceiling"] = ceiling["seconds"]
     started = time.perf_counter()
     probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens).double()
