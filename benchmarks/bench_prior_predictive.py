@@ -11,6 +11,10 @@ cross-check by bidirectional Monte Carlo (hmm/bidirectional.py), on the competen
 * **convergence**: the ceiling as the competence result computes it (``CEILING_REPLICATES``
   replicates averaged) at those settings and with twice the particles and twice the moves. Rule:
   converged when the mean loss moves by less than the first setting's Monte-Carlo standard error.
+  Beside it, each setting's ``jensen_term``: ``(mean_r L(replicate r) - L(average)) / (R - 1)``,
+  the jackknife estimate of how far the average of R replicates still lies above the exact
+  ceiling from averaging estimates inside a log (``-log`` of a mean of R unbiased estimates is
+  high by about ``Var / (2 R p^2)``, so one replicate is high by R times the average's excess).
 * **cross-check**: per-token ``-log Z`` of each prompt (every HMM token, the first included) from
   the SMC's evidence, and the bidirectional bounds averaged over the prompts (forward AIS: a
   stochastic upper bound on the loss; reverse AIS from each prompt's generating HMM: a stochastic
@@ -60,8 +64,10 @@ def ceiling_losses(tokens, preset, settings: SMCSettings) -> dict:
     p = preset.mixture_spec.num_tokens
     scopes = {}
     for scope, rows in scope_rows(preset.prompt_format).items():
-        scopes[scope] = {"loss": per_prompt_loss(averaged, tokens, p, rows).mean().item(),
-                         "monte_carlo_stderr": ceiling_error(replicates, tokens, p, rows)}
+        loss = per_prompt_loss(averaged, tokens, p, rows).mean().item()
+        single = sum(per_prompt_loss(replicate, tokens, p, rows).mean().item() for replicate in replicates) / len(replicates)
+        scopes[scope] = {"loss": loss, "monte_carlo_stderr": ceiling_error(replicates, tokens, p, rows),
+                         "jensen_term": (single - loss) / (len(replicates) - 1)}
     return {"particles": settings.particles, "moves": settings.moves, "seconds": seconds, **scopes}
 
 
