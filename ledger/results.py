@@ -87,7 +87,7 @@ ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical
 its command module, which parses the options into the sections' config (``AnalysisConfig``, in
 ``report.py``) and writes what they computed, as the Markov study's is not listed either."""
 FRESH_HMM_REFERENCES = ("empirical/curves.py", "empirical/competence.py", "empirical/ngram.py",
-                        "hmm/prior_predictive.py", "hmm/markov.py", "empirical/evaluate.py", "empirical/regime.py",
+                        "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "empirical/evaluate.py", "empirical/regime.py",
                         "hmm/families.py", *ROFORMER, *MIXTURE)
 """What the one-checkpoint commands (``hmmtf heads``, ``klmap``, ``beliefs``) share: the fresh-HMM
 prompts of ``hmmtf curve``'s probe, the model's predictions and the in-context references (the
@@ -141,7 +141,7 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
         Result(f"{folder}/evaluation.json", evaluate,
                ("empirical/evaluate.py", "empirical/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE), needs=needs),
         Result(f"{folder}/competence.json", evaluate,
-               ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
+               ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
                 "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", "hmm/families.py", *ROFORMER,
                 *MIXTURE, *CONSTRUCTION), needs=needs + "; 10 (observable) to 40 (paper) minutes on a core"),
         Result(f"{folder}/analysis.json", f"hmmtf analyze {model} --out figures/{family}/POINT --sections shuffle "
@@ -207,7 +207,7 @@ RESULTS: tuple[Result, ...] = (
             "hmm/model.py", "hmm/prompts.py", *ROFORMER),
            needs="the committed runs in models/markov-incontext (else about 35 minutes of a core to train them)"),
     Result("figures/benchmarks/hmm.json", "python benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json",
-           ("benchmarks/bench_hmm.py", "empirical/roofline.py", *MIXTURE),
+           ("benchmarks/bench_hmm.py", "empirical/roofline.py", "hmm/particle_filter.py", *MIXTURE),
            needs="`make bench` (the bench extra: hmmlearn, jax, dynamax) and idle cores (a timing)"),
     Result("figures/benchmarks/hand_built.json",
            "python benchmarks/bench_hand_built.py --preset cpu-small --prompts 1024 --L 3 --T 10 --out figures/benchmarks/hand_built.json",
@@ -221,19 +221,19 @@ RESULTS: tuple[Result, ...] = (
                  "(or hmmtf train --preset POINT)"),
     Result("figures/ladder/*/competence.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
-           ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/markov.py",
+           ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
             "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", *ROFORMER, *MIXTURE,
             *CONSTRUCTION), needs="the point's checkpoint (as for evaluation.json); the SMC ceiling takes 11-40 "
                                   "minutes on a core"),
     Result("figures/competence/prior_predictive.json",
            "python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 32 --out "
            "figures/competence/prior_predictive.json",
-           ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive.py", "hmm/bidirectional.py", "hmm/markov.py",
+           ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/bidirectional.py", "hmm/markov.py",
             "empirical/competence.py", "empirical/regime.py", *MIXTURE),
            needs="about 30 minutes on a core (a timing: idle cores)"),
     Result("figures/families/signal.json", "hmmtf signal --out figures/families",
            ("empirical/signal.py", "empirical/competence.py", "empirical/ngram.py", "empirical/regime.py",
-            "empirical/hand_built.py", "hmm/prior_predictive.py", "hmm/markov.py", "hmm/observability.py",
+            "empirical/hand_built.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/observability.py",
             "hmm/families.py", "hmm/memory.py", *MIXTURE),
            needs="about 25 minutes on a loaded core (the paper family's ceiling is most of it)"),
     *(result for family in REGIME_MODEL_FAMILIES for result in regime_model_results(family)),
