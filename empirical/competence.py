@@ -136,7 +136,7 @@ class Ceiling(NamedTuple):
 
 
 CACHE_VARIABLE = "HMMTF_CEILING_CACHE"
-"""Environment variable naming a directory where :func:`ceiling` keeps what it computes, by content."""
+"""Environment variable naming a directory where :func:`ceiling_estimates` keeps what it computes, by content."""
 SMC_SOURCES = ("hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py")
 """The modules the SMC's numbers come from; their bytes are part of the cache key."""
 
@@ -156,7 +156,7 @@ def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spec: hmm.
 
 
 def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spec: hmm.MixtureSpec,
-            settings: SMCSettings = CEILING_SETTINGS, replicates: int = CEILING_REPLICATES) -> Ceiling:
+                      settings: SMCSettings = CEILING_SETTINGS, replicates: int = CEILING_REPLICATES) -> Ceiling:
     """``replicates`` independent SMC estimates of the prior predictive of ``spec``'s prior on
     ``tokens (B, N)`` (seeds ``settings.seed + r``).
 
