@@ -133,11 +133,23 @@ def source_commit() -> str | None:
     return commit.stdout.strip() + ("+dirty" if changes.stdout.strip() else "")
 
 
+def restart_for_training(process_argv: list[str]) -> None:
+    """Restart this process with glibc's malloc tuned for training when ``process_argv`` (its
+    ``sys.argv``) names a subcommand that trains: :func:`empirical.allocator.restart_with_training_tunables`."""
+    from empirical.allocator import TRAINING_SUBCOMMANDS, restart_with_training_tunables
+    if subcommand_of(process_argv[1:]) in TRAINING_SUBCOMMANDS:
+        restart_with_training_tunables(process_argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``) and run the subcommand; its exit code. A user
     error prints one line and returns 2 (module docstring). ``args.command_line`` is the command
     as a shell line and ``args.git_commit`` the code's :func:`source_commit`, recorded by the
-    subcommands next to the data they write."""
+    subcommands next to the data they write. Called without ``argv``, as a process's entry point,
+    a training subcommand first restarts the process with glibc's malloc tuned for training
+    (:func:`restart_for_training`); a call with ``argv`` (a test, a script) never restarts."""
+    if argv is None:
+        restart_for_training(sys.argv)
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser(subcommand_of(argv)).parse_args(argv)

@@ -1,32 +1,39 @@
 """Training tokens/s of the ways to use a machine's cores: one process with one thread or more,
 the DDP processes of one run (gloo, as ``torchrun`` starts them), or independent runs side by
-side. :func:`measure_layout` runs one way in fresh worker processes that start their timed steps
+side, under glibc's ``malloc`` defaults or the training tunables of :mod:`empirical.allocator`.
+:func:`measure_layout` runs one way in fresh worker processes that start their timed steps
 together; :func:`measure_peaks` measures the float32 matmul peak of the same cores the same way.
 
-A worker is forked by a *forkserver* that has imported :data:`PRELOAD` and run no torch operation,
-so no thread pool exists yet when the worker sets its thread count and builds its model (a
-process forked after torch's pools started inherits locks held by threads it does not have; see
-``run_ranks`` in tests/test_empirical_train.py). Every worker trains the same model (seed
-:data:`MODEL_SEED`) on the same random batch (seed :data:`BATCH_SEED`); only the way of using the
-cores differs.
+A worker is a *spawned* process (a fresh interpreter started with the environment the way asks
+for: glibc reads its malloc tunables only when a process starts), so no thread pool exists yet
+when the worker sets its thread count and builds its model (a process forked after torch's pools
+started inherits locks held by threads it does not have; see ``run_ranks`` in
+tests/test_empirical_train.py). Every worker trains the same model (seed :data:`MODEL_SEED`) on
+the same random batch (seed :data:`BATCH_SEED`); only the way of using the cores differs.
 
 The rate of workers that run at the same time is taken over their *common interval*
 (:func:`rate_over_common_interval`): from the last worker's start to the first worker's end, so
-every step it counts ran while every other worker was running too.
+every step it counts ran while every other worker was running too. Timings on a shared machine
+drift by 10-20% from one minute to the next, so a comparison measures every way in several
+*rounds* and compares the ways within each round (:func:`ratio_summary`).
 """
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import queue
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
+
+from empirical.allocator import TUNABLES_VARIABLE, with_training_tunables
 
 from empirical.model import RoFormer
 from empirical.presets import ExperimentPreset, get_preset
@@ -45,9 +52,8 @@ MODEL_SEED = 0
 """``torch.manual_seed`` before the model is built: every worker trains the same initial weights."""
 BATCH_SEED = 0
 """Seed of the random batch every worker trains on (:func:`random_batch`)."""
-PRELOAD = ["torch", "torch._dynamo", "torch.distributed", __name__]
-"""What the forkserver imports once before it forks the workers: torch, the optimizer's first
-step's import of ``torch._dynamo`` (3 s on 2 cores, in every worker otherwise) and this module."""
+RATIO_CONFIDENCE = 0.95
+"""Confidence of the interval of a way's ratio to today's path over the rounds (:func:`ratio_summary`)."""
 POLL_S = 0.2
 """How often :func:`run_together` looks for a worker that died without reporting."""
 JOIN_S = 30.0
@@ -152,11 +158,36 @@ def rate_over_common_interval(timelines: list[list[float]], tokens_per_step: lis
     return CommonRate(tokens / (last - first), last - first)
 
 
+def ratio_summary(rates: list[float], today_rates: list[float], confidence: float = RATIO_CONFIDENCE) -> dict:
+    """A way's tokens/s against today's path's over ``R`` rounds, each of which measured both::
+
+        ratio_r = rates[r] / today_rates[r],     ratio = exp(mean_r log ratio_r)
+
+    and for ``R >= 2`` the ``confidence`` interval ``exp(m -+ t s / sqrt(R))``, with ``m`` and ``s``
+    the mean and sample standard deviation of the log ratios and ``t`` the Student quantile of
+    ``R - 1`` degrees of freedom at ``(1 + confidence) / 2``. Pairing within a round removes the
+    drift that two rounds share; the interval takes what is left as independent from round to
+    round. One round gives no interval (``None``)."""
+    if len(rates) != len(today_rates) or not rates:
+        raise ValueError(f"rates: {len(rates)}, today_rates: {len(today_rates)}; expected the same number of "
+                         f"rounds, at least one")
+    import scipy.stats  # here, not at the top: every spawned worker imports this module, scipy.stats takes 1 s
+
+    ratios = np.asarray(rates, dtype=float) / np.asarray(today_rates, dtype=float)
+    logs = np.log(ratios)
+    summary = {"ratios": [float(value) for value in ratios], "ratio": float(np.exp(logs.mean())), "interval": None}
+    if len(logs) >= 2:
+        half = scipy.stats.t.ppf((1 + confidence) / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs))
+        summary["interval"] = [float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))]
+    return summary
+
+
 @dataclass(frozen=True)
 class Layout:
     """One way to use the cores: ``processes`` workers of ``threads`` threads each, training
     ``batch_size`` rows a step each, or with ``ddp`` one run's global batch of ``batch_size`` rows
-    split across them; ``compile``: ``torch.compile`` the model."""
+    split across them; ``compile``: ``torch.compile`` the model; ``tuned_malloc``: the workers start
+    with :data:`~empirical.allocator.TRAINING_TUNABLES` (else with the environment as it is)."""
 
     name: str
     description: str
@@ -165,16 +196,22 @@ class Layout:
     batch_size: int
     ddp: bool = False
     compile: bool = False
+    tuned_malloc: bool = False
 
     def rows_per_process(self) -> int:
         return self.batch_size // self.processes if self.ddp else self.batch_size
 
+    def environment(self) -> dict[str, str]:
+        """The environment its workers start with."""
+        return with_training_tunables(os.environ) if self.tuned_malloc else dict(os.environ)
+
 
 def layouts(cores: int, batch_size: int, *, compile: bool = False) -> list[Layout]:
-    """The ways compared, today's path first (one process, one thread: ``hmmtf train --threads 1``
-    and the ladder); then a thread per core, a DDP process per core, an independent run per core,
-    today's path and the independent runs at twice the batch; with ``compile`` today's path
-    compiled."""
+    """The ways compared, today's path first (one process, one thread, glibc's malloc defaults:
+    ``hmmtf train --threads 1`` and the ladder as they ran); then a thread per core, a DDP process
+    per core, an independent run per core, today's path and the independent runs at twice the
+    batch, today's path, the DDP run and the independent runs with the training tunables (as
+    ``hmmtf train`` now starts); with ``compile`` today's path compiled."""
     double = 2 * batch_size
     ways = [
         Layout("1x1", "1 process x 1 thread (today's path)", 1, 1, batch_size),
@@ -184,6 +221,11 @@ def layouts(cores: int, batch_size: int, *, compile: bool = False) -> list[Layou
         Layout(f"1x1-batch{double}", f"1 process x 1 thread, batch {double}", 1, 1, double),
         Layout(f"independent-{cores}x1-batch{double}", f"{cores} independent processes x 1 thread, batch {double}",
                cores, 1, double),
+        Layout("1x1-tuned-malloc", "1 process x 1 thread, tuned malloc", 1, 1, batch_size, tuned_malloc=True),
+        Layout(f"ddp-{cores}x1-tuned-malloc", f"{cores} DDP processes x 1 thread, tuned malloc", cores, 1, batch_size,
+               ddp=True, tuned_malloc=True),
+        Layout(f"independent-{cores}x1-tuned-malloc", f"{cores} independent processes x 1 thread, tuned malloc",
+               cores, 1, batch_size, tuned_malloc=True),
     ]
     if compile:
         ways.append(Layout("1x1-compiled", "1 process x 1 thread, torch.compile", 1, 1, batch_size, compile=True))
@@ -203,9 +245,11 @@ def _report(target: Callable[..., dict], index: int, barrier, results, args: tup
     results.put((index, payload, broken_by_another))
 
 
-def run_together(target: Callable[..., dict], args: list[tuple], timeout_s: float) -> list[dict]:
-    """``target(index, barrier, *args[index])`` in ``len(args)`` fresh processes forked at once by
-    the forkserver (:data:`PRELOAD`), sharing a ``multiprocessing.Barrier``; their dicts, in order.
+def run_together(target: Callable[..., dict], args: list[tuple], timeout_s: float,
+                 environment: Mapping[str, str] | None = None) -> list[dict]:
+    """``target(index, barrier, *args[index])`` in ``len(args)`` processes spawned at once with
+    ``environment`` (default: this process's), sharing a ``multiprocessing.Barrier``; their dicts,
+    in order.
 
     A failure does not raise: when a worker raises, dies without a result, or the group is not done
     after ``timeout_s`` seconds, the workers still running are killed and every worker without a
@@ -213,14 +257,12 @@ def run_together(target: Callable[..., dict], args: list[tuple], timeout_s: floa
     does not end the wait: the worker that broke it does, so the failure named is the cause,
     whichever of the two reports first.
     """
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(len(args))
     results = context.Queue()
     processes = [context.Process(target=_report, args=(target, index, barrier, results, worker_args))
                  for index, worker_args in enumerate(args)]
-    for process in processes:
-        process.start()
+    _start_with_environment(processes, dict(os.environ) if environment is None else environment)
     payloads: dict[int, dict] = {}
     failure = None
     deadline = time.monotonic() + timeout_s
@@ -249,6 +291,20 @@ def run_together(target: Callable[..., dict], args: list[tuple], timeout_s: floa
                 process.join()
         results.close()
     return [payloads.get(index, {"error": failure}) for index in range(len(processes))]
+
+
+def _start_with_environment(processes: list, environment: Mapping[str, str]) -> None:
+    """Start the spawned ``processes``: a spawned process starts with ``os.environ`` as it is at its
+    start, so this process's environment is ``environment`` meanwhile, and is put back after."""
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(environment)
+        for process in processes:
+            process.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _free_port() -> int:
@@ -280,7 +336,8 @@ def _train_worker(index: int, barrier, layout: Layout, preset_name: str, steps: 
         timing = _timed_training(layout, preset_name, steps, warmup, barrier.wait)
     finally:
         shutdown_distributed()
-    return {"threads": torch.get_num_threads(), "timeline": timing.timeline, "warmup_s": timing.warmup_s}
+    return {"threads": torch.get_num_threads(), "glibc_tunables": os.environ.get(TUNABLES_VARIABLE),
+            "timeline": timing.timeline, "warmup_s": timing.warmup_s}
 
 
 def _peak_worker(index: int, barrier, threads: int, size: int) -> dict:
@@ -298,7 +355,8 @@ def measure_layout(layout: Layout, preset: ExperimentPreset, steps: int, warmup:
     context), and each worker's thread count, warm-up seconds, seconds a step and own tokens/s;
     or, for a layout that failed, ``error``."""
     port = _free_port() if layout.ddp else 0
-    workers = run_together(_train_worker, [(layout, preset.name, steps, warmup, port)] * layout.processes, timeout_s)
+    workers = run_together(_train_worker, [(layout, preset.name, steps, warmup, port)] * layout.processes, timeout_s,
+                           layout.environment())
     result = {**asdict(layout), "workers": workers}
     errors = [worker["error"] for worker in workers if "error" in worker]
     if errors:
@@ -306,7 +364,8 @@ def measure_layout(layout: Layout, preset: ExperimentPreset, steps: int, warmup:
     tokens = layout.rows_per_process() * preset.prompt_format.length
     timelines = [worker["timeline"] for worker in workers]
     common = rate_over_common_interval(timelines, [tokens] * len(workers))
-    result["workers"] = [{"threads": worker["threads"], "warmup_s": worker["warmup_s"],
+    result["workers"] = [{"threads": worker["threads"], "glibc_tunables": worker["glibc_tunables"],
+                          "warmup_s": worker["warmup_s"],
                           "seconds_per_step": (timeline[-1] - timeline[0]) / steps,
                           "tokens_per_s": steps * tokens / (timeline[-1] - timeline[0])}
                          for worker, timeline in zip(workers, timelines)]

@@ -58,9 +58,9 @@ CONSTRUCTION = ("construction/", "!construction/export.py", "!construction/comma
 ROFORMER = ("empirical/model.py",)
 """The trained network's forward pass."""
 TRAINING_BENCHMARK = ("benchmarks/bench_training.py", "empirical/throughput.py", "empirical/train.py",
-                      "empirical/roofline.py", *ROFORMER)
+                      "empirical/roofline.py", "empirical/allocator.py", *ROFORMER)
 """The training benchmark: its timed step and its ways of using the cores, the training step's
-gradient code, the matmul peak and the network."""
+gradient code, the matmul peak, the malloc tunables of the tuned ways and the network."""
 MARKOV = ("empirical/markov/chains.py", "empirical/markov/runs.py", "empirical/markov/criterion.py",
           "empirical/markov/inits.py", "empirical/markov/config.py", "empirical/markov/attention.py",
           "empirical/configs.py", "hmm/model.py", "hmm/prompts.py")

@@ -3,6 +3,7 @@ comparison of the ways to use the CPU's cores (empirical/throughput.py) on the t
 checks what it measures and how, not how fast."""
 import importlib.util
 import json
+import math
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import hmmtf
-from empirical import throughput
+from empirical import allocator, throughput
 from empirical.model import RoFormer, RoFormerConfig, forward_flops_per_token, training_flops_per_token
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training.py"
@@ -55,9 +56,28 @@ def test_the_common_interval_counts_what_every_worker_did_while_all_were_timing(
 def test_the_ways_start_with_todays_path_and_only_ddp_splits_the_batch():
     ways = throughput.layouts(2, 32, compile=True)
     assert [way.name for way in ways] == ["1x1", "1x2", "ddp-2x1", "independent-2x1", "1x1-batch64",
-                                          "independent-2x1-batch64", "1x1-compiled"]
-    assert [way.rows_per_process() for way in ways] == [32, 32, 16, 32, 64, 64, 32]
+                                          "independent-2x1-batch64", "1x1-tuned-malloc", "ddp-2x1-tuned-malloc",
+                                          "independent-2x1-tuned-malloc", "1x1-compiled"]
+    assert [way.rows_per_process() for way in ways] == [32, 32, 16, 32, 64, 64, 32, 16, 32, 32]
+    assert [way.name for way in ways if way.tuned_malloc] == ["1x1-tuned-malloc", "ddp-2x1-tuned-malloc",
+                                                             "independent-2x1-tuned-malloc"]
     assert [way.name for way in throughput.layouts(2, 32)] == [way.name for way in ways[:-1]]
+
+
+def test_the_ratio_over_rounds_is_the_geometric_mean_with_a_student_interval():
+    # Log ratios log 2 and log 8 (ratios 2/1 and 16/2): mean log 4, sample sd (log 8 - log 2) / sqrt 2
+    # = log(4) / sqrt 2, half-width t_{1, 0.975} sd / sqrt 2 = 12.7062... log(4) / 2.
+    summary = throughput.ratio_summary([2.0, 16.0], [1.0, 2.0])
+    assert summary["ratios"] == [2.0, 8.0]
+    assert summary["ratio"] == pytest.approx(4.0, rel=1e-15)
+    half = 12.706204736174698 * math.log(4.0) / 2
+    assert summary["interval"] == pytest.approx([4.0 * math.exp(-half), 4.0 * math.exp(half)], rel=1e-12)
+    assert throughput.ratio_summary([3.0], [2.0]) == {"ratios": [1.5], "ratio": pytest.approx(1.5, rel=1e-15),
+                                                      "interval": None}
+    same = throughput.ratio_summary([5.0, 10.0, 20.0], [2.5, 5.0, 10.0])
+    assert same["interval"] == pytest.approx([2.0, 2.0], rel=1e-15)
+    with pytest.raises(ValueError, match="rates: 2, today_rates: 1; expected the same number of rounds"):
+        throughput.ratio_summary([1.0, 2.0], [1.0])
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +94,15 @@ def test_the_comparison_measures_every_way_against_todays_path_and_the_cores_pea
     ways = comparison["configurations"]
     assert [way["name"] for way in ways] == [way.name for way in throughput.layouts(2, 16)]
     assert [way for way in ways if "error" in way] == []
-    assert comparison["today"] == "1x1" and ways[0]["ratio_to_today"] == 1.0
+    assert comparison["today"] == "1x1" and comparison["rounds"] == 1
     for way in ways:
-        assert way["tokens_per_s"] > 0 and 0 < way["mfu"] < 1
-        assert way["ratio_to_today"] == way["tokens_per_s"] / ways[0]["tokens_per_s"]
+        (measured,) = way["rounds"]
+        assert way["tokens_per_s"] == measured["tokens_per_s"] > 0 and 0 < way["mfu"] < 1
+        assert way["ratios"] == [way["tokens_per_s"] / ways[0]["tokens_per_s"]]
+        assert way["ratio_interval"] is None  # one round: no interval, so no way meets the target
         assert way["mfu"] == way["tokens_per_s"] * comparison["model_flops_per_token"] / comparison["matmul_peak"]["flops_per_s"]
+    assert ways[0]["ratio_to_today"] == 1.0
+    assert comparison["target"] == {"ratio": 2.0, "rule": bench.TARGET_RULE, "met_by": []}
     peak = comparison["matmul_peak"]
     assert peak["flops_per_s"] == max(way["flops_per_s"] for way in peak["ways"].values())
     assert peak["flops_per_s"] == peak["ways"][peak["used"]]["flops_per_s"]
@@ -86,10 +110,32 @@ def test_the_comparison_measures_every_way_against_todays_path_and_the_cores_pea
     assert comparison["command"][:3] == ["python", "benchmarks/bench_training.py", "--compare"]
 
 
+def test_a_way_over_rounds_is_its_median_its_ratio_interval_and_the_rule_on_its_lower_end():
+    way = throughput.Layout("independent-2x1", "two", 2, 1, 32)
+    today = [{"tokens_per_s": rate} for rate in (10.0, 12.0, 11.0)]
+    fast = bench.summarise_way(way, [{"tokens_per_s": rate} for rate in (25.0, 29.4, 27.5)], today, 3, 100.0)
+    assert fast["tokens_per_s"] == 27.5 and fast["model_flops_per_s"] == 3 * 27.5 and fast["mfu"] == 3 * 27.5 / 100.0
+    assert fast["ratios"] == [2.5, 29.4 / 12.0, 2.5]
+    assert fast["ratio_to_today"] == pytest.approx((2.5 * 2.45 * 2.5) ** (1 / 3), rel=1e-14)
+    assert fast["ratio_interval"] == throughput.ratio_summary([25.0, 29.4, 27.5], [10.0, 12.0, 11.0])["interval"]
+    assert fast["ratio_interval"][0] >= 2.0 and bench.meets_target(fast)
+    noisy = bench.summarise_way(way, [{"tokens_per_s": rate} for rate in (30.0, 18.0, 26.0)], today, 3, 100.0)
+    assert noisy["ratio_to_today"] > 2 and noisy["ratio_interval"][0] < 2 and not bench.meets_target(noisy)
+    failed = bench.summarise_way(way, [{"tokens_per_s": 1.0}, {"error": "killed"}, {"tokens_per_s": 1.0}], today, 3, 100.0)
+    assert failed["error"] == "killed" and "ratio_to_today" not in failed and not bench.meets_target(failed)
+    orphan = bench.summarise_way(way, [{"tokens_per_s": 1.0}] * 3, [*today[:2], {"error": "killed"}], 3, None)
+    assert orphan["ratio_to_today"] is None and orphan["mfu"] is None and not bench.meets_target(orphan)
+
+
 @pytest.mark.long_running
-def test_every_worker_runs_on_the_threads_it_was_given(comparison):
+def test_every_worker_runs_on_the_threads_and_the_malloc_it_was_given(comparison):
+    tuned = allocator.with_training_tunables(os.environ)["GLIBC_TUNABLES"]
     for way in comparison["configurations"]:
-        assert [worker["threads"] for worker in way["workers"]] == [way["threads"]] * way["processes"], way["name"]
+        for measured in way["rounds"]:
+            workers = measured["workers"]
+            assert [worker["threads"] for worker in workers] == [way["threads"]] * way["processes"], way["name"]
+            expected = tuned if way["tuned_malloc"] else os.environ.get("GLIBC_TUNABLES")
+            assert [worker["glibc_tunables"] for worker in workers] == [expected] * way["processes"], way["name"]
     ways_of_peak = comparison["matmul_peak"]["ways"]
     assert [worker["threads"] for worker in ways_of_peak["2_processes_x_1_thread"]["workers"]] == [1, 1]
     assert [worker["threads"] for worker in ways_of_peak["1_process_x_2_threads"]["workers"]] == [2]
@@ -122,7 +168,7 @@ def test_a_bad_argument_is_named_in_one_line(argv, message, capsys):
 @pytest.mark.long_running
 def test_a_failing_or_late_worker_is_reported_not_raised():
     """A worker that raises breaks the barrier, so the other is not left waiting; a group past its
-    timeout is killed. (Long only when it starts the forkserver: about 5 s of imports.)"""
+    timeout is killed. (Long for the imports of the spawned workers: a few seconds.)"""
     failed = throughput.run_together(throughput._peak_worker, [(0, 8), (1, 8)], timeout_s=60)
     assert failed[0] == {"error": "RuntimeError: set_num_threads expects a positive integer"}
     assert "error" in failed[1]

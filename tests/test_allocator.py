@@ -1,0 +1,68 @@
+"""glibc malloc's training tunables (empirical/allocator.py): how they join the environment's own,
+when a process restarts with them, and that ``hmmtf`` restarts only as a process's entry point."""
+import platform
+import sys
+
+import pytest
+
+import hmmtf
+from empirical import allocator
+
+GLIBC_LINUX = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+
+
+def test_the_tunables_syntax_is_read_in_order_and_a_malformed_entry_is_named():
+    assert allocator.parse_tunables("") == {}
+    assert list(allocator.parse_tunables("a.b=1:c.d=x=y")) == ["a.b", "c.d"]
+    assert allocator.parse_tunables("a.b=1:c.d=x=y")["c.d"] == "x=y"
+    with pytest.raises(ValueError, match=r"GLIBC_TUNABLES: 'a=1:oops'; expected name=value entries .*, not 'oops'"):
+        allocator.parse_tunables("a=1:oops")
+
+
+def test_the_training_tunables_join_the_environments_own_which_keep_their_values():
+    environ = {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=0:glibc.cpu.x86_ibt=on"}
+    tuned = allocator.with_training_tunables(environ)
+    assert environ == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=0:glibc.cpu.x86_ibt=on"}
+    assert tuned["PATH"] == "/bin"
+    assert allocator.parse_tunables(tuned["GLIBC_TUNABLES"]) == {
+        **allocator.TRAINING_TUNABLES, "glibc.malloc.hugetlb": "0", "glibc.cpu.x86_ibt": "on"}
+    assert allocator.parse_tunables(allocator.with_training_tunables({})["GLIBC_TUNABLES"]) == allocator.TRAINING_TUNABLES
+
+
+def test_a_process_restarts_once_unless_it_opts_out_or_is_not_on_glibc():
+    assert allocator.needs_restart({}) is GLIBC_LINUX
+    assert not allocator.needs_restart(allocator.with_training_tunables({}))
+    assert not allocator.needs_restart({"HMMTF_MALLOC": "system"})
+    partial = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert allocator.needs_restart(partial) is GLIBC_LINUX
+
+
+def test_the_restart_runs_the_same_command_with_the_tunables_and_says_so(capsys):
+    calls = []
+    environ = {"PATH": "/bin"}
+    allocator.restart_with_training_tunables(["/x/hmmtf", "train", "--preset", "tiny"], environ=environ,
+                                             execve=lambda *call: calls.append(call))
+    if not GLIBC_LINUX:
+        assert calls == [] and capsys.readouterr().err == ""
+        return
+    ((executable, argv, tuned),) = calls
+    assert executable == sys.executable and argv == [sys.executable, "/x/hmmtf", "train", "--preset", "tiny"]
+    assert tuned == allocator.with_training_tunables(environ)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"hmmtf: restarting with GLIBC_TUNABLES={tuned['GLIBC_TUNABLES']} (faster CPU training, "
+                    "empirical/allocator.py; HMMTF_MALLOC=system to keep glibc's defaults)")
+    allocator.restart_with_training_tunables(["/x/hmmtf", "train"], environ=tuned, execve=lambda *call: calls.append(call))
+    assert len(calls) == 1
+
+
+def test_hmmtf_restarts_for_a_training_subcommand_only_as_an_entry_point(monkeypatch):
+    restarted = []
+    monkeypatch.setattr(allocator, "restart_with_training_tunables", restarted.append)
+    hmmtf.restart_for_training(["hmmtf", "--debug", "train", "--preset", "tiny"])
+    hmmtf.restart_for_training(["hmmtf", "evaluate", "runs/x"])
+    hmmtf.restart_for_training(["hmmtf"])
+    assert restarted == [["hmmtf", "--debug", "train", "--preset", "tiny"]]
+    monkeypatch.setattr(sys, "argv", ["hmmtf", "train", "--preset", "no-such-preset"])
+    assert hmmtf.main(["train", "--preset", "no-such-preset"]) == 2  # a call with argv: no restart
+    assert restarted == [["hmmtf", "--debug", "train", "--preset", "tiny"]]
+    assert set(allocator.TRAINING_SUBCOMMANDS) <= set(hmmtf.SUBCOMMAND_MODULES)
