@@ -133,12 +133,13 @@ def source_commit() -> str | None:
     return commit.stdout.strip() + ("+dirty" if changes.stdout.strip() else "")
 
 
-def restart_for_training(process_argv: list[str]) -> None:
+def restart_for_training(process_argv: list[str], command_line: list[str]) -> None:
     """Restart this process with glibc's malloc tuned for training when ``process_argv`` (its
-    ``sys.argv``) names a subcommand that trains: :func:`empirical.allocator.restart_with_training_tunables`."""
+    ``sys.argv``) names a subcommand that trains: :func:`empirical.allocator.restart_with_training_tunables`
+    of ``command_line`` (its ``sys.orig_argv``, interpreter options included)."""
     from empirical.allocator import TRAINING_SUBCOMMANDS, restart_with_training_tunables
     if subcommand_of(process_argv[1:]) in TRAINING_SUBCOMMANDS:
-        restart_with_training_tunables(process_argv)
+        restart_with_training_tunables(command_line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     a training subcommand first restarts the process with glibc's malloc tuned for training
     (:func:`restart_for_training`); a call with ``argv`` (a test, a script) never restarts."""
     if argv is None:
-        restart_for_training(sys.argv)
+        restart_for_training(sys.argv, sys.orig_argv)
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser(subcommand_of(argv)).parse_args(argv)

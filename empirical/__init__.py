@@ -38,6 +38,8 @@ Public API of the core (import from the modules named; this file imports nothing
     ladder:      point_statistics, collect_points, ladder_table (``hmmtf ladder``); its figures
                  in ladder_figures
     roofline:    matmul_peak, read_bandwidth, timed, synchronize (the machine's rates)
+    throughput:  layouts, measure_layout, measure_peaks, ratio_summary (benchmarks/bench_training.py --compare)
+    allocator:   TRAINING_TUNABLES, with_training_tunables, restart_with_training_tunables (glibc malloc)
     commands:    ``hmmtf train``, ``hmmtf evaluate``, ``hmmtf calibrate``
     study_commands: ``hmmtf signal``, ``hmmtf curve``, ``hmmtf curves``
 

@@ -66,17 +66,17 @@ def needs_restart(environ: Mapping[str, str]) -> bool:
     return not TRAINING_TUNABLES.keys() <= parse_tunables(environ.get(TUNABLES_VARIABLE, "")).keys()
 
 
-def restart_with_training_tunables(argv: list[str], *, environ: Mapping[str, str] = os.environ,
+def restart_with_training_tunables(command_line: list[str], *, environ: Mapping[str, str] = os.environ,
                                    execve: Callable[..., None] = os.execve) -> None:
-    """Replace this process by ``python argv[0] argv[1:]`` with :func:`with_training_tunables`
-    when :func:`needs_restart` (saying so in one line on stderr); return otherwise. The restarted
-    process has the tunables, so it does not restart again. ``argv`` is ``sys.argv`` of a process
-    started as a script (``hmmtf``, ``python hmmtf.py``); the same process id goes on, so
-    ``torchrun`` and shells that wait for it see no difference."""
+    """Replace this process by the same ``command_line`` (``sys.orig_argv``: the interpreter, its
+    options such as ``-u``, the script or ``-m`` module and the arguments) with
+    :func:`with_training_tunables` when :func:`needs_restart` (saying so in one line on stderr);
+    return otherwise. The restarted process has the tunables, so it does not restart again; it
+    keeps the process id, so ``torchrun``, the run lock and a shell that waits for it see no
+    difference."""
     if not needs_restart(environ):
         return
     tuned = with_training_tunables(environ)
-    print(f"{os.path.basename(argv[0])}: restarting with {TUNABLES_VARIABLE}={tuned[TUNABLES_VARIABLE]} "
-          f"(faster CPU training, empirical/allocator.py; {OPT_OUT_VARIABLE}=system to keep glibc's defaults)",
-          file=sys.stderr, flush=True)
-    execve(sys.executable, [sys.executable, *argv], tuned)
+    print(f"hmmtf: restarting with {TUNABLES_VARIABLE}={tuned[TUNABLES_VARIABLE]} (faster CPU training, "
+          f"empirical/allocator.py; {OPT_OUT_VARIABLE}=system to keep glibc's defaults)", file=sys.stderr, flush=True)
+    execve(sys.executable, [sys.executable, *command_line[1:]], tuned)

@@ -37,32 +37,32 @@ def test_a_process_restarts_once_unless_it_opts_out_or_is_not_on_glibc():
     assert allocator.needs_restart(partial) is GLIBC_LINUX
 
 
-def test_the_restart_runs_the_same_command_with_the_tunables_and_says_so(capsys):
+def test_the_restart_runs_the_same_command_line_with_the_tunables_and_says_so(capsys):
     calls = []
     environ = {"PATH": "/bin"}
-    allocator.restart_with_training_tunables(["/x/hmmtf", "train", "--preset", "tiny"], environ=environ,
-                                             execve=lambda *call: calls.append(call))
+    command_line = ["python3", "-u", "/x/hmmtf.py", "train", "--preset", "tiny"]
+    allocator.restart_with_training_tunables(command_line, environ=environ, execve=lambda *call: calls.append(call))
     if not GLIBC_LINUX:
         assert calls == [] and capsys.readouterr().err == ""
         return
     ((executable, argv, tuned),) = calls
-    assert executable == sys.executable and argv == [sys.executable, "/x/hmmtf", "train", "--preset", "tiny"]
+    assert executable == sys.executable and argv == [sys.executable, "-u", "/x/hmmtf.py", "train", "--preset", "tiny"]
     assert tuned == allocator.with_training_tunables(environ)
     (line,) = capsys.readouterr().err.splitlines()
     assert line == (f"hmmtf: restarting with GLIBC_TUNABLES={tuned['GLIBC_TUNABLES']} (faster CPU training, "
                     "empirical/allocator.py; HMMTF_MALLOC=system to keep glibc's defaults)")
-    allocator.restart_with_training_tunables(["/x/hmmtf", "train"], environ=tuned, execve=lambda *call: calls.append(call))
+    allocator.restart_with_training_tunables(command_line, environ=tuned, execve=lambda *call: calls.append(call))
     assert len(calls) == 1
 
 
 def test_hmmtf_restarts_for_a_training_subcommand_only_as_an_entry_point(monkeypatch):
     restarted = []
     monkeypatch.setattr(allocator, "restart_with_training_tunables", restarted.append)
-    hmmtf.restart_for_training(["hmmtf", "--debug", "train", "--preset", "tiny"])
-    hmmtf.restart_for_training(["hmmtf", "evaluate", "runs/x"])
-    hmmtf.restart_for_training(["hmmtf"])
-    assert restarted == [["hmmtf", "--debug", "train", "--preset", "tiny"]]
+    hmmtf.restart_for_training(["hmmtf", "--debug", "train", "--preset", "tiny"], ["python", "-u", "hmmtf", "train"])
+    hmmtf.restart_for_training(["hmmtf", "evaluate", "runs/x"], ["python", "hmmtf", "evaluate", "runs/x"])
+    hmmtf.restart_for_training(["hmmtf"], ["python", "hmmtf"])
+    assert restarted == [["python", "-u", "hmmtf", "train"]]
     monkeypatch.setattr(sys, "argv", ["hmmtf", "train", "--preset", "no-such-preset"])
     assert hmmtf.main(["train", "--preset", "no-such-preset"]) == 2  # a call with argv: no restart
-    assert restarted == [["hmmtf", "--debug", "train", "--preset", "tiny"]]
+    assert restarted == [["python", "-u", "hmmtf", "train"]]
     assert set(allocator.TRAINING_SUBCOMMANDS) <= set(hmmtf.SUBCOMMAND_MODULES)

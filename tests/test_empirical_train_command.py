@@ -296,7 +296,7 @@ def test_a_run_interrupted_by_sigint_resumes_to_the_uninterrupted_run_bit_for_bi
     assert process.returncode == 130, stderr
     lines = stderr.splitlines()
     if needs_restart(os.environ):  # the same process, restarted with the training tunables (same bits)
-        assert lines.pop(0).startswith("hmmtf.py: restarting with GLIBC_TUNABLES=")
+        assert lines.pop(0).startswith("hmmtf: restarting with GLIBC_TUNABLES=")
     (line,) = lines  # no traceback
     stopped = re.fullmatch(rf"hmmtf train: interrupted by SIGINT at step (\d+) of {steps}; checkpoint written to "
                            rf"{re.escape(str(interrupted / CHECKPOINT_DIR))}; rerun the same command to resume", line)
