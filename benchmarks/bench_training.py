@@ -35,7 +35,9 @@ in a rotated order::
 
 with the cores' float32 matmul peak measured in the same run, the larger of ``cores`` one-thread
 processes at once (the sum of their peaks) and one process of ``cores`` threads. The JSON's
-``target`` names the ways that meet :data:`TARGET_RULE`. Timings on busy cores are not results:
+``target`` names the ways that meet :data:`TARGET_RULE`. ``--ways`` measures only the ways it names
+beside today's path: in a round of two ways the two are measured one right after the other, so
+their ratio shares more of the machine's drift. Timings on busy cores are not results:
 ``--out`` is refused when the load average at the start is above ``--max-load``, unless
 ``--allow-load``.
 """
@@ -93,7 +95,7 @@ the whole machine for the ladder's 4 x 4 x 64 shape."""
 TARGET_RULE = ("a way meets the target when the lower end of the 95% interval of its ratio to today's path, "
                "over the rounds, is at least 2")
 """The decision rule, stated before the comparison was run; one round gives no interval and meets nothing."""
-COMPARE_ONLY = ("cores", "max_load", "allow_load", "timeout", "rounds")
+COMPARE_ONLY = ("cores", "max_load", "allow_load", "timeout", "rounds", "ways")
 
 
 def build_parser() -> Parser:
@@ -117,6 +119,9 @@ def build_parser() -> Parser:
     compare.add_argument("--allow-load", action="store_true", help="write --out whatever the load")
     compare.add_argument("--rounds", type=positive_int,
                          help=f"measure every way this many times, in rotated order (default {ROUNDS})")
+    compare.add_argument("--ways", nargs="+", metavar="NAME",
+                         help="measure only these ways beside today's path (their JSON names, e.g. "
+                              "independent-2x1-tuned-malloc): more rounds in the same time, each way next to today's")
     compare.add_argument("--timeout", type=positive_float,
                          help=f"seconds one way may take before it is killed and reported failed (default {TIMEOUT_S:g})")
     return parser
@@ -144,7 +149,18 @@ def resolve(args):
     if batch_size % args.cores:
         raise UsageError(PROG, f"--batch-size: {batch_size}; expected a multiple of --cores "
                                               f"{args.cores} (a DDP run splits the batch across its processes)")
+    names = [way.name for way in layouts(args.cores, batch_size, compile=args.compile)]
+    unknown = [name for name in args.ways or () if name not in names[1:]]
+    if unknown:
+        raise UsageError(PROG, f"--ways: {unknown[0]!r}; expected names of ways other than today's path among "
+                               f"{', '.join(names[1:])}")
     return args
+
+
+def chosen_ways(ways: list[Layout], names: list[str] | None) -> list[Layout]:
+    """Today's path (the first way) and the ways named, in the order of ``ways``; all of them
+    without names."""
+    return ways if names is None else [ways[0], *(way for way in ways[1:] if way.name in names)]
 
 
 def single(args, command: list[str]) -> dict:
@@ -235,7 +251,7 @@ def compare(args, command: list[str], load_average: float) -> dict:
     config = preset.model_config(preset.mixture_spec.num_tokens)
     flops_per_token = training_flops_per_token(config, length)
     peak = measure_peaks(args.cores, CPU_PEAK_SIZE, args.timeout)
-    ways = layouts(args.cores, batch_size, compile=args.compile)
+    ways = chosen_ways(layouts(args.cores, batch_size, compile=args.compile), args.ways)
     rounds = [measure_round(ways, index, preset, args) for index in range(args.rounds)]
     today = [round_[0] for round_ in rounds]
     configurations = [summarise_way(way, [round_[position] for round_ in rounds], today, flops_per_token,

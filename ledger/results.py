@@ -181,6 +181,10 @@ RESULTS: tuple[Result, ...] = (
            "python benchmarks/bench_training.py --compare --preset tasks-8192-small --compile --steps 50 --warmup 5 "
            "--rounds 6 --out figures/benchmarks/training_compare.json",
            TRAINING_BENCHMARK, needs="idle cores (a timing); about 4 minutes a round on 2 cores, 6 rounds"),
+    Result("figures/benchmarks/training_target.json",
+           "python benchmarks/bench_training.py --compare --preset tasks-8192-small --steps 50 --warmup 5 --rounds 16 "
+           "--ways independent-2x1-tuned-malloc --out figures/benchmarks/training_target.json",
+           TRAINING_BENCHMARK, needs="idle cores (a timing); about 40 s a round on 2 cores, 16 rounds"),
     Result("figures/analysis/analysis.json", "hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis",
            ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes"),
     Result("figures/patching/analysis.json",

@@ -110,6 +110,13 @@ def test_the_comparison_measures_every_way_against_todays_path_and_the_cores_pea
     assert comparison["command"][:3] == ["python", "benchmarks/bench_training.py", "--compare"]
 
 
+def test_the_ways_named_are_measured_beside_todays_path_in_the_comparisons_order():
+    ways = throughput.layouts(2, 32, compile=True)
+    chosen = bench.chosen_ways(ways, ["1x1-compiled", "independent-2x1-tuned-malloc"])
+    assert [way.name for way in chosen] == ["1x1", "independent-2x1-tuned-malloc", "1x1-compiled"]
+    assert bench.chosen_ways(ways, None) == ways
+
+
 def test_a_way_over_rounds_is_its_median_its_ratio_interval_and_the_rule_on_its_lower_end():
     way = throughput.Layout("independent-2x1", "two", 2, 1, 32)
     today = [{"tokens_per_s": rate} for rate in (10.0, 12.0, 11.0)]
@@ -158,6 +165,9 @@ def test_the_comparison_refuses_to_write_a_timing_of_busy_cores(tmp_path, monkey
     (["--compare", "--steps", "0"], "argument --steps: 0; expected an integer >= 1"),
     (["--compare", "--cores", "1"], "argument --cores: 1; expected an integer >= 2"),
     (["--compare", "--max-load", "-1"], "argument --max-load: -1; expected a finite number > 0"),
+    (["--compare", "--ways", "1x1"], "--ways: '1x1'; expected names of ways other than today's path among 1x2, "),
+    (["--compare", "--ways", "1x1-compiled"], "--ways: '1x1-compiled'; expected names of ways other than today's"),
+    (["--ways", "1x2"], "--ways: only with --compare"),
 ])
 def test_a_bad_argument_is_named_in_one_line(argv, message, capsys):
     assert bench.main(argv) == 2
