@@ -150,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     a training subcommand first restarts the process with glibc's malloc tuned for training
     (:func:`restart_for_training`); a call with ``argv`` (a test, a script) never restarts."""
     if argv is None:
-        restart_for_training(sys.argv, sys.orig_argv)
+        try:
+            restart_for_training(sys.argv, sys.orig_argv)
+        except ValueError as error:  # a GLIBC_TUNABLES the restart cannot extend
+            print(error_line("hmmtf", error), file=sys.stderr)
+            return USER_ERROR_EXIT_CODE
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser(subcommand_of(argv)).parse_args(argv)

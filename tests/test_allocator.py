@@ -1,7 +1,9 @@
 """glibc malloc's training tunables (empirical/allocator.py): how they join the environment's own,
 when a process restarts with them, and that ``hmmtf`` restarts only as a process's entry point."""
 import platform
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +68,13 @@ def test_hmmtf_restarts_for_a_training_subcommand_only_as_an_entry_point(monkeyp
     assert hmmtf.main(["train", "--preset", "no-such-preset"]) == 2  # a call with argv: no restart
     assert restarted == [["python", "-u", "hmmtf", "train"]]
     assert set(allocator.TRAINING_SUBCOMMANDS) <= set(hmmtf.SUBCOMMAND_MODULES)
+
+
+@pytest.mark.skipif(not GLIBC_LINUX, reason="only glibc on Linux restarts, so only there is GLIBC_TUNABLES read")
+def test_a_malformed_glibc_tunables_ends_a_training_command_with_one_line():
+    finished = subprocess.run([sys.executable, str(Path(hmmtf.__file__)), "train", "--preset", "tiny"],
+                              capture_output=True, text=True, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "GLIBC_TUNABLES": "oops"})
+    assert finished.returncode == 2
+    assert finished.stderr.splitlines() == ["hmmtf: error: GLIBC_TUNABLES: 'oops'; expected name=value entries "
+                                            "separated by ':', not 'oops'"]
