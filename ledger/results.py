@@ -185,6 +185,9 @@ RESULTS: tuple[Result, ...] = (
            "python benchmarks/bench_training.py --compare --preset tasks-8192-small --steps 50 --warmup 5 --rounds 16 "
            "--ways independent-2x1-tuned-malloc --out figures/benchmarks/training_target.json",
            TRAINING_BENCHMARK, needs="idle cores (a timing); about 40 s a round on 2 cores, 16 rounds"),
+    Result("figures/benchmarks/malloc.json", "python benchmarks/bench_malloc.py --pairs 4 --out figures/benchmarks/malloc.json",
+           ("benchmarks/bench_malloc.py", "empirical/allocator.py", "empirical/throughput.py", "empirical/train.py",
+            *ROFORMER), needs="idle cores (a timing); about 2 minutes"),
     Result("figures/analysis/analysis.json", "hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis",
            ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes"),
     Result("figures/patching/analysis.json",
