@@ -24,12 +24,15 @@ class Result:
     else a file that must exist; ``command``: what makes it (None: no command can, ``needs`` says
     why), naming its output folder under figures/ (every command's default output is a run folder
     outside the tracked results, so only an explicit ``--out`` rewrites a committed result);
-    ``producers``: pathspecs of the code that computes it; ``needs``: what else the command needs."""
+    ``producers``: pathspecs of the code that computes it; ``needs``: what else the command needs;
+    ``canary``: the :data:`ledger.canaries.CANARIES` entry that can vouch for it when its producers
+    change (None: none can, e.g. a timing)."""
 
     path: str
     command: str | None
     producers: tuple[str, ...]
     needs: str = ""
+    canary: str | None = None
 
     @property
     def is_pattern(self) -> bool:
@@ -139,23 +142,25 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
     needs = f"the model's checkpoint ({model})"
     return (
         Result(f"{folder}/evaluation.json", evaluate,
-               ("empirical/evaluate.py", "empirical/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE), needs=needs),
+               ("empirical/evaluate.py", "empirical/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE), needs=needs,
+               canary="evaluate"),
         Result(f"{folder}/competence.json", evaluate,
                ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
                 "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", "hmm/families.py", *ROFORMER,
-                *MIXTURE, *CONSTRUCTION), needs=needs + "; 10 (observable) to 40 (paper) minutes on a core"),
+                *MIXTURE, *CONSTRUCTION), needs=needs + "; 10 (observable) to 40 (paper) minutes on a core",
+               canary="evaluate"),
         Result(f"{folder}/analysis.json", f"hmmtf analyze {model} --out figures/{family}/POINT --sections shuffle "
                f"probes offsets patching --probe-tasks 64 --threads 1", (*ANALYSIS, "hmm/families.py"),
-               needs=needs + "; about 10 minutes on a core"),
+               needs=needs + "; about 10 minutes on a core", canary="analyze"),
         Result(f"{folder}/beliefs.json", f"hmmtf beliefs {model} --out figures/{family}/POINT --threads 1", BELIEFS,
-               needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
+               needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)", canary="beliefs"),
         Result(f"{folder}/heads.json", f"hmmtf heads {model} --out figures/{family}/POINT --threads 1", HEADS,
-               needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)"),
+               needs=needs + "; a few minutes on a core (the ceiling's SMC is most of it)", canary="heads"),
         Result(f"{folder}/ngram-verdict.json", f"hmmtf ngram-verdict {model} --out figures/{family}/POINT --threads 1",
-               NGRAM_VERDICT, needs=needs + "; under a minute on a core"),
+               NGRAM_VERDICT, needs=needs + "; under a minute on a core", canary="ngram-verdict"),
         Result(f"{folder}/klmap.json", f"hmmtf klmap {model} --out figures/{family}/POINT --threads 1", KLMAP,
                needs=needs + "; about 15 (observable) to 35 (paper) minutes on a core (the hand-built network, 256 "
-                             "prompts x 3 history lengths, and the ceiling's SMC)"),
+                             "prompts x 3 history lengths, and the ceiling's SMC)", canary="klmap"),
     )
 
 
@@ -163,14 +168,14 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/verification/report.json", "hmmtf main --out figures/verification",
            ("bounds/", "!bounds/figures.py", *CONSTRUCTION, *HMM_ENGINE, "hmm/memory.py", "hmm/observability.py",
             "hmm/undercomplete.py", "hmm/presets.py"),
-           needs="about 1 minute on 2 cores"),
+           needs="about 1 minute on 2 cores", canary="verification"),
     Result("figures/calibration/cpu-small.json", "hmmtf calibrate --preset cpu-small --out figures/calibration",
-           ("empirical/calibrate.py", "empirical/evaluate.py", *MIXTURE), needs="seconds"),
+           ("empirical/calibrate.py", "empirical/evaluate.py", *MIXTURE), needs="seconds", canary="calibrate"),
     Result("figures/cpu-small/evaluation.json", "hmmtf evaluate runs/cpu-small/checkpoint --out figures/cpu-small",
-           ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=CPU_SMALL_CHECKPOINT),
+           ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=CPU_SMALL_CHECKPOINT, canary="evaluate"),
     Result("figures/cpu-small/hand_built.json", "hmmtf evaluate runs/cpu-small/checkpoint --out figures/cpu-small",
            ("empirical/hand_built.py", "empirical/evaluate.py", *ROFORMER, *MIXTURE,
-            *CONSTRUCTION, "hmm/memory.py"), needs=CPU_SMALL_CHECKPOINT),
+            *CONSTRUCTION, "hmm/memory.py"), needs=CPU_SMALL_CHECKPOINT, canary="evaluate"),
     Result("figures/cpu-small/benchmark_threads1.json",
            "python benchmarks/bench_training.py --preset cpu-small --threads 1 --steps 30 --out figures/cpu-small/benchmark_threads1.json",
            TRAINING_BENCHMARK, needs="idle cores (a timing)"),
@@ -189,20 +194,20 @@ RESULTS: tuple[Result, ...] = (
            ("benchmarks/bench_malloc.py", "empirical/allocator.py", "empirical/throughput.py", "empirical/train.py",
             *ROFORMER), needs="idle cores (a timing); about 2 minutes"),
     Result("figures/analysis/analysis.json", "hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis",
-           ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes"),
+           ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes", canary="analyze"),
     Result("figures/patching/analysis.json",
            "hmmtf analyze runs/cpu-small/checkpoint --out figures/patching --sections patching",
-           ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 2-4 minutes"),
+           ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 2-4 minutes", canary="analyze"),
     Result("figures/markov/results.json", "hmmtf markov-sweep --out figures/markov --no-progress", MARKOV,
-           needs="about 30 minutes on 2 cores"),
+           needs="about 30 minutes on 2 cores", canary="markov-sweep"),
     Result("figures/markov/long-budget/results.json",
            "hmmtf markov-sweep --out figures/markov/long-budget --p-values 0.5 0.9 --q-values 0.5 0.9 --architectures "
            "1-layer-tied 2-layer-tied --inits gaussian lowrank --seeds 8 --steps 2000 --no-progress",
-           MARKOV, needs="about 28 minutes on 2 cores"),
+           MARKOV, needs="about 28 minutes on 2 cores", canary="markov-sweep"),
     *(Result(f"figures/markov/init-std-{std}/results.json",
              f"hmmtf markov-sweep --out figures/markov/init-std-{std} --init-std {std} --p-values 0.5 0.9 --q-values 0.9 "
              f"--architectures 1-layer-tied{inits} --seeds 8 --no-progress",
-             MARKOV, needs=needs)
+             MARKOV, needs=needs, canary="markov-sweep")
       for std, inits, needs in (("0.002", "", "about 27 minutes on 2 loaded cores (the three initialisations)"),
                                 ("0.2", " --inits gaussian", "about 9 minutes on 2 loaded cores"),
                                 ("1.0", " --inits gaussian", "about 9 minutes on 2 loaded cores"))),
@@ -212,7 +217,8 @@ RESULTS: tuple[Result, ...] = (
             "empirical/analysis/networks.py", "empirical/analysis/report.py", "empirical/ngram.py",
             "empirical/competence.py", "empirical/evaluate.py", "empirical/train.py", "empirical/data.py",
             "hmm/model.py", "hmm/prompts.py", *ROFORMER),
-           needs="the committed runs in models/markov-incontext (else about 35 minutes of a core to train them)"),
+           needs="the committed runs in models/markov-incontext (else about 35 minutes of a core to train them)",
+           canary="markov-incontext"),
     Result("figures/benchmarks/hmm.json", "python benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json",
            ("benchmarks/bench_hmm.py", "empirical/roofline.py", "hmm/particle_filter.py", *MIXTURE),
            needs="`make bench` (the bench extra: hmmlearn, jax, dynamax) and idle cores (a timing)"),
@@ -225,44 +231,46 @@ RESULTS: tuple[Result, ...] = (
            ("empirical/evaluate.py", "empirical/regime.py", *ROFORMER, *MIXTURE),
            needs="the point's checkpoint: models/POINT copied to runs/POINT/checkpoint, and beside it "
                  "figures/ladder/POINT/metrics.jsonl and the evaluation.json's train_summary as train_summary.json "
-                 "(or hmmtf train --preset POINT)"),
+                 "(or hmmtf train --preset POINT)", canary="evaluate"),
     Result("figures/ladder/*/competence.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
            ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
             "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", *ROFORMER, *MIXTURE,
             *CONSTRUCTION), needs="the point's checkpoint (as for evaluation.json); the SMC ceiling takes 11-40 "
-                                  "minutes on a core"),
+                                  "minutes on a core", canary="evaluate"),
     Result("figures/competence/prior_predictive.json",
            "python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 32 --out "
            "figures/competence/prior_predictive.json",
            ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/bidirectional.py", "hmm/markov.py",
             "empirical/competence.py", "empirical/regime.py", *MIXTURE),
-           needs="about 30 minutes on a core (a timing: idle cores)"),
+           needs="about 30 minutes on a core (a timing: idle cores)", canary="prior-predictive"),
     Result("figures/families/signal.json", "hmmtf signal --out figures/families",
            ("empirical/signal.py", "empirical/competence.py", "empirical/ngram.py", "empirical/regime.py",
             "empirical/hand_built.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/observability.py",
             "hmm/families.py", "hmm/memory.py", *MIXTURE),
-           needs="about 25 minutes on a loaded core (the paper family's ceiling is most of it)"),
+           needs="about 25 minutes on a loaded core (the paper family's ceiling is most of it)", canary="signal"),
     *(result for family in REGIME_MODEL_FAMILIES for result in regime_model_results(family)),
     Result("figures/curves/*/curves.json",
            "hmmtf curves models/curves/RUN ... --title TITLE --out figures/curves/POINT (POINT: the family; the command is in the JSON)",
            CURVE_STUDY,
-           needs="the runs' folders (models/curves/RUN, resumable by their recorded hmmtf curve commands)"),
+           needs="the runs' folders (models/curves/RUN, resumable by their recorded hmmtf curve commands)",
+           canary="curves"),
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
-           ANALYSIS, needs="the point's checkpoint"),
+           ANALYSIS, needs="the point's checkpoint", canary="analyze"),
     Result("figures/ladder/ladder.json", "hmmtf ladder figures/ladder --out figures/ladder", ("empirical/ladder.py",),
-           needs="the points' JSONs (tests/test_empirical_ladder.py checks that it is what they give)"),
+           needs="the points' JSONs (tests/test_empirical_ladder.py checks that it is what they give)", canary="ladder"),
     Result("figures/regime/analysis.json",
            "hmmtf analyze runs/tasks-8192-deep/checkpoint --out figures/regime --sections offsets patching "
-           "--probe-tasks 64", ANALYSIS, needs=REGIME_CHECKPOINT),
+           "--probe-tasks 64", ANALYSIS, needs=REGIME_CHECKPOINT, canary="analyze"),
     Result("figures/regime/evaluation.json",
            "hmmtf evaluate runs/tasks-8192-deep/checkpoint --out figures/regime --num-prompts 512 --fresh-tasks 0 "
-           "--hand-built-prompts 256", ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=REGIME_CHECKPOINT),
+           "--hand-built-prompts 256", ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=REGIME_CHECKPOINT,
+           canary="evaluate"),
     Result("figures/regime/hand_built.json",
            "hmmtf evaluate runs/tasks-8192-deep/checkpoint --out figures/regime --num-prompts 512 --fresh-tasks 0 "
            "--hand-built-prompts 256", ("empirical/hand_built.py", "empirical/evaluate.py", *ROFORMER, *MIXTURE,
-                                        *CONSTRUCTION, "hmm/memory.py"), needs=REGIME_CHECKPOINT),
+                                        *CONSTRUCTION, "hmm/memory.py"), needs=REGIME_CHECKPOINT, canary="evaluate"),
 )
 """Every result JSON under figures/, in the order the provenance table of docs/claims.md lists them."""
 

@@ -1,0 +1,195 @@
+"""Provenance that tells a refactor from a change of numbers (ledger/provenance.py, ledger/canaries.py,
+docs/ledger.md "Canaries"), on planted changes in a throwaway git repository: a move with its imports
+updated keeps a result fresh with no canary; a behaviour-preserving rewrite keeps it fresh by its
+canary; a changed constant, whether the canary's tiny run uses it or not, makes it stale; a change of
+a named setting counts only for the results that name it."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledger import canaries
+from ledger.canaries import Canary, CanaryBook, record_baselines
+from ledger.provenance import Status, changed_producers, code_fingerprint, freshness
+from ledger.results import RESULTS, Result
+
+MAKE = '''SCALE = 2.0
+SPECS = {"small": 1.5, "large": 7.0}
+FULL_SIZE_PROMPTS = 512
+
+
+def compute(values, spec):
+    return [SCALE * value * SPECS[spec] for value in values]
+'''
+"""The producer: ``SCALE`` and ``SPECS["small"]`` reach the canary's tiny run, ``FULL_SIZE_PROMPTS``
+(what the result's full-size run would use) does not."""
+REFACTORED = '''SCALE = 2.0
+SPECS = {"small": 1.5, "large": 7.0}
+FULL_SIZE_PROMPTS = 512
+
+
+def _scaled(value):
+    """A helper split out of compute: the same operations in the same order."""
+    return SCALE * value
+
+
+def compute(values, spec):
+    factor = SPECS[spec]
+    return [_scaled(value) * factor for value in values]
+'''
+
+
+def _git(root: Path, *arguments: str) -> str:
+    return subprocess.run(["git", *arguments], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _commit(root: Path, files: dict[str, str | None], message: str) -> str:
+    for path, text in files.items():
+        if text is None:
+            (root / path).unlink()
+            continue
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", message)
+    return _git(root, "rev-parse", "HEAD")
+
+
+def _toy_canary(root: Path) -> Canary:
+    """Runs ``toy/make.py``'s ``compute`` (read afresh from the tree: what the module holds now) on two numbers."""
+    def run(shop):
+        namespace: dict = {}
+        exec(compile((root / "toy/make.py").read_text(), "toy/make.py", "exec"), namespace)
+        (shop.folder / "out.json").write_text(json.dumps({"values": namespace["compute"]([0.1, 3.0], "small"),
+                                                          "seconds": 0.5}))
+    return Canary("toy", run, ("out.json",), None, "nothing")
+
+
+RESULT = Result("figures/r.json", "make r", ("toy/",), canary="toy")
+
+
+@pytest.fixture
+def repository(tmp_path, monkeypatch):
+    """A repository whose result was made at its first commit, with the toy canary's baseline
+    recorded at that commit; the toy package importable (for its full-size settings)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    _git(root, "init", "-q")
+    _git(root, "config", "user.email", "t@example.org")
+    _git(root, "config", "user.name", "t")
+    first = _commit(root, {"toy/__init__.py": "", "toy/make.py": MAKE, "toy/run.py": "from toy.make import compute\n"},
+                    "first")
+    (root / "ledger").mkdir()
+    (root / "figures").mkdir()
+    (root / "figures/r.json").write_text(json.dumps({"git_commit": first, "spec": "small"}))
+    _commit(root, {}, "the result")
+    monkeypatch.syspath_prepend(str(root))
+    canary = {"toy": _toy_canary(root)}
+    _forget_toy()
+    record_baselines(root, (RESULT,), canary)
+    return root, canary
+
+
+def _forget_toy() -> None:
+    """Drop the imported toy modules, so that the next import reads the tree as it is now."""
+    for name in [name for name in sys.modules if name == "toy" or name.startswith("toy.")]:
+        del sys.modules[name]
+
+
+def _state(root: Path, canary: dict, result: Result = RESULT):
+    _forget_toy()
+    return freshness(result, root, canaries=CanaryBook(root, (result,), canaries=canary))
+
+
+def test_a_behaviour_preserving_refactor_is_kept_fresh_by_its_canary(repository):
+    root, canary = repository
+    _commit(root, {"toy/make.py": REFACTORED}, "split out a helper")
+    assert code_fingerprint(REFACTORED) != code_fingerprint(MAKE)
+    state = _state(root, canary)
+    assert state.status is Status.FRESH and state.canary == "toy", state.detail
+    assert "verified by canary toy" in state.detail and "blind to: nothing" in state.detail
+    assert _state(root, {}, Result(RESULT.path, RESULT.command, RESULT.producers)).status is Status.STALE
+
+
+@pytest.mark.parametrize("planted, reached_by_the_canary", [
+    ("SCALE = 2.0000001", True),
+    ("FULL_SIZE_PROMPTS = 256", False),
+])
+def test_a_changed_constant_makes_the_result_stale(repository, planted, reached_by_the_canary):
+    root, canary = repository
+    name = planted.split(" = ")[0]
+    _commit(root, {"toy/make.py": "\n".join(planted if line.startswith(f"{name} = ") else line
+                                            for line in REFACTORED.splitlines()) + "\n"}, "a constant")
+    state = _state(root, canary)
+    assert state.status is Status.STALE
+    expected = "differs: the numbers moved" if reached_by_the_canary else f"full-size settings changed: {name}"
+    assert expected in state.detail, state.detail
+
+
+def test_a_named_setting_counts_only_for_the_results_that_name_it(repository):
+    root, canary = repository
+    _commit(root, {"toy/make.py": REFACTORED.replace('"large": 7.0', '"large": 8.0')}, "another spec")
+    assert _state(root, canary).status is Status.FRESH
+    (root / "figures/r.json").write_text(json.dumps({"git_commit": json.loads((root / "figures/r.json").read_text())
+                                                     ["git_commit"], "spec": "small", "compared_with": "large"}))
+    state = _state(root, canary)
+    assert state.status is Status.STALE and "SPECS[large]" in state.detail
+
+
+def test_a_baseline_made_after_the_numbers_moved_does_not_vouch(repository):
+    root, canary = repository
+    _commit(root, {"toy/make.py": MAKE.replace("SCALE = 2.0", "SCALE = 3.0")}, "new numbers")
+    (root / "ledger/canaries.json").unlink()
+    _forget_toy()
+    record_baselines(root, (RESULT,), canary)
+    _commit(root, {}, "baseline after the change")
+    state = _state(root, canary)
+    assert state.status is Status.STALE and "no baseline at a commit where this result was fresh" in state.detail
+
+
+def test_a_move_with_its_imports_updated_is_no_change_and_an_edit_in_the_move_is(repository):
+    root, _ = repository
+    made = json.loads((root / "figures/r.json").read_text())["git_commit"]
+    _git(root, "mv", "toy/make.py", "toy/core.py")
+    (root / "toy/run.py").write_text("from toy.core import compute\n")
+    moved = Result(RESULT.path, RESULT.command, ("toy/",))
+    assert changed_producers(root, moved.producers, made) == []
+    assert freshness(moved, root).status is Status.FRESH
+    (root / "toy/run.py").write_text("from toy.core import compute as calculate\n")
+    assert changed_producers(root, moved.producers, made) == ["toy/run.py"]
+    (root / "toy/run.py").write_text("from toy.core import compute\n")
+    (root / "toy/core.py").write_text(MAKE.replace("SCALE = 2.0", "SCALE = 2.5"))
+    assert changed_producers(root, moved.producers, made) == ["toy/core.py"]
+
+
+@pytest.mark.parametrize("before, after, renamed, same", [
+    ("from a.b import f\n", "from a.c.b import f\n", {"a.b": "a.c.b"}, True),
+    ("import a.b\n", "import a.c.b\n", {"a.b": "a.c.b"}, True),
+    ("from a import b\n", "from a.c import b\n", {"a.b": "a.c.b"}, True),
+    ("from a import b\n", "from a.c import d as b\n", {"a.b": "a.c.d"}, True),
+    ("from a.b import f\n", "from a.b import f\n", {"a.b": "a.c.b"}, False),
+    ("from a.b import f\n", "from a.c.b import g\n", {"a.b": "a.c.b"}, False),
+    ("x = 'a.b'\n", "x = 'a.c.b'\n", {"a.b": "a.c.b"}, False),
+])
+def test_moved_modules_are_named_by_their_new_names(before, after, renamed, same):
+    assert (code_fingerprint(before, "p.m", renamed) == code_fingerprint(after, "p.m")) is same
+
+
+def test_relative_imports_are_read_as_the_absolute_ones():
+    assert code_fingerprint("from .b import f\n", "a.m") == code_fingerprint("from a.b import f\n", "a.n")
+    assert code_fingerprint("from ..b import f\n", "a.c.m") == code_fingerprint("from a.b import f\n", "x")
+
+
+def test_the_digest_leaves_out_what_says_where_and_when_and_keeps_every_bit():
+    assert canaries._canonical({"seconds": 1.0, "git_commit": "abc", "loss": 0.1, "out": "/w/x"}, "/w") == {
+        "loss": (0.1).hex(), "out": "<workshop>/x"}
+    assert canaries._canonical({"loss": 0.1 + 2 ** -56}, "/w") != canaries._canonical({"loss": 0.1}, "/w")
+
+
+def test_every_result_names_a_known_canary_and_timings_name_none():
+    assert {result.canary for result in RESULTS} - {None} <= set(canaries.CANARIES)
+    for result in RESULTS:
+        assert (result.canary is None) == result.path.startswith(("figures/benchmarks/", "figures/cpu-small/benchmark")), \
+            result.path
