@@ -182,7 +182,7 @@ def _markov_sweep(shop: Workshop) -> None:
 
 def _markov_incontext(shop: Workshop) -> None:
     run_hmmtf(["markov-incontext", "--out", shop.path("markov-incontext"), "--runs", shop.path("markov-incontext-runs"),
-               "--steps", "8", "--warmup-steps", "2", "--checkpoint-every", "4", "--eval-sequences", "16",
+               "--steps", "8", "--warmup-steps", "2", "--checkpoint-every", "0", "--eval-sequences", "16",
                "--sequence-length", "24", "--ablation-draws", "2", "--workers", "1"])
 
 
@@ -381,15 +381,20 @@ def write_record(root: Path, record: dict) -> None:
     (root / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
-def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS,
-                     canaries: dict[str, Canary] | None = None) -> list[str]:
-    """Run each canary at HEAD and add its digest as a baseline of HEAD's commit. Refused unless
-    the producers and the canaries have no uncommitted changes: a baseline stands for a commit's
-    code. Returns the names recorded."""
+def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries: dict[str, Canary] | None = None,
+                     names: list[str] | None = None) -> list[str]:
+    """Run each canary (or those ``names``) at HEAD and add its digest as a baseline of HEAD's
+    commit, writing the record after each. Refused unless the producers and the canaries have no
+    uncommitted changes: a baseline stands for a commit's code. Returns the names recorded."""
     canaries = CANARIES if canaries is None else canaries
+    unknown = sorted(set(names or ()) - set(canaries))
+    if unknown:
+        raise ValueError(f"--record-canaries: {unknown}; expected names of {sorted(canaries)}")
     head = git(root, "rev-parse", "HEAD").stdout.strip()
     record = load_record(root)
     for name, canary in canaries.items():
+        if names and name not in names:
+            continue
         dirty = git(root, "status", "--porcelain", "--", *producer_files(root, name, results),
                      "ledger/canaries.py").stdout.strip()
         if dirty:
@@ -399,8 +404,8 @@ def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS,
         baselines = [entry for entry in record["baselines"].get(name, []) if entry["commit"] != head]
         record["baselines"][name] = [*baselines, {"commit": head, **sung}]
         record["verified"][name] = {"code": code_now(root, canary, results), **sung}
-    write_record(root, record)
-    return list(canaries)
+        write_record(root, record)
+    return names or list(canaries)
 
 
 def _named(path: Path) -> set[str]:

@@ -24,8 +24,8 @@ def run_ledger(args) -> int:
     root = Path(args.root)
     if not (root / "figures").is_dir():
         raise ValueError(f"--root: {str(root)!r} has no figures/ folder; expected the repository root")
-    if args.record_canaries:
-        names = record_baselines(root)
+    if args.record_canaries is not None:
+        names = record_baselines(root, names=args.record_canaries)
         print(f"recorded the baselines of {len(names)} canaries at HEAD in ledger/canaries.json")
         return 0
     return _check(root, args.rerun_canaries) if args.check else _write(root)
@@ -79,8 +79,9 @@ def register(subparsers) -> None:
                              "generated text is out of date")
     parser.add_argument("--rerun-canaries", action="store_true",
                         help="with --check: run every canary that is asked, not only those whose record is of other code")
-    parser.add_argument("--record-canaries", action="store_true",
-                        help="run every canary at HEAD (a clean tree) and record its digest as a baseline of HEAD: do it "
-                             "where the results are fresh, so that a later refactor can be verified against it")
+    parser.add_argument("--record-canaries", nargs="*", metavar="CANARY",
+                        help="run every canary (or those named) at HEAD, from a clean tree, and record its digest as a "
+                             "baseline of HEAD: do it where the results are fresh, so that a later refactor can be "
+                             "verified against it")
     parser.add_argument("--root", default=str(ROOT), help="repository root (default: this checkout)")
     parser.set_defaults(run=run_ledger)
