@@ -182,7 +182,7 @@ def _markov_sweep(shop: Workshop) -> None:
 
 def _markov_incontext(shop: Workshop) -> None:
     run_hmmtf(["markov-incontext", "--out", shop.path("markov-incontext"), "--runs", shop.path("markov-incontext-runs"),
-               "--steps", "8", "--warmup-steps", "2", "--checkpoint-every", "0", "--eval-sequences", "16",
+               "--steps", "10", "--warmup-steps", "2", "--checkpoint-every", "10", "--eval-sequences", "16",
                "--sequence-length", "24", "--ablation-draws", "2", "--workers", "1"])
 
 
