@@ -192,7 +192,7 @@ def _signal(shop: Workshop) -> None:
 
 
 def _curves(shop: Workshop) -> None:
-    curve = shop.once("curve", ["curve", "--preset", "tiny", "--steps", "4", "--warmup-steps", "1", "--every", "2",
+    curve = shop.once("curve", ["curve", "--preset", "tiny", "--steps", "20", "--warmup-steps", "2", "--every", "10",
                                 "--curve-prompts", "4", "--fresh-tasks", "4", "--ceiling-particles", "4",
                                 "--run-dir", shop.path("curve"), "--threads", "1"])
     run_hmmtf(["curves", curve, "--title", "canary", "--out", shop.path("curves")])
