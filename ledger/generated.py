@@ -1,5 +1,6 @@
 """Every text the ledger generates, and where it goes: docs/claims.md as a whole file, and marked
-blocks (:mod:`ledger.blocks`) inside README.md and docs/hmm.md. ``hmmtf ledger`` writes them;
+blocks (:mod:`ledger.blocks`) inside README.md, docs/hmm.md and docs/ARCHITECTURE.md (the
+package map, :mod:`ledger.architecture`). ``hmmtf ledger`` writes them;
 ``hmmtf ledger --check`` fails when a committed one differs from what the results generate."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ledger import bench_text, render
+from ledger import architecture, bench_text, render
 from ledger.blocks import replace_block
 from ledger.documents import Doc
 
@@ -35,6 +36,7 @@ TARGETS: tuple[Target, ...] = (
     Target("README.md", render.README_BLOCK, None, render.readme_block),
     Target("README.md", "bench:hmm", bench_text.RESULTS, _bench(bench_text.readme_paragraph)),
     Target("docs/hmm.md", "bench:hmm-table", bench_text.RESULTS, _bench(bench_text.docs_table)),
+    Target("docs/ARCHITECTURE.md", "architecture:packages", None, architecture.import_table),
 )
 
 
