@@ -224,12 +224,29 @@ def matches_producers(path: str, producers: tuple[str, ...]) -> bool:
             and not any(named(spec[1:]) for spec in producers if spec.startswith("!")))
 
 
+def _renames(root: Path, commit: str, target: str | None) -> dict[str, str]:
+    """Every file renamed between ``commit`` and ``target`` (None: the working tree), old path to
+    new, composed commit by commit (``git log -M``, then the uncommitted renames): a file that
+    changed much after ``commit`` and then moved is still paired with its old self."""
+    steps = git(root, "log", "--reverse", "--format=", "--name-status", "-M", "--diff-filter=R", "-z",
+                f"{commit}..{target or 'HEAD'}").stdout.split("\0")
+    if target is None:
+        steps += git(root, "diff", "-M", "--name-status", "--diff-filter=R", "-z", "HEAD").stdout.split("\0")
+    renamed: dict[str, str] = {}
+    fields = [field.strip() for field in steps if field.strip()]
+    while len(fields) >= 3:
+        _, old, new = fields.pop(0), fields.pop(0), fields.pop(0)
+        renamed = {first: (new if last == old else last) for first, last in renamed.items()}
+        renamed.setdefault(old, new)
+    return renamed
+
+
 def changed_producers(root: Path, producers: tuple[str, ...], commit: str, target: str | None = None) -> list[str]:
     """The producers that compute something else at ``target`` (a commit; None: the working tree)
     than at ``commit``: a file added or removed, or one whose code differs (:func:`code_fingerprint`,
     across moves: module docstring). Names are ``target``'s, a removed file's ``commit``'s."""
     listing = git(root, "diff", "-M", "--name-status", "-z", commit, *([target] if target else []), "--",
-                   *_pathspecs(producers), "*.py")
+                  *_pathspecs(producers), "*.py")
     if listing.returncode != 0:
         raise GitUnavailable(f"git diff {commit[:7]} failed: {listing.stderr.strip()}")
     fields = listing.stdout.split("\0")
@@ -239,8 +256,14 @@ def changed_producers(root: Path, producers: tuple[str, ...], commit: str, targe
         old = fields.pop(0)
         new = fields.pop(0) if status[0] in "RC" else old
         entries.append((status[0], old, new))
-    renamed = {module_name(old): module_name(new) for status, old, new in entries
-               if status == "R" and old.endswith(".py") and new.endswith(".py")}
+    moves = _renames(root, commit, target)
+    added = {new for status, _, new in entries if status == "A"}
+    paired = {old: moves[old] for status, old, _ in entries if status == "D" and moves.get(old) in added}
+    entries = [entry for entry in entries if not (entry[0] == "D" and entry[1] in paired)
+               and not (entry[0] == "A" and entry[2] in paired.values())]
+    entries += [("R", old, new) for old, new in paired.items()]
+    renamed = {module_name(old): module_name(new) for old, new in moves.items()
+               if old.endswith(".py") and new.endswith(".py")}
     changed = []
     for status, old, new in entries:
         if not (matches_producers(new, producers) or matches_producers(old, producers)):

@@ -186,6 +186,9 @@ def test_the_digest_leaves_out_what_says_where_and_when_and_keeps_every_bit():
     assert canaries._canonical({"seconds": 1.0, "git_commit": "abc", "loss": 0.1, "out": "/w/x"}, "/w") == {
         "loss": (0.1).hex(), "out": "<workshop>/x"}
     assert canaries._canonical({"loss": 0.1 + 2 ** -56}, "/w") != canaries._canonical({"loss": 0.1}, "/w")
+    moved = canaries._canonical(["rows (empirical.yardsticks.hand_built.served_rows)", "empirical/training/model.py"], "/w")
+    assert moved == canaries._canonical(["rows (empirical.hand_built.served_rows)", "empirical/model.py"], "/w") == [
+        "rows (served_rows)", "py"]
 
 
 def test_every_result_names_a_known_canary_and_timings_name_none():
