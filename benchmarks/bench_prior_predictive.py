@@ -38,9 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hmm  # noqa: E402
 from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_error, ceiling_estimates, per_prompt_loss, scope_rows  # noqa: E402
-from empirical.training.data import stream_seed  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
-from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, Z_95, unseen_mixture  # noqa: E402
+from empirical.yardsticks.regime import Z_95, fresh_prompts  # noqa: E402
 from hmm.bidirectional import evidence_bounds  # noqa: E402
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive  # noqa: E402
 from hmmtf import source_commit  # noqa: E402
@@ -87,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
     preset = get_preset(args.preset)
-    fresh = unseen_mixture(preset, args.fresh_tasks, FRESH_MIXTURE_STREAM)
-    prompts = hmm.sample_prompts(fresh, args.prompts, preset.prompt_format,
-                                 seed=stream_seed(preset.data_seed, FRESH_PROMPT_STREAM, 0))
+    fresh, prompts = fresh_prompts(preset, args.prompts, args.fresh_tasks)
     tokens, prior = prompts.tokens, DirichletHMMPrior.from_spec(preset.mixture_spec)
     own = fresh.hmm[prompts.task_ids]
     segments = preset.prompt_format.is_delimiter

@@ -2,7 +2,7 @@
 Bayesian belief, and of the prior-predictive next-token distribution, a linear map reads from the
 residual stream of each layer, on prompts of HMMs the network never saw.
 
-**Rows.** Prompts of fresh HMMs (:func:`empirical.yardsticks.curves.fresh_prompts`, the prompts of ``hmmtf
+**Rows.** Prompts of fresh HMMs (:func:`empirical.yardsticks.regime.fresh_prompts`, the prompts of ``hmmtf
 curve``'s probe and of ``hmmtf heads``). A row is a position t whose next token is an HMM token
 (:func:`empirical.yardsticks.ngram.scored_rows`, the rows every loss is taken over) and whose own token is one
 too (:func:`probe_rows`): a delimiter holds no hidden state, so its belief is undefined. The
@@ -85,7 +85,7 @@ from empirical.analysis.report import random_init_like
 from empirical.analysis.shuffle import random_derangements
 from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_estimates, fitted_ngrams
 from empirical.training.configs import check_integers, option
-from empirical.yardsticks.curves import fresh_prompts
+from empirical.yardsticks.regime import fresh_prompts
 from empirical.yardsticks.hand_built import segments
 from empirical.training.model import RoFormer
 from empirical.yardsticks.ngram import scored_rows
@@ -311,7 +311,7 @@ class BeliefSettings:
     """What :func:`beliefs_report` measures on (the options of ``hmmtf beliefs``); each field at
     least its :data:`MINIMUMS` entry, checked on construction."""
 
-    prompts: int = option(256, f"fresh-HMM prompts (empirical.yardsticks.curves.fresh_prompts), at least {MIN_PROMPTS}; the last "
+    prompts: int = option(256, f"fresh-HMM prompts (empirical.yardsticks.regime.fresh_prompts), at least {MIN_PROMPTS}; the last "
                                f"quarter is held out, and the last quarter of the others chooses the ridge penalty")
     fresh_tasks: int = option(1024, "fresh HMMs of the prompts; as many others, of other seed streams, fit the "
                                     "in-context n-grams' concentrations")

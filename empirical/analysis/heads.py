@@ -67,7 +67,7 @@ from empirical.analysis.offsets import offset_sums
 from empirical.analysis.report import random_init_like
 from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_estimates, fitted_ngrams, paired, scope_rows
 from empirical.training.configs import check_integers, option
-from empirical.yardsticks.curves import fresh_prompts
+from empirical.yardsticks.regime import fresh_prompts
 from empirical.training.data import stream_seed
 from empirical.yardsticks.evaluate import model_predictor
 from empirical.training.model import RoFormer, RoFormerConfig
@@ -398,7 +398,7 @@ class HeadsSettings:
     """What :func:`heads_report` measures on (the options of ``hmmtf heads``); validated on
     construction (``top_heads`` against the model, where it is used)."""
 
-    prompts: int = option(256, "fresh-HMM prompts scored and ablated (empirical.yardsticks.curves.fresh_prompts, the prompts "
+    prompts: int = option(256, "fresh-HMM prompts scored and ablated (empirical.yardsticks.regime.fresh_prompts, the prompts "
                                "of hmmtf curve's probe)")
     reference_prompts: int = option(256, "other prompts of the same fresh HMMs, whose mean head outputs replace an "
                                          "ablated head")

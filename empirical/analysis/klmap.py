@@ -53,7 +53,7 @@ from empirical.analysis.heads import kl_per_prompt
 from empirical.yardsticks.competence import (CEILING_SETTINGS, HAND_BUILT_NETWORK, ceiling_estimates, fitted_ngrams, paired,
                                   per_prompt_loss, scope_rows)
 from empirical.training.configs import check_integers, option
-from empirical.yardsticks.curves import fresh_prompts
+from empirical.yardsticks.regime import fresh_prompts
 from empirical.yardsticks.evaluate import model_predictor
 from empirical.yardsticks.hand_built import SMOOTHING, hand_built_predictor, served_rows, task_memory_predictor
 from empirical.training.model import RoFormer
@@ -91,7 +91,7 @@ COUNTS_FROM_ZERO = ("ceiling_particles",)
 class KLMapSettings:
     """What :func:`klmap_report` measures on (the options of ``hmmtf klmap``); validated on construction."""
 
-    prompts: int = option(256, "fresh-HMM prompts of the map (empirical.yardsticks.curves.fresh_prompts, the prompts of hmmtf "
+    prompts: int = option(256, "fresh-HMM prompts of the map (empirical.yardsticks.regime.fresh_prompts, the prompts of hmmtf "
                                "heads and of hmmtf curve's probe); the hand-built network costs about 1 s per prompt "
                                "and history length on a core")
     fresh_tasks: int = option(1024, "fresh HMMs the prompts come from (as many, of other streams, fit the n-grams)")

@@ -52,12 +52,11 @@ import numpy as np
 import torch
 
 import hmm
-from empirical.training.data import stream_seed
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors
 from empirical.yardsticks.hand_built import hand_built_predictor, served_rows
 from empirical.yardsticks.ngram import InContextNGram, scored_rows
 from empirical.training.presets import ExperimentPreset
-from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, Z_95, oracle_predictor, unseen_mixture
+from empirical.yardsticks.regime import Z_95, fresh_prompts, oracle_predictor
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
 
 NGRAM_ORDERS = (1, 2, 3)
@@ -93,10 +92,8 @@ VERDICTS = ("at the in-context-unigram level", "beats the in-context unigram", C
 def fitted_ngrams(preset: ExperimentPreset, fresh_tasks: int, orders=NGRAM_ORDERS) -> dict[str, InContextNGram]:
     """``{"ngram n": ...}`` with concentrations fitted on :data:`FIT_PROMPTS` prompts of
     ``fresh_tasks`` HMMs of the fitting streams (module docstring)."""
-    fitting = unseen_mixture(preset, fresh_tasks, FIT_MIXTURE_STREAM)
-    tokens = hmm.sample_prompts(fitting, FIT_PROMPTS, preset.prompt_format,
-                                seed=stream_seed(preset.data_seed, FIT_PROMPT_STREAM, 0)).tokens
-    return {f"ngram {n}": InContextNGram.fitted(n, fitting.num_tokens, tokens) for n in orders}
+    fitting, prompts = fresh_prompts(preset, FIT_PROMPTS, fresh_tasks, FIT_MIXTURE_STREAM, FIT_PROMPT_STREAM)
+    return {f"ngram {n}": InContextNGram.fitted(n, fitting.num_tokens, prompts.tokens) for n in orders}
 
 
 def cached(predictor: Predictor) -> Predictor:
@@ -247,9 +244,7 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
     (:func:`empirical.yardsticks.evaluate.evaluate_predictors`, reference = the ceiling, baseline = the
     in-context unigram), the hand-built network on its rows, the paired differences, the verdict
     and the fraction of the gap closed."""
-    fresh = unseen_mixture(preset, fresh_tasks, FRESH_MIXTURE_STREAM)
-    prompts = hmm.sample_prompts(fresh, num_prompts, preset.prompt_format,
-                                 seed=stream_seed(preset.data_seed, FRESH_PROMPT_STREAM, 0))
+    fresh, prompts = fresh_prompts(preset, num_prompts, fresh_tasks)
     tokens, p, fmt = prompts.tokens, fresh.num_tokens, preset.prompt_format
     ngrams = fitted_ngrams(preset, fresh_tasks)
     estimates = ceiling_estimates(tokens, fmt, preset.mixture_spec, settings)

@@ -34,11 +34,11 @@ import hmm
 from empirical.training.checkpoint import CONFIG_FILE, has_checkpoint
 from empirical.yardsticks.competence import (CEILING_SETTINGS, ceiling_estimates, fitted_ngrams, gap_closed, paired,
                                   per_prompt_loss, scope_rows)
-from empirical.training.data import PromptStream, stream_seed
+from empirical.training.data import PromptStream
 from empirical.yardsticks.evaluate import model_predictor
 from empirical.training.model import RoFormer, RoFormerConfig
 from empirical.training.presets import ExperimentPreset
-from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor, unseen_mixture
+from empirical.yardsticks.regime import fresh_prompts, oracle_predictor
 from empirical.training.train import CHECKPOINT_DIR, branch_run, train
 from hmm.prior_predictive import SMCSettings
 
@@ -58,11 +58,14 @@ class CurveProbe:
     losses: dict[str, dict[str, torch.Tensor]]
 
 
-def fresh_prompts(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int) -> tuple[hmm.Mixture, hmm.Prompts]:
-    """The competence result's fresh HMMs and the first ``num_prompts`` of its prompt stream."""
-    fresh = unseen_mixture(preset, fresh_tasks, FRESH_MIXTURE_STREAM)
-    return fresh, hmm.sample_prompts(fresh, num_prompts, preset.prompt_format,
-                                     seed=stream_seed(preset.data_seed, FRESH_PROMPT_STREAM, 0))
+PROBE_KEYS = ("num_prompts", "fresh_tasks", "ceiling_settings")
+"""What a curve's probe is scored on, as :func:`probe_settings` records it in the baselines."""
+
+
+def probe_settings(num_prompts: int, fresh_tasks: int, settings: SMCSettings) -> dict:
+    """The :data:`PROBE_KEYS` of a probe of ``num_prompts`` prompts of ``fresh_tasks`` fresh HMMs, its
+    ceiling by the SMC ``settings``."""
+    return dict(zip(PROBE_KEYS, (num_prompts, fresh_tasks, dataclasses.asdict(settings))))
 
 
 def build_probe(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int, settings: SMCSettings) -> dict:
@@ -77,8 +80,8 @@ def build_probe(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int, se
     probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
     losses = {scope: {name: per_prompt_loss(probs, tokens, p, rows).tolist() for name, probs in probabilities.items()}
               for scope, rows in scope_rows(preset.prompt_format).items()}
-    return {"num_prompts": num_prompts, "fresh_tasks": fresh_tasks, "ceiling_settings": dataclasses.asdict(settings),
-            "seconds": time.perf_counter() - started, "losses": losses}
+    return {**probe_settings(num_prompts, fresh_tasks, settings), "seconds": time.perf_counter() - started,
+            "losses": losses}
 
 
 def load_probe(preset: ExperimentPreset, baselines: dict) -> CurveProbe:
@@ -112,17 +115,17 @@ def written_points(run_dir: Path) -> list[dict]:
 
 
 def branch_curve(source_dir: Path, run_dir: Path, preset: ExperimentPreset, model_config: RoFormerConfig,
-                 every: int, probe_settings: dict, command: str | None = None) -> int:
+                 every: int, probe: dict, command: str | None = None) -> int:
     """Start the curve run ``run_dir`` as a branch of the curve run ``source_dir`` at its checkpoint's
     step ``k`` (:func:`empirical.training.train.branch_run`), with the source's baselines and its points up
-    to ``k``; returns ``k``. ``ValueError`` when the source's probe is not ``probe_settings``
-    (``num_prompts``, ``fresh_tasks``, ``ceiling_settings``, as :func:`build_probe` records them) or
+    to ``k``; returns ``k``. ``ValueError`` when the source's probe is not ``probe``
+    (:func:`probe_settings`) or
     ``k`` is not a multiple of ``every``."""
     baselines = json.loads((source_dir / BASELINES_FILE).read_text())
-    source_probe = {key: baselines[key] for key in probe_settings}
-    if source_probe != probe_settings:
+    source_probe = {key: baselines[key] for key in PROBE_KEYS}
+    if source_probe != probe:
         raise ValueError(f"branch_from: {str(source_dir)!r} was scored on the probe {source_probe}; expected "
-                         f"{probe_settings}, this run's")
+                         f"{probe}, this run's")
     source_step = json.loads((source_dir / CHECKPOINT_DIR / CONFIG_FILE).read_text())["step"]
     if source_step % every:
         raise ValueError(f"every: {every}; expected a divisor of the step {source_step} of branch_from "
@@ -148,9 +151,8 @@ def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run
                          f"ends on a boundary of the training log's windows)")
     run_dir.mkdir(parents=True, exist_ok=True)
     if branch_from is not None and not has_checkpoint(run_dir / CHECKPOINT_DIR):
-        probe_settings = {"num_prompts": num_prompts, "fresh_tasks": fresh_tasks,
-                          "ceiling_settings": dataclasses.asdict(settings)}
-        step = branch_curve(Path(branch_from), run_dir, preset, model_config, every, probe_settings, command)
+        step = branch_curve(Path(branch_from), run_dir, preset, model_config, every,
+                            probe_settings(num_prompts, fresh_tasks, settings), command)
         print(f"branched from {branch_from} at step {step}", flush=True)
     baselines_path = run_dir / BASELINES_FILE
     if not baselines_path.is_file():
@@ -190,5 +192,4 @@ def run_summary(run_dir: Path) -> dict:
     return {"run": run_dir.name, "command": config["command"], "model": config["model"], "train": config["train"],
             "mixture": config["task"]["mixture"], "branched_from": config.get("branched_from"),
             "points": written_points(run_dir),
-            "baselines": baseline_means(baselines), "probe": {key: baselines[key] for key in
-                                                            ("num_prompts", "fresh_tasks", "ceiling_settings")}}
+            "baselines": baseline_means(baselines), "probe": {key: baselines[key] for key in PROBE_KEYS}}

@@ -52,13 +52,34 @@ Z_95 = 1.959963984540054
 """Two-sided 95% normal quantile."""
 
 
+def family_mixture(spec: hmm.MixtureSpec, num_tasks: int, seed: int) -> hmm.Mixture:
+    """``num_tasks`` HMMs from the generator of ``spec`` (its task count replaced), seeded by ``seed``."""
+    if not isinstance(num_tasks, int) or num_tasks < 1:
+        raise ValueError(f"num_tasks: {num_tasks!r}; expected an integer >= 1")
+    return dataclasses.replace(spec, num_tasks=num_tasks).build(seed)
+
+
+def family_prompts(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_prompts: int, num_tasks: int,
+                   mixture_seed: int, prompt_seed: int) -> tuple[hmm.Mixture, hmm.Prompts]:
+    """:func:`family_mixture` of ``mixture_seed`` and ``num_prompts`` of its prompts, drawn with ``prompt_seed``."""
+    mixture = family_mixture(spec, num_tasks, mixture_seed)
+    return mixture, hmm.sample_prompts(mixture, num_prompts, prompt_format, seed=prompt_seed)
+
+
 def unseen_mixture(preset: ExperimentPreset, num_tasks: int, stream: int) -> hmm.Mixture:
     """``num_tasks`` HMMs from the generator of ``preset``'s mixture (its spec with another task
     count), seeded by ``stream_seed(preset.mixture_seed, stream, 0)``: none of them is a training HMM."""
-    if not isinstance(num_tasks, int) or num_tasks < 1:
-        raise ValueError(f"num_tasks: {num_tasks!r}; expected an integer >= 1")
-    spec = dataclasses.replace(preset.mixture_spec, num_tasks=num_tasks)
-    return spec.build(stream_seed(preset.mixture_seed, stream, 0))
+    return family_mixture(preset.mixture_spec, num_tasks, stream_seed(preset.mixture_seed, stream, 0))
+
+
+def fresh_prompts(preset: ExperimentPreset, num_prompts: int, num_tasks: int, mixture_stream: int = FRESH_MIXTURE_STREAM,
+                  prompt_stream: int = FRESH_PROMPT_STREAM) -> tuple[hmm.Mixture, hmm.Prompts]:
+    """:func:`unseen_mixture` of ``mixture_stream`` and the first ``num_prompts`` prompts of draw 0 of
+    ``prompt_stream`` (``stream_seed(preset.data_seed, prompt_stream, 0)``); by default the competence
+    result's fresh HMMs and prompts."""
+    return family_prompts(preset.mixture_spec, preset.prompt_format, num_prompts, num_tasks,
+                          stream_seed(preset.mixture_seed, mixture_stream, 0),
+                          stream_seed(preset.data_seed, prompt_stream, 0))
 
 
 def shared_hmms(mixture: hmm.Mixture, other: hmm.Mixture) -> int:
@@ -110,19 +131,17 @@ def regime_section(predictors: dict[str, Predictor], mixture: hmm.Mixture, prese
     fresh HMMs, evaluated against their oracle (:func:`evaluate_predictors`, reference = the
     oracle) beside the training mixture's and the reference mixture's Bayes predictors
     (``bayes_training``, ``bayes_reference``), and the memorisation statistic with its verdict."""
-    fresh = unseen_mixture(preset, fresh_tasks, FRESH_MIXTURE_STREAM)
+    fresh, prompts_of_fresh = fresh_prompts(preset, num_prompts, fresh_tasks)
     reference = unseen_mixture(preset, reference_tasks, REFERENCE_MIXTURE_STREAM)
-    fresh_prompts = hmm.sample_prompts(fresh, num_prompts, preset.prompt_format,
-                                       seed=stream_seed(preset.data_seed, FRESH_PROMPT_STREAM, 0))
 
     def on_device(source: hmm.Mixture) -> hmm.Mixture:
         return hmm.Mixture(source.hmm.to(device), source.weights.to(device))
 
     unseen = evaluate_predictors(
-        {"model": predictors["model"], "oracle": oracle_predictor(fresh, fresh_prompts),
+        {"model": predictors["model"], "oracle": oracle_predictor(fresh, prompts_of_fresh),
          "bayes_training": bayes_predictor(on_device(mixture)), "bayes_reference": bayes_predictor(on_device(reference)),
          "unigram": predictors["unigram"]},
-        fresh_prompts, mixture.num_tokens, reference="oracle", pairs=(("model", "oracle"),))
+        prompts_of_fresh, mixture.num_tokens, reference="oracle", pairs=(("model", "oracle"),))
     memorisation = {}
     for scope in ("test_sequence", "all_positions"):
         train_excess = training["paired"]["model - oracle"][scope]

@@ -34,7 +34,7 @@ from empirical.yardsticks.competence import (CEILING_REPLICATES, FIT_MIXTURE_STR
                                   NGRAM_ORDERS, ceiling_error, ceiling_estimates, paired, per_prompt_loss, scope_rows)
 from empirical.training.data import stream_seed
 from empirical.yardsticks.ngram import InContextNGram
-from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
+from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, family_prompts, oracle_predictor
 from hmm.observability import observability_exact
 from hmm.prior_predictive import SMCSettings
 
@@ -62,13 +62,13 @@ def emission_gamma(emission: torch.Tensor) -> float:
     return 0.0 if num_states > num_tokens else observability_exact(emission)
 
 
-def family_prompts(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_prompts: int, fresh_tasks: int,
-                   mixture_stream: int, prompt_stream: int) -> tuple[hmm.Mixture, hmm.Prompts]:
-    """``num_prompts`` prompts of ``fresh_tasks`` HMMs from ``spec``'s generator, the HMMs seeded by
-    ``stream_seed(0, mixture_stream, 0)`` and the prompts by ``stream_seed(0, prompt_stream, 0)``
-    (for the paper family: the competence result's fresh HMMs and prompts, or its fitting ones)."""
-    mixture = dataclasses.replace(spec, num_tasks=fresh_tasks).build(stream_seed(0, mixture_stream, 0))
-    return mixture, hmm.sample_prompts(mixture, num_prompts, prompt_format, seed=stream_seed(0, prompt_stream, 0))
+def streams_of_seed_zero(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_prompts: int, fresh_tasks: int,
+                         mixture_stream: int, prompt_stream: int) -> tuple[hmm.Mixture, hmm.Prompts]:
+    """:func:`~empirical.yardsticks.regime.family_prompts` of ``stream_seed(0, mixture_stream, 0)`` and
+    ``stream_seed(0, prompt_stream, 0)``: for the paper family, whose seeds are 0, the competence
+    result's fresh HMMs and prompts, or its fitting ones."""
+    return family_prompts(spec, prompt_format, num_prompts, fresh_tasks, stream_seed(0, mixture_stream, 0),
+                          stream_seed(0, prompt_stream, 0))
 
 
 def family_signal(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_prompts: int, fresh_tasks: int,
@@ -78,9 +78,10 @@ def family_signal(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_pr
     n-grams' steps as paired differences, the ceiling's Monte-Carlo error; gamma's quartiles."""
     if num_prompts < 2:
         raise ValueError(f"num_prompts: {num_prompts!r}; expected an integer >= 2 (paired intervals need two)")
-    fresh, prompts = family_prompts(spec, prompt_format, num_prompts, fresh_tasks, FRESH_MIXTURE_STREAM,
-                                    FRESH_PROMPT_STREAM)
-    _, fitting = family_prompts(spec, prompt_format, FIT_PROMPTS, fresh_tasks, FIT_MIXTURE_STREAM, FIT_PROMPT_STREAM)
+    fresh, prompts = streams_of_seed_zero(spec, prompt_format, num_prompts, fresh_tasks, FRESH_MIXTURE_STREAM,
+                                          FRESH_PROMPT_STREAM)
+    _, fitting = streams_of_seed_zero(spec, prompt_format, FIT_PROMPTS, fresh_tasks, FIT_MIXTURE_STREAM,
+                                      FIT_PROMPT_STREAM)
     tokens, p = prompts.tokens, spec.num_tokens
     probabilities = {f"ngram {n}": InContextNGram.fitted(n, p, fitting.tokens)(tokens) for n in NGRAM_ORDERS}
     estimates = ceiling_estimates(tokens, prompt_format, spec, settings)
