@@ -229,10 +229,10 @@ def _normalised(log_weights: np.ndarray) -> np.ndarray:
     return np.exp(log_weights - logsumexp(log_weights, axis=-1, keepdims=True))
 
 
-def _systematic_resample(log_weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``(B, P)`` ancestor indices by systematic resampling of each row's normalised weights."""
-    B, P = log_weights.shape
-    cumulative = _normalised(log_weights).cumsum(-1)
+def _systematic_resample(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``(B, P)`` ancestor indices by systematic resampling of each row of normalised ``weights``."""
+    B, P = weights.shape
+    cumulative = weights.cumsum(-1)
     cumulative[:, -1] = 1.0
     offsets = (rng.random((B, 1)) + np.arange(P)) / P
     ancestors = np.stack([np.searchsorted(row, points) for row, points in zip(cumulative, offsets)])
@@ -297,7 +297,7 @@ def _smc_batch(tokens: np.ndarray, positions: np.ndarray, starts: np.ndarray, pr
     ends = np.append(starts[1:], True)  # the last token of each segment
 
     def weighted_mean(values: np.ndarray) -> np.ndarray:  # values (B P, p) -> (B, p)
-        return np.einsum("bi,bip->bp", _normalised(log_weights), values.reshape(B, P, p))
+        return np.einsum("bi,bip->bp", weights, values.reshape(B, P, p))
 
     predicted_next = particles.stationary  # the first token starts a segment
     for j in range(J):
@@ -306,15 +306,20 @@ def _smc_batch(tokens: np.ndarray, positions: np.ndarray, starts: np.ndarray, pr
         before = logsumexp(log_weights, axis=-1)
         log_weights = log_weights + np.log(increment).reshape(B, P)
         log_evidence += logsumexp(log_weights, axis=-1) - before
-        low = 1.0 / np.square(_normalised(log_weights)).sum(-1) < settings.ess_threshold * P
+        # Normalised once per token: the ESS, the resampling and the predictions read the same
+        # weights (a row's normalisation reads that row only, so refreshing the resampled rows
+        # alone gives what normalising every row again would).
+        weights = _normalised(log_weights)
+        low = 1.0 / np.square(weights).sum(-1) < settings.ess_threshold * P
         if low.any():
             prompts = np.flatnonzero(low)
-            ancestors = _systematic_resample(log_weights[prompts], rng) + prompts[:, None] * P
+            ancestors = _systematic_resample(weights[prompts], rng) + prompts[:, None] * P
             rows = (prompts[:, None] * P + np.arange(P)).ravel()
             moved, accepted_now = _move(particles.take(ancestors.ravel()), per_particle[rows, : j + 1],
                                         starts[: j + 1], prior, settings.moves, rng)
             particles.put(rows, moved)
             log_weights[prompts] = 0.0
+            weights[prompts] = _normalised(log_weights[prompts])
             rejuvenations[prompts] += 1
             accepted += int(accepted_now.sum())
             proposed += accepted_now.size
