@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import hmm
+from empirical.competence import CACHE_VARIABLE, ceiling_estimates
 from hmm import prior_predictive_torch
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
 
@@ -120,3 +121,33 @@ def test_cuda_without_a_cuda_device_is_refused():
 def test_prompts_of_another_size_or_alphabet_are_refused(tokens, message):
     with pytest.raises(ValueError, match=message):
         prior_predictive_torch.prior_predictive(tokens, FORMAT, PRIOR, SMCSettings(particles=4))
+
+
+def test_the_ceiling_chooses_its_smc_and_caches_each_under_its_own_key(tmp_path, monkeypatch):
+    spec = hmm.MixtureSpec(num_tasks=4, num_states=2, num_tokens=2, transition_concentration=0.5,
+                           emission_concentration=0.5)
+    prompt_format = hmm.PromptFormat(num_demos=1, demo_length=3, test_length=2)
+    tokens = hmm.sample_prompts(spec.build(seed=0), 3, prompt_format, seed=1).tokens
+    settings = SMCSettings(particles=16, moves=1)
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path))
+    by_numpy = ceiling_estimates(tokens, prompt_format, spec, settings)
+    by_torch, again = (ceiling_estimates(tokens, prompt_format, spec, settings, backend="torch") for _ in range(2))
+    assert (by_torch.cached, again.cached, by_torch.backend) == (False, True, "torch cpu float64")
+    assert len(list(tmp_path.glob("*.npz"))) == 2
+    direct = prior_predictive_torch.prior_predictive(tokens, prompt_format, DirichletHMMPrior.from_spec(spec), settings)
+    assert torch.equal(by_torch.replicates[0], direct.next_token) and torch.equal(again.replicates[0], direct.next_token)
+    assert not torch.equal(by_torch.replicates[0], by_numpy.replicates[0])
+    assert "backend" not in by_numpy.record() and by_torch.record()["backend"] == "torch cpu float64"
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"backend": "jax"}, r"backend: 'jax'; expected one of \('numpy', 'torch'\)"),
+    ({"device": "cuda"}, r"device, dtype: 'cuda', torch.float64; expected 'cpu' and torch.float64 for the numpy backend"),
+    ({"backend": "torch", "dtype": torch.int64}, r"dtype: torch.int64; expected torch.float32 or torch.float64"),
+])
+def test_the_ceiling_refuses_an_unknown_backend_or_a_setting_it_cannot_honour(keywords, message):
+    spec = hmm.MixtureSpec(num_tasks=1, num_states=2, num_tokens=2)
+    prompt_format = hmm.PromptFormat(num_demos=1, demo_length=3, test_length=2)
+    tokens = hmm.sample_prompts(spec.build(seed=0), 1, prompt_format, seed=1).tokens
+    with pytest.raises(ValueError, match=message):
+        ceiling_estimates(tokens, prompt_format, spec, SMCSettings(particles=4), **keywords)
