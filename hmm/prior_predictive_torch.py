@@ -213,7 +213,7 @@ def _systematic_resample(weights: torch.Tensor, generator: torch.Generator) -> t
 def _smc_batch(tokens: torch.Tensor, positions: torch.Tensor, starts: torch.Tensor, prior: DirichletHMMPrior,
                settings: SMCSettings, generator: torch.Generator, dtype: torch.dtype):
     """IBIS over one batch of prompts ``tokens (B, N)``: ``(next_token (B, N, p), log_evidence (B,),
-    rejuvenations (B,), accepted, proposed)`` (numpy's ``_smc_batch``)."""
+    rejuvenations (B,), accepted, proposed, moved_tokens)`` (numpy's ``_smc_batch``)."""
     B, N = tokens.shape
     P, p = settings.particles, prior.num_tokens
     device = tokens.device
@@ -224,7 +224,7 @@ def _smc_batch(tokens: torch.Tensor, positions: torch.Tensor, starts: torch.Tens
     log_weights = torch.zeros((B, P), dtype=dtype, device=device)
     log_evidence = torch.zeros(B, dtype=dtype, device=device)
     rejuvenations = torch.zeros(B, dtype=torch.int64, device=device)
-    accepted = proposed = 0
+    accepted = proposed = moved_tokens = 0
     next_token = torch.full((B, N, p), float("nan"), dtype=dtype, device=device)
     ends = torch.cat([starts[1:], starts.new_ones(1)]).tolist()  # the last token of each segment
     starts_list, positions_list = starts.tolist(), positions.tolist()
@@ -254,12 +254,13 @@ def _smc_batch(tokens: torch.Tensor, positions: torch.Tensor, starts: torch.Tens
             rejuvenations[prompts] += 1
             accepted += int(accepted_now.sum())
             proposed += accepted_now.numel()
+            moved_tokens += len(rows) * (j + 1)
         assert particles.filtered is not None  # set by observe, then by the moves
         predicted_next = advance(particles.filtered, particles.transition)
         next_token[:, positions_list[j]] = weighted_mean(advance(predicted_next, particles.emission))
         if ends[j] and positions_list[j] + 1 < N:  # the delimiter's row: a new segment's first token
             next_token[:, positions_list[j] + 1] = weighted_mean(advance(particles.stationary, particles.emission))
-    return next_token, log_evidence, rejuvenations, accepted, proposed
+    return next_token, log_evidence, rejuvenations, accepted, proposed, moved_tokens
 
 
 def batch_seed(seed: int, first: int) -> int:
@@ -287,13 +288,15 @@ def prior_predictive(tokens, prompt_format: PromptFormat, prior: DirichletHMMPri
     tokens = tokens.to(device)
     positions, starts = (values.to(device) for values in format_positions(prompt_format))
     results = []
-    accepted = proposed = 0
+    accepted = proposed = moved_tokens = 0
     for first in range(0, tokens.shape[0], settings.batch_prompts):
         generator = torch.Generator(device=device).manual_seed(batch_seed(settings.seed, first))
-        *batch, accepted_now, proposed_now = _smc_batch(tokens[first: first + settings.batch_prompts], positions,
-                                                        starts, prior, settings, generator, dtype)
+        *batch, accepted_now, proposed_now, moved_now = _smc_batch(tokens[first: first + settings.batch_prompts],
+                                                                   positions, starts, prior, settings, generator, dtype)
         results.append(batch)
         accepted += accepted_now
         proposed += proposed_now
+        moved_tokens += moved_now
     next_token, log_evidence, rejuvenations = (torch.cat(parts) for parts in zip(*results))
-    return PriorPredictive(next_token, log_evidence, rejuvenations, accepted / proposed if proposed else float("nan"))
+    return PriorPredictive(next_token, log_evidence, rejuvenations, accepted / proposed if proposed else float("nan"),
+                           moved_tokens)
