@@ -20,6 +20,24 @@ cross-check by bidirectional Monte Carlo (hmm/bidirectional.py), on the competen
   stochastic upper bound on the loss; reverse AIS from each prompt's generating HMM: a stochastic
   lower bound, valid on average over prompts simulated from the prior). Rule: the SMC's mean lies
   within the bounds widened by 1.96 standard errors of the paired differences.
+
+``--backend torch --device cuda|cpu [--dtype float32]`` runs the rate and the convergence by the
+torch SMC (:mod:`hmm.prior_predictive_torch`) instead, and adds a **roofline**: the SMC's counted
+work over its seconds against the device's measured peaks (:mod:`empirical.measurement.roofline`). Counted
+work (a model, element-wise extras below 10% at S >= 16 left out):
+
+* every token, every particle: one vector-matrix product through ``T`` (2 S^2 FLOP, reads S^2
+  entries) and one through ``O`` (2 S p FLOP, reads S p);
+* every Gibbs sweep and the final filter of a move: one filter step per moved particle-token
+  (``PriorPredictive.moved_tokens``), 2 S^2 + 3 S FLOP and S^2 + 2 S entries read; every sweep's
+  backward pass, S entries of ``T`` per particle-token read; every sweep, one LU solve of an S x S
+  system per moved particle (2 S^3 / 3 FLOP).
+
+The binding resource is the one with the larger fraction of its peak. The cross-check (numpy's
+bidirectional bounds, on the CPU) is skipped with ``--chains 0``.
+
+    python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 8 --backend torch \
+        --device cuda --batch-prompts 8
 """
 from __future__ import annotations
 
@@ -37,11 +55,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hmm  # noqa: E402
-from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_error, ceiling_estimates, per_prompt_loss, scope_rows  # noqa: E402
+from empirical.measurement import roofline  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
+from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_error, ceiling_estimates, per_prompt_loss, scope_rows  # noqa: E402
 from empirical.yardsticks.regime import Z_95, fresh_prompts  # noqa: E402
 from hmm.bidirectional import evidence_bounds  # noqa: E402
-from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive  # noqa: E402
+from hmm import prior_predictive_torch  # noqa: E402
+from hmm.prior_predictive import DirichletHMMPrior, PriorPredictive, SMCSettings, prior_predictive  # noqa: E402
 from hmmtf import source_commit  # noqa: E402
 
 
@@ -56,9 +76,10 @@ def mean_and_stderr(values: torch.Tensor) -> dict:
     return {"mean": values.mean().item(), "stderr": values.std().item() / math.sqrt(values.numel())}
 
 
-def ceiling_losses(tokens, preset, settings: SMCSettings) -> dict:
-    """The averaged ceiling's mean loss and Monte-Carlo error per scope, and the seconds it took."""
-    estimates = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec, settings)
+def ceiling_losses(tokens, preset, settings: SMCSettings, backend: dict) -> dict:
+    """The averaged ceiling's mean loss and Monte-Carlo error per scope, and the seconds it took;
+    ``backend``: :func:`empirical.yardsticks.competence.ceiling_estimates`'s backend, device and dtype."""
+    estimates = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec, settings, **backend)
     averaged, replicates, seconds = estimates.probabilities, estimates.replicates, estimates.seconds
     p = preset.mixture_spec.num_tokens
     scopes = {}
@@ -70,6 +91,32 @@ def ceiling_losses(tokens, preset, settings: SMCSettings) -> dict:
     return {"particles": settings.particles, "moves": settings.moves, "seconds": seconds, **scopes}
 
 
+def counted_work(smc: PriorPredictive, prior: DirichletHMMPrior, settings: SMCSettings, prompts: int,
+                 tokens_per_prompt: int, itemsize: int) -> dict:
+    """``{"flop", "bytes"}`` of one SMC run by the module docstring's model."""
+    S, p, P = prior.num_states, prior.num_tokens, settings.particles
+    particle_tokens = prompts * P * tokens_per_prompt
+    filter_steps = (settings.moves + 1) * smc.moved_tokens
+    backward_steps = settings.moves * smc.moved_tokens
+    solves = settings.moves * P * int(smc.rejuvenations.sum())
+    flop = particle_tokens * (2 * S * S + 2 * S * p) + filter_steps * (2 * S * S + 3 * S) + solves * 2 * S**3 / 3
+    entries = particle_tokens * (S * S + S * p) + filter_steps * (S * S + 2 * S) + backward_steps * S
+    return {"flop": flop, "bytes": entries * itemsize, "moved_tokens": smc.moved_tokens}
+
+
+def roofline_section(work: dict, seconds: float, device: torch.device, dtype: torch.dtype, matrix_bytes: int) -> dict:
+    """The counted work's rates against the device's matmul peak in ``dtype`` and its read rate
+    for an array of ``matrix_bytes`` (the particles' transitions a filter step streams)."""
+    peak = roofline.matmul_peak(device, dtype, 4096 if device.type == "cuda" else 1024)
+    bandwidth = roofline.read_bandwidth(device, matrix_bytes)
+    flop_rate, byte_rate = work["flop"] / seconds, work["bytes"] / seconds
+    fractions = {"matmul_peak": flop_rate / peak, "read_bandwidth": byte_rate / bandwidth}
+    return {**work, "seconds": seconds, "flop_per_second": flop_rate, "bytes_per_second": byte_rate,
+            "matmul_peak_flop_per_second": peak, "read_bandwidth_bytes_per_second": bandwidth,
+            "read_bandwidth_array_bytes": matrix_bytes, "fraction_of_peak": fractions,
+            "binding": max(fractions, key=fractions.get)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="tasks-8192-deep", choices=sorted(PRESETS))
@@ -77,10 +124,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh-tasks", type=int, default=1024, help="as hmmtf evaluate's --fresh-tasks")
     parser.add_argument("--chains", type=int, default=32, help="AIS chains per prompt, each way")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--backend", default="numpy", choices=("numpy", "torch"), help="the SMC that runs")
+    parser.add_argument("--device", default="cpu", help="the torch SMC's device (cpu, cuda)")
+    parser.add_argument("--dtype", default="float64", choices=("float64", "float32"), help="the torch SMC's dtype")
+    parser.add_argument("--particles", type=int, default=CEILING_SETTINGS.particles)
+    parser.add_argument("--moves", type=int, default=CEILING_SETTINGS.moves)
+    parser.add_argument("--batch-prompts", type=int, default=CEILING_SETTINGS.batch_prompts,
+                        help="prompts filtered together (on a GPU: as many as its memory holds)")
     parser.add_argument("--out", help="also write the JSON result here")
     args = parser.parse_args(argv)
-    if args.prompts < 2 or args.chains < 1:
-        parser.error(f"--prompts {args.prompts}, --chains {args.chains}: expected at least 2 prompts and 1 chain")
+    if args.prompts < 2 or args.chains < 0:
+        parser.error(f"--prompts {args.prompts}, --chains {args.chains}: expected at least 2 prompts and 0 chains")
+    dtype = getattr(torch, args.dtype)
+    if args.backend == "numpy" and (args.device != "cpu" or dtype != torch.float64):
+        parser.error(f"--device {args.device}, --dtype {args.dtype}: expected cpu and float64 for --backend numpy")
+    try:
+        settings = SMCSettings(args.particles, args.moves, CEILING_SETTINGS.ess_threshold, CEILING_SETTINGS.seed,
+                               args.batch_prompts)
+        device = prior_predictive_torch.check_device(args.device)
+    except ValueError as error:
+        parser.error(str(error))
+    backend = {} if args.backend == "numpy" else {"backend": "torch", "device": device, "dtype": dtype}
 
     commit = source_commit()
     torch.set_num_threads(args.threads)
@@ -91,40 +155,40 @@ def main(argv: list[str] | None = None) -> int:
     own = fresh.hmm[prompts.task_ids]
     segments = preset.prompt_format.is_delimiter
 
-    smc, smc_seconds = timed(lambda: prior_predictive(tokens, preset.prompt_format, prior, CEILING_SETTINGS))
+    if args.backend == "numpy":
+        smc, smc_seconds = timed(lambda: prior_predictive(tokens, preset.prompt_format, prior, settings))
+    else:
+        smc, smc_seconds = roofline.timed(lambda: prior_predictive_torch.prior_predictive(
+            tokens, preset.prompt_format, prior, settings, device, dtype), 1, device)
     _, filter_seconds = timed(lambda: [hmm.log_likelihood(own, tokens[:, ~segments])])
-    rate = {"prompts": args.prompts, "particles": CEILING_SETTINGS.particles, "moves": CEILING_SETTINGS.moves,
+    rate = {"prompts": args.prompts, "particles": settings.particles, "moves": settings.moves,
+            "batch_prompts": settings.batch_prompts,
             "smc_seconds": smc_seconds, "smc_prompts_per_minute": args.prompts * 60 / smc_seconds,
             "rejuvenations_per_prompt": smc.rejuvenations.double().mean().item(), "acceptance": smc.acceptance,
             "exact_filter_seconds": filter_seconds, "smc_over_exact_filter": smc_seconds / filter_seconds}
 
-    doubled = SMCSettings(2 * CEILING_SETTINGS.particles, 2 * CEILING_SETTINGS.moves, CEILING_SETTINGS.ess_threshold,
-                          CEILING_SETTINGS.seed + 100, CEILING_SETTINGS.batch_prompts)
-    base, twice = ceiling_losses(tokens, preset, CEILING_SETTINGS), ceiling_losses(tokens, preset, doubled)
+    tokens_per_prompt = int((~segments).sum())
+    if args.backend == "torch":
+        S = prior.num_states
+        work = counted_work(smc, prior, settings, args.prompts, tokens_per_prompt, dtype.itemsize)
+        matrix_bytes = min(args.prompts, settings.batch_prompts) * settings.particles * S * S * dtype.itemsize
+        rate["roofline"] = roofline_section(work, smc_seconds, device, dtype, matrix_bytes)
+
+    doubled = SMCSettings(2 * settings.particles, 2 * settings.moves, settings.ess_threshold, settings.seed + 100,
+                          settings.batch_prompts)
+    base, twice = ceiling_losses(tokens, preset, settings, backend), ceiling_losses(tokens, preset, doubled, backend)
     convergence = {"base": base, "doubled": twice, "rule": "converged when |loss(doubled) - loss(base)| < the base's "
                    "Monte-Carlo standard error"}
     for scope in scope_rows(preset.prompt_format):
         change = twice[scope]["loss"] - base[scope]["loss"]
         convergence[scope] = {"change": change, "converged": abs(change) < base[scope]["monte_carlo_stderr"]}
 
-    tokens_per_prompt = int((~segments).sum())
-    bounds, bounds_seconds = timed(lambda: evidence_bounds(tokens, preset.prompt_format, prior, own.transition,
-                                                           own.emission, args.chains))
-    smc_loss = -smc.log_evidence / tokens_per_prompt
-    upper_loss, lower_loss = -bounds.lower / tokens_per_prompt, -bounds.upper / tokens_per_prompt
-    above, below = upper_loss - smc_loss, smc_loss - lower_loss
-    within = (above.mean() + Z_95 * above.std() / math.sqrt(args.prompts) >= 0
-              and below.mean() + Z_95 * below.std() / math.sqrt(args.prompts) >= 0)
-    cross_check = {"chains": args.chains, "seconds": bounds_seconds, "tokens_per_prompt": tokens_per_prompt,
-                   "smc_loss": mean_and_stderr(smc_loss), "forward_ais_loss_upper_bound": mean_and_stderr(upper_loss),
-                   "reverse_ais_loss_lower_bound": mean_and_stderr(lower_loss),
-                   "upper_minus_smc": mean_and_stderr(above), "smc_minus_lower": mean_and_stderr(below),
-                   "within_bounds": bool(within),
-                   "rule": "the SMC's mean per-token -log Z lies within the bounds' means widened by 1.96 s.e. of the "
-                           "paired differences"}
-
+    cross_check = None if args.chains == 0 else bounds_check(args, preset, tokens, prior, own, smc, tokens_per_prompt)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     result = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
               "git_commit": commit, "preset": args.preset, "fresh_tasks": args.fresh_tasks,
+              "backend": {"name": args.backend, "device": str(device), "device_name": device_name,
+                          "dtype": args.dtype},
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
                           "load_average_at_start": load, "torch": torch.__version__},
               "rate": rate, "convergence": convergence, "cross_check": cross_check}
@@ -134,6 +198,24 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
     return 0
+
+
+def bounds_check(args, preset, tokens, prior, own, smc: PriorPredictive, tokens_per_prompt: int) -> dict:
+    """The module docstring's cross-check of the SMC's evidence by the bidirectional bounds."""
+    bounds, bounds_seconds = timed(lambda: evidence_bounds(tokens, preset.prompt_format, prior, own.transition,
+                                                           own.emission, args.chains))
+    smc_loss = -smc.log_evidence.to("cpu", torch.float64) / tokens_per_prompt
+    upper_loss, lower_loss = -bounds.lower / tokens_per_prompt, -bounds.upper / tokens_per_prompt
+    above, below = upper_loss - smc_loss, smc_loss - lower_loss
+    within = (above.mean() + Z_95 * above.std() / math.sqrt(args.prompts) >= 0
+              and below.mean() + Z_95 * below.std() / math.sqrt(args.prompts) >= 0)
+    return {"chains": args.chains, "seconds": bounds_seconds, "tokens_per_prompt": tokens_per_prompt,
+                   "smc_loss": mean_and_stderr(smc_loss), "forward_ais_loss_upper_bound": mean_and_stderr(upper_loss),
+                   "reverse_ais_loss_lower_bound": mean_and_stderr(lower_loss),
+                   "upper_minus_smc": mean_and_stderr(above), "smc_minus_lower": mean_and_stderr(below),
+                   "within_bounds": bool(within),
+                   "rule": "the SMC's mean per-token -log Z lies within the bounds' means widened by 1.96 s.e. of the "
+                           "paired differences"}
 
 
 if __name__ == "__main__":

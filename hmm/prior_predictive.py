@@ -132,6 +132,10 @@ class PriorPredictive(NamedTuple):
     """``(B,)``: how many times the prompt's particles were resampled and moved."""
     acceptance: float
     """Fraction of the transition proposals accepted by the Metropolis-Hastings step."""
+    moved_tokens: int
+    """Sum over rejuvenations of (particles moved) x (tokens so far): each Gibbs sweep filters and
+    backward-samples this many particle-tokens, the final filter of each move as many again (the
+    work a cost model counts)."""
 
 
 def _dirichlet(concentration: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -229,10 +233,10 @@ def _normalised(log_weights: np.ndarray) -> np.ndarray:
     return np.exp(log_weights - logsumexp(log_weights, axis=-1, keepdims=True))
 
 
-def _systematic_resample(log_weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``(B, P)`` ancestor indices by systematic resampling of each row's normalised weights."""
-    B, P = log_weights.shape
-    cumulative = _normalised(log_weights).cumsum(-1)
+def _systematic_resample(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``(B, P)`` ancestor indices by systematic resampling of each row of normalised ``weights``."""
+    B, P = weights.shape
+    cumulative = weights.cumsum(-1)
     cumulative[:, -1] = 1.0
     offsets = (rng.random((B, 1)) + np.arange(P)) / P
     ancestors = np.stack([np.searchsorted(row, points) for row, points in zip(cumulative, offsets)])
@@ -282,7 +286,7 @@ def _move(particles: _Particles, tokens: np.ndarray, starts: np.ndarray, prior: 
 def _smc_batch(tokens: np.ndarray, positions: np.ndarray, starts: np.ndarray, prior: DirichletHMMPrior,
                settings: SMCSettings, rng: np.random.Generator):
     """IBIS over one batch of prompts ``tokens (B, N)``: ``(next_token (B, N, p), log_evidence (B,),
-    rejuvenations (B,), accepted, proposed)``."""
+    rejuvenations (B,), accepted, proposed, moved_tokens)``."""
     B, N = tokens.shape
     P, p = settings.particles, prior.num_tokens
     observed = tokens[:, positions]  # (B, J) HMM tokens
@@ -292,12 +296,12 @@ def _smc_batch(tokens: np.ndarray, positions: np.ndarray, starts: np.ndarray, pr
     log_weights = np.zeros((B, P))
     log_evidence = np.zeros(B)
     rejuvenations = np.zeros(B, dtype=np.int64)
-    accepted = proposed = 0
+    accepted = proposed = moved_tokens = 0
     next_token = np.full((B, N, p), np.nan)
     ends = np.append(starts[1:], True)  # the last token of each segment
 
     def weighted_mean(values: np.ndarray) -> np.ndarray:  # values (B P, p) -> (B, p)
-        return np.einsum("bi,bip->bp", _normalised(log_weights), values.reshape(B, P, p))
+        return np.einsum("bi,bip->bp", weights, values.reshape(B, P, p))
 
     predicted_next = particles.stationary  # the first token starts a segment
     for j in range(J):
@@ -306,23 +310,29 @@ def _smc_batch(tokens: np.ndarray, positions: np.ndarray, starts: np.ndarray, pr
         before = logsumexp(log_weights, axis=-1)
         log_weights = log_weights + np.log(increment).reshape(B, P)
         log_evidence += logsumexp(log_weights, axis=-1) - before
-        low = 1.0 / np.square(_normalised(log_weights)).sum(-1) < settings.ess_threshold * P
+        # Normalised once per token: the ESS, the resampling and the predictions read the same
+        # weights (a row's normalisation reads that row only, so refreshing the resampled rows
+        # alone gives what normalising every row again would).
+        weights = _normalised(log_weights)
+        low = 1.0 / np.square(weights).sum(-1) < settings.ess_threshold * P
         if low.any():
             prompts = np.flatnonzero(low)
-            ancestors = _systematic_resample(log_weights[prompts], rng) + prompts[:, None] * P
+            ancestors = _systematic_resample(weights[prompts], rng) + prompts[:, None] * P
             rows = (prompts[:, None] * P + np.arange(P)).ravel()
             moved, accepted_now = _move(particles.take(ancestors.ravel()), per_particle[rows, : j + 1],
                                         starts[: j + 1], prior, settings.moves, rng)
             particles.put(rows, moved)
             log_weights[prompts] = 0.0
+            weights[prompts] = _normalised(log_weights[prompts])
             rejuvenations[prompts] += 1
             accepted += int(accepted_now.sum())
             proposed += accepted_now.size
+            moved_tokens += len(rows) * (j + 1)
         predicted_next = advance(particles.filtered, particles.transition)
         next_token[:, positions[j]] = weighted_mean(advance(predicted_next, particles.emission))
         if ends[j] and positions[j] + 1 < N:  # the delimiter's row: a new segment's first token
             next_token[:, positions[j] + 1] = weighted_mean(advance(particles.stationary, particles.emission))
-    return next_token, log_evidence, rejuvenations, accepted, proposed
+    return next_token, log_evidence, rejuvenations, accepted, proposed, moved_tokens
 
 
 def prior_predictive(tokens, prompt_format: PromptFormat, prior: DirichletHMMPrior,
@@ -340,13 +350,15 @@ def prior_predictive(tokens, prompt_format: PromptFormat, prior: DirichletHMMPri
     tokens = check_prompts(tokens, prompt_format, prior.num_tokens).numpy()
     positions, starts = (values.numpy() for values in format_positions(prompt_format))
     results = []
-    accepted = proposed = 0
+    accepted = proposed = moved_tokens = 0
     for first in range(0, tokens.shape[0], settings.batch_prompts):
         rng = np.random.default_rng((settings.seed, first))
-        *batch, accepted_now, proposed_now = _smc_batch(tokens[first: first + settings.batch_prompts], positions,
-                                                        starts, prior, settings, rng)
+        *batch, accepted_now, proposed_now, moved_now = _smc_batch(tokens[first: first + settings.batch_prompts],
+                                                                   positions, starts, prior, settings, rng)
         results.append(batch)
         accepted += accepted_now
         proposed += proposed_now
+        moved_tokens += moved_now
     next_token, log_evidence, rejuvenations = (torch.from_numpy(np.concatenate(parts)) for parts in zip(*results))
-    return PriorPredictive(next_token, log_evidence, rejuvenations, accepted / proposed if proposed else float("nan"))
+    return PriorPredictive(next_token, log_evidence, rejuvenations, accepted / proposed if proposed else float("nan"),
+                           moved_tokens)

@@ -1,5 +1,8 @@
 """The prior-predictive ceiling (hmm/prior_predictive.py): the SMC against brute-force Monte Carlo
-over 10^7 prior draws on a tiny HMM family, its determinism, and its refusals of bad input."""
+over 10^7 prior draws on a tiny HMM family, its determinism, and its refusals of bad input. The
+brute-force, bidirectional-bounds and determinism tests run on both implementations, numpy's and
+torch's (hmm/prior_predictive_torch.py, on the CPU in float64)."""
+import functools
 import math
 
 import numpy as np
@@ -8,7 +11,12 @@ import torch
 
 import hmm
 from hmm.bidirectional import evidence_bounds
+from hmm import prior_predictive_torch
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, format_positions, prior_predictive
+
+IMPLEMENTATIONS = {"numpy": prior_predictive,
+                   "torch": functools.partial(prior_predictive_torch.prior_predictive, device="cpu", dtype=torch.float64)}
+"""The SMCs under test, by name: the same signature and result type."""
 
 FORMAT = hmm.PromptFormat(num_demos=1, demo_length=4, test_length=3)
 PROMPT = [0, 0, 1, 0, 2, 1, 1, 0]  # p = 2: delimiter 2 after the demonstration
@@ -51,7 +59,8 @@ def two_state_terms(prompt: list[int], draws: int, rng: np.random.Generator) -> 
     return terms
 
 
-def brute_force_predictive(prompt: list[int], chunk: int = 1_000_000) -> tuple[np.ndarray, np.ndarray, float, float]:
+@functools.cache
+def brute_force_predictive(prompt: tuple[int, ...], chunk: int = 1_000_000) -> tuple[np.ndarray, np.ndarray, float, float]:
     """``(mean (N, 2), stderr (N, 2), Z, Z stderr)``: row t's ``P(o | prompt[:t+1]) =
     E[P(prefix, o)] / E[P(prefix)]`` over ``BRUTE_FORCE_DRAWS`` prior draws (a ratio estimator with
     its delta-method standard error), and the evidence ``Z`` of the whole prompt."""
@@ -80,8 +89,10 @@ def brute_force_predictive(prompt: list[int], chunk: int = 1_000_000) -> tuple[n
 
 
 @pytest.mark.long_running
-def test_smc_matches_brute_force_monte_carlo_over_ten_million_prior_draws():
-    exact, exact_stderr, evidence, evidence_stderr = brute_force_predictive(PROMPT)
+@pytest.mark.parametrize("implementation", sorted(IMPLEMENTATIONS))
+def test_smc_matches_brute_force_monte_carlo_over_ten_million_prior_draws(implementation):
+    prior_predictive = IMPLEMENTATIONS[implementation]
+    exact, exact_stderr, evidence, evidence_stderr = brute_force_predictive(tuple(PROMPT))
     # ess_threshold 0.99: resampling and moving after nearly every token, so that the moves (FFBS,
     # the emission's Gibbs step, the transition's Metropolis-Hastings step) are what is tested.
     settings = [SMCSettings(particles=4096, moves=2, ess_threshold=0.99, seed=seed) for seed in range(4)]
@@ -96,7 +107,9 @@ def test_smc_matches_brute_force_monte_carlo_over_ten_million_prior_draws():
     assert all(r.rejuvenations[0] >= len(PROMPT) - 3 for r in replicates) and 0.1 < replicates[0].acceptance < 1
 
 
-def test_the_same_seed_gives_the_same_predictive_and_another_seed_another():
+@pytest.mark.parametrize("implementation", sorted(IMPLEMENTATIONS))
+def test_the_same_seed_gives_the_same_predictive_and_another_seed_another(implementation):
+    prior_predictive = IMPLEMENTATIONS[implementation]
     tokens = torch.tensor([PROMPT, [1, 1, 1, 0, 2, 0, 0, 1]])
     settings = SMCSettings(particles=64, moves=1, seed=3, batch_prompts=1)
     first, again = prior_predictive(tokens, FORMAT, PRIOR, settings), prior_predictive(tokens, FORMAT, PRIOR, settings)
@@ -138,7 +151,9 @@ def test_a_prior_that_is_not_the_smcs_is_refused():
 
 
 @pytest.mark.long_running
-def test_the_smc_evidence_lies_between_the_bidirectional_bounds_on_average_over_simulated_prompts():
+@pytest.mark.parametrize("implementation", sorted(IMPLEMENTATIONS))
+def test_the_smc_evidence_lies_between_the_bidirectional_bounds_on_average_over_simulated_prompts(implementation):
+    prior_predictive = IMPLEMENTATIONS[implementation]
     count = 96
     transition, emission, stationary = (torch.from_numpy(x) for x in PRIOR.sample(count, np.random.default_rng(5)))
     prompts = hmm.sample_prompts(hmm.Mixture.uniform(hmm.HMM(stationary, transition, emission)), count, FORMAT, seed=3)

@@ -52,11 +52,12 @@ import numpy as np
 import torch
 
 import hmm
+from empirical.training.presets import ExperimentPreset
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors
 from empirical.yardsticks.hand_built import hand_built_predictor, served_rows
 from empirical.yardsticks.ngram import InContextNGram, scored_rows
-from empirical.training.presets import ExperimentPreset
 from empirical.yardsticks.regime import Z_95, fresh_prompts, oracle_predictor
+from hmm import prior_predictive_torch
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
 
 NGRAM_ORDERS = (1, 2, 3)
@@ -75,6 +76,9 @@ much as the particles: on the first 32 prompts, a replicate of 128 particles and
 0.0056 nats more than the average of two (twice the Jensen term of averaging estimates inside a
 log), one of 256 particles and four sweeps 0.0017. Its convergence check (doubling both) is in
 ``figures/competence/prior_predictive.json``; ``docs/empirical.md``, "Competence numbers"."""
+COMPETENCE_CEILING_KEYS = ("particles", "moves", "replicates", "ess_threshold", "seed", "seconds", "cached")
+"""The entries of :meth:`Ceiling.record` that competence.json's ``ceiling`` holds, in its order (the
+committed results' bytes: no ``batch_prompts``)."""
 HAND_BUILT_NETWORK = {"history_length": 2, "gd_steps": 32}
 """The hand-built network on the ladder: L = 2 (the in-context bigram's history), T = 32."""
 RULE = ("per prompt, d = loss(model) - loss(in-context n-gram), each the mean over the scope's rows; the model beats "
@@ -120,6 +124,8 @@ class Ceiling(NamedTuple):
     """Wall time of the SMC runs that computed them (also when read back from the cache)."""
     cached: bool
     """Read from :data:`CACHE_VARIABLE`'s directory rather than computed in this process."""
+    backend: str = "numpy"
+    """:data:`BACKENDS` entry that computed them: ``"numpy"``, or ``"torch <device> <dtype>"``."""
 
     @property
     def probabilities(self) -> torch.Tensor:
@@ -127,51 +133,74 @@ class Ceiling(NamedTuple):
         return torch.stack(self.replicates).mean(0)
 
     def record(self) -> dict:
-        """The settings, replicate count, seconds and cache flag, as results record them."""
+        """The settings, replicate count, seconds and cache flag, as results record them, and the
+        backend unless numpy's (so that the numpy SMC's records read as they always have)."""
         return {**dataclasses.asdict(self.settings), "replicates": len(self.replicates), "seconds": self.seconds,
-                "cached": self.cached}
+                "cached": self.cached, **({} if self.backend == "numpy" else {"backend": self.backend})}
 
 
 CACHE_VARIABLE = "HMMTF_CEILING_CACHE"
 """Environment variable naming a directory where :func:`ceiling_estimates` keeps what it computes, by content."""
 SMC_SOURCES = ("hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py")
-"""The modules the SMC's numbers come from; their bytes are part of the cache key."""
+"""The modules the numpy SMC's numbers come from; their bytes are part of the cache key."""
+TORCH_SMC_SOURCES = ("hmm/prior_predictive.py", "hmm/prior_predictive_torch.py", "hmm/markov.py")
+"""The modules the torch SMC's numbers come from."""
+BACKENDS = ("numpy", "torch")
+"""The SMCs :func:`ceiling_estimates` runs: :mod:`hmm.prior_predictive`, :mod:`hmm.prior_predictive_torch`."""
 
 
-def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spec: hmm.MixtureSpec, settings: SMCSettings,
-               replicates: int) -> str:
+def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, prior: DirichletHMMPrior, settings: SMCSettings,
+               replicates: int, backend: str = "numpy") -> str:
     """SHA-256 of everything the replicates depend on: the prompts, the format, the prior, the SMC
-    settings, the replicate count, the SMC's source files and the numpy and torch versions."""
+    settings, the replicate count, the SMC's source files and the numpy and torch versions, and
+    the backend (:attr:`Ceiling.backend`) unless numpy's, whose keys stay as they were."""
     digest = hashlib.sha256(tokens.numpy().astype("int64").tobytes())
-    prior = DirichletHMMPrior.from_spec(spec)
     digest.update(repr((tuple(tokens.shape), dataclasses.asdict(prompt_format), dataclasses.asdict(prior),
                         dataclasses.asdict(settings), replicates, np.__version__, torch.__version__)).encode())
+    if backend != "numpy":
+        digest.update(backend.encode())
     root = Path(hmm.__file__).resolve().parents[1]
-    for source in SMC_SOURCES:
+    for source in SMC_SOURCES if backend == "numpy" else TORCH_SMC_SOURCES:
         digest.update((root / source).read_bytes())
     return digest.hexdigest()
 
 
 def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spec: hmm.MixtureSpec,
-                      settings: SMCSettings = CEILING_SETTINGS, replicates: int = CEILING_REPLICATES) -> Ceiling:
+                      settings: SMCSettings = CEILING_SETTINGS, replicates: int = CEILING_REPLICATES,
+                      backend: str = "numpy", device="cpu", dtype: torch.dtype = torch.float64) -> Ceiling:
     """``replicates`` independent SMC estimates of the prior predictive of ``spec``'s prior on
-    ``tokens (B, N)`` (seeds ``settings.seed + r``).
+    ``tokens (B, N)`` (seeds ``settings.seed + r``), by the SMC of ``backend`` (:data:`BACKENDS`);
+    the torch SMC runs on ``device`` in ``dtype`` and its estimates come back as float64 on the CPU.
 
     With :data:`CACHE_VARIABLE` set to a directory, the replicates are read from it when the same
     computation (:func:`_cache_key`) was done before, and written to it otherwise: every result
     on one family's prompts then pays for its SMC once. Unset, nothing is read or written."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: {backend!r}; expected one of {BACKENDS}")
+    if backend == "numpy" and (str(device) != "cpu" or dtype != torch.float64):
+        raise ValueError(f"device, dtype: {device!r}, {dtype}; expected 'cpu' and torch.float64 for the numpy backend")
+    if backend == "torch":
+        device, dtype = prior_predictive_torch.check_device(device), prior_predictive_torch.check_dtype(dtype)
+        backend = f"torch {device.type} {str(dtype).removeprefix('torch.')}"
     prior = DirichletHMMPrior.from_spec(spec)
     directory = os.environ.get(CACHE_VARIABLE)
     path = None
     if directory:
-        path = Path(directory) / f"{_cache_key(tokens, prompt_format, spec, settings, replicates)}.npz"
+        path = Path(directory) / f"{_cache_key(tokens, prompt_format, prior, settings, replicates, backend)}.npz"
         if path.is_file():
             with np.load(path) as stored:
-                return Ceiling(list(torch.from_numpy(stored["replicates"])), settings, float(stored["seconds"]), True)
+                return Ceiling(list(torch.from_numpy(stored["replicates"])), settings, float(stored["seconds"]), True,
+                               backend)
+
+    def estimate(replicate_settings: SMCSettings) -> torch.Tensor:
+        if backend == "numpy":
+            return prior_predictive(tokens, prompt_format, prior, replicate_settings).next_token
+        return prior_predictive_torch.prior_predictive(tokens, prompt_format, prior, replicate_settings, device, dtype
+                                                       ).next_token.to("cpu", torch.float64)
+
     started = time.perf_counter()
-    estimates = [prior_predictive(tokens, prompt_format, prior, dataclasses.replace(settings, seed=settings.seed + r)
-                                  ).next_token for r in range(replicates)]
-    result = Ceiling(estimates, settings, time.perf_counter() - started, False)
+    estimates = [estimate(dataclasses.replace(settings, seed=settings.seed + r)) for r in range(replicates)]
+    result = Ceiling(estimates, settings, time.perf_counter() - started, False, backend)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial.npz")
@@ -268,6 +297,7 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
         closed[scope] = gap_closed(losses["ngram 1"], losses["model"], losses["ceiling"])
         ceiling_stderr[scope] = ceiling_error(estimates.replicates, tokens, p, rows)
     verdict = competence_verdict(beats)
+    ceiling_record = estimates.record()
     return {
         "rule": RULE,
         "fresh_tasks": fresh_tasks,
@@ -276,10 +306,8 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
         "ngram_fit": {"prompts": FIT_PROMPTS, "mixture_stream": FIT_MIXTURE_STREAM, "prompt_stream": FIT_PROMPT_STREAM,
                       "fresh_tasks": fresh_tasks},
         "ceiling": {"method": "resample-move SMC (IBIS) over (T, O), FFBS Gibbs moves, MH for the stationary start",
-                    "particles": settings.particles, "moves": settings.moves, "replicates": CEILING_REPLICATES,
-                    "ess_threshold": settings.ess_threshold, "seed": settings.seed, "seconds": estimates.seconds,
-                    "cached": estimates.cached, "prompts_per_minute": num_prompts * 60 / estimates.seconds,
-                    "monte_carlo_stderr": ceiling_stderr},
+                    **{key: ceiling_record[key] for key in COMPETENCE_CEILING_KEYS},
+                    "prompts_per_minute": num_prompts * 60 / estimates.seconds, "monte_carlo_stderr": ceiling_stderr},
         "hand_built_network": HAND_BUILT_NETWORK,
         "ladder": ladder,
         "hand_built": hand_built,
