@@ -63,6 +63,11 @@ VOLATILE_KEY = re.compile(r"command|git|git_commit|git_dirty|commit|torch|numpy|
 """JSON keys that say where, when, on what and how fast a command ran, not what it computed:
 left out of a canary's digest (matched whole)."""
 
+MODULE_PATH = re.compile(r"\b(?:hmm|construction|bounds|empirical|ledger|benchmarks)(?:[./][A-Za-z_]\w*)*[./]([A-Za-z_]\w*)")
+"""A dotted module name or file path of the project inside a JSON string (``empirical.yardsticks.
+hand_built.served_rows``): read as its last name only, so that a description naming where the code
+lives does not change the digest when the code moves."""
+
 
 class Workshop:
     """The canaries' folder, and the tiny network and learning-curve run that several share (each
@@ -248,8 +253,9 @@ def environment() -> dict[str, str]:
 
 
 def _canonical(value, workshop: str):
-    """``value`` (parsed JSON) without :data:`VOLATILE_KEY` keys, with floats as ``float.hex`` and
-    the workshop's path as ``<workshop>``."""
+    """``value`` (parsed JSON) without :data:`VOLATILE_KEY` keys, with floats as ``float.hex``, the
+    workshop's path as ``<workshop>`` and the project's module names as their last name
+    (:data:`MODULE_PATH`)."""
     if isinstance(value, dict):
         return {key: _canonical(item, workshop) for key, item in value.items() if not VOLATILE_KEY.fullmatch(key)}
     if isinstance(value, list):
@@ -257,7 +263,7 @@ def _canonical(value, workshop: str):
     if isinstance(value, float):
         return value.hex() if math.isfinite(value) else repr(value)
     if isinstance(value, str):
-        return value.replace(workshop, "<workshop>")
+        return MODULE_PATH.sub(r"\1", value.replace(workshop, "<workshop>"))
     return value
 
 
@@ -288,7 +294,8 @@ def _canary_source(canary: Canary) -> str:
             parts.append(inspect.getsource(value))
         elif isinstance(value, str):
             parts.append(f"{name} = {value!r}")
-    parts.append(f"VOLATILE_KEY = {VOLATILE_KEY.pattern!r}")
+    parts += [f"VOLATILE_KEY = {VOLATILE_KEY.pattern!r}", f"MODULE_PATH = {MODULE_PATH.pattern!r}",
+              inspect.getsource(_canonical)]
     return _without_imports("\n".join(parts))
 
 
@@ -320,7 +327,7 @@ def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
     for name in modules:
         module = importlib.import_module(name)
         for constant, value in vars(module).items():
-            if not re.fullmatch(r"[A-Z][A-Z0-9_]*", constant) or constant == "VOLATILE_KEY":
+            if not re.fullmatch(r"[A-Z][A-Z0-9_]*", constant) or constant in ("VOLATILE_KEY", "MODULE_PATH"):
                 continue
             if isinstance(value, dict) and all(isinstance(key, str) for key in value):
                 for key, item in value.items():
