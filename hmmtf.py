@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import subprocess
 import sys
@@ -59,6 +60,10 @@ USER_ERRORS = (ValueError, OSError)
 """The exceptions a command reports as one line (module docstring)."""
 USER_ERROR_EXIT_CODE = 2
 """Exit code of a user error, as argparse's own."""
+
+VERBOSE_OPTIONS = ("-v", "--verbose")
+"""The option that has ``hmmtf`` say when it restarts itself (before or after the subcommand). It is
+read from the words of the command line before they are parsed: the restart comes first."""
 
 
 class UsageError(Exception):
@@ -102,7 +107,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         ),
     )
     debug_help = "show the traceback of a user error (a bad value, a missing file), not one line"
+    verbose_help = ("say so on stderr when a training command restarts itself with glibc's malloc tuned for "
+                    "training (empirical/training/allocator.py)")
     parser.add_argument("--debug", action="store_true", help=debug_help)
+    parser.add_argument(*VERBOSE_OPTIONS, action="store_true", help=verbose_help)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     modules = [SUBCOMMAND_MODULES[command]] if command in SUBCOMMAND_MODULES else SUBCOMMAND_MODULES.values()
     for name in dict.fromkeys(modules):
@@ -110,6 +118,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for subparser in subparsers.choices.values():
         # SUPPRESS: without the flag the subcommand leaves the value the main parser set.
         subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+        subparser.add_argument(*VERBOSE_OPTIONS, action="store_true", default=argparse.SUPPRESS, help=verbose_help)
     return parser
 
 
@@ -136,10 +145,14 @@ def source_commit() -> str | None:
 def restart_for_training(process_argv: list[str], command_line: list[str]) -> None:
     """Restart this process with glibc's malloc tuned for training when ``process_argv`` (its
     ``sys.argv``) names a subcommand that trains: :func:`empirical.training.allocator.restart_with_training_tunables`
-    of ``command_line`` (its ``sys.orig_argv``, interpreter options included)."""
-    from empirical.training.allocator import TRAINING_SUBCOMMANDS, restart_with_training_tunables
+    of ``command_line`` (its ``sys.orig_argv``, interpreter options included), saying so only
+    under :data:`VERBOSE_OPTIONS`. ``ValueError`` for an ``HMMTF_MALLOC`` it does not know, whatever
+    the subcommand (:func:`empirical.training.allocator.malloc_choice`)."""
+    from empirical.training.allocator import TRAINING_SUBCOMMANDS, malloc_choice, restart_with_training_tunables
+    malloc_choice(os.environ)
     if subcommand_of(process_argv[1:]) in TRAINING_SUBCOMMANDS:
-        restart_with_training_tunables(command_line)
+        verbose = any(word in VERBOSE_OPTIONS for word in process_argv[1:])
+        restart_with_training_tunables(command_line, verbose=verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         try:
             restart_for_training(sys.argv, sys.orig_argv)
-        except ValueError as error:  # a GLIBC_TUNABLES the restart cannot extend
+        except ValueError as error:  # a GLIBC_TUNABLES the restart cannot extend, an unknown HMMTF_MALLOC
             print(error_line("hmmtf", error), file=sys.stderr)
             return USER_ERROR_EXIT_CODE
     argv = sys.argv[1:] if argv is None else list(argv)

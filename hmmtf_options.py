@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import tempfile
+from pathlib import Path
 from typing import Callable
 
 from empirical.training.configs import config_from_options
@@ -44,6 +46,37 @@ def positive_float(text: str) -> float:
     if value is None or not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text}; expected a finite number > 0")
     return value
+
+
+def check_output_folder(path: str | Path, name: str = "--out") -> Path:
+    """``path`` as a ``Path`` if this process can write its outputs there: the folder, or the
+    nearest of its parents that exists (the command creates the rest), is a folder in which a file
+    can be created (a temporary one, removed at once; the operating system decides, whatever the
+    user, the mode bits, ACLs or a read-only mount). ``ValueError`` naming ``name``, the path and
+    the reason otherwise. Commands call it before any computation, so that one that cannot write
+    its results refuses at once instead of after the work."""
+    path = Path(path)
+    existing = next(folder for folder in (path, *path.parents) if folder.exists())
+    expected = "expected a folder this user can write to"
+    if not existing.is_dir():
+        raise ValueError(f"{name}: {str(path)!r}: {str(existing)!r} is not a folder; {expected}")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise ValueError(f"{name}: {str(path)!r} cannot be written ({str(existing)!r}: {error.strerror}); "
+                         f"{expected}") from None
+    return path
+
+
+def output_folder(text: str) -> str:
+    """The option type of output folders (``--out``): ``text`` once :func:`check_output_folder`
+    accepts it, refused as argparse's ``argument --out: 'x': ... is not a folder; expected ...``."""
+    try:
+        check_output_folder(text, name="")
+        return text
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix(": ")) from None
 
 
 def config_from_command_line(config_class: type, options: dict):

@@ -32,7 +32,7 @@ from bounds.verify import (
     verdict_lines,
     write_report,
 )
-from hmmtf_options import positive_float, positive_int
+from hmmtf_options import output_folder, positive_float, positive_int
 
 
 def _rank(text: str) -> int | None:
@@ -150,7 +150,7 @@ def register(subparsers) -> None:
     parser.add_argument("--workers", type=positive_int, default=2,
                         help="processes: 2 measures Lemma 1 and Theorem 2 in a second one, beside Theorem 1 (the same "
                              "numbers as 1, in about 0.6 of the time on 2 cores)")
-    parser.add_argument("--out", default="runs/verification",
+    parser.add_argument("--out", type=output_folder, default="runs/verification",
                         help="directory of report.json and the figures (default: %(default)s; the committed result "
                              "is written with --out figures/verification)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -106,6 +106,24 @@ def decay_rate_vs_gamma4(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+BOUND_DASHES = ((0, (6, 3)), (3, (2, 7)), (0, (1, 2)), (0, (6, 2, 1, 2)))
+"""Dash patterns of the construction panel's bound lines, one per prompt, so that bounds that
+coincide stay told apart: the second's short dashes fall in the first's gaps."""
+
+
+COINCIDENT_BOUNDS = 0.05
+"""Relative difference below which two bound lines of the construction panel, 16 decades tall,
+lie within a line width of each other (0.02 decade): the legend says so."""
+
+
+def _label_log_axis(axis) -> None:
+    """Ticks at 1, 2 and 5 times each power of ten, labelled in plain numbers: a log axis spanning
+    less than a decade gets several labelled ticks instead of one."""
+    axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 def theorem1_terms(report: dict, path: Path) -> None:
     """Figure 3 (module docstring)."""
     config = report["config"]
@@ -139,8 +157,9 @@ def theorem1_terms(report: dict, path: Path) -> None:
            title=f"generalization |W*x - W_hat x| vs N' (C_g = {C_g:.2g}, fit half)")
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xticks(n, [f"{value:g}" for value in n])
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.legend(fontsize=6, ncol=2, loc="lower left")
+    _label_log_axis(ax.yaxis)
+    # Below the panel: inside it would cover a curve (the gamma = 0.9 one at N' = 272).
+    ax.legend(fontsize=6, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     ax = axes[1, 0]
     for index, curve in enumerate(report["optimization_curves"][:4]):
         color = f"C{index}"
@@ -153,11 +172,22 @@ def theorem1_terms(report: dict, path: Path) -> None:
     ax.set_ylim(1e-16, None)
     ax.legend(fontsize=6, ncol=2)
     ax = axes[1, 1]
+    bounds: list[list[float]] = []
     for index, curve in enumerate(report["construction_curves"]):
         rows = curve["rows"]
         beta = [row["beta"] for row in rows]
+        bound = [row["bound"] for row in rows]
         ax.semilogy(beta, [row["measured_l1"] for row in rows], "o-", color=f"C{index}", ms=3, label=f"prompt {index} measured, N={curve['num_columns']}")
-        ax.semilogy(beta, [row["bound"] for row in rows], "--", color=f"C{index}", label="bound p A eps(beta)")
+        # Prompts of one N have nearly the same bound; each prompt's own dash keeps the line under
+        # it visible, and the legend says which lines lie on each other.
+        spread = [float(np.max(np.abs(np.array(bound) / np.array(other) - 1))) for other in bounds]
+        on_top = [earlier for earlier, gap in enumerate(spread) if gap < COINCIDENT_BOUNDS]
+        label = "bound p A eps(beta)"
+        if on_top:
+            label += f"\n(within {spread[on_top[0]]:.0%} of prompt {on_top[0]}'s: drawn on it)"
+        ax.semilogy(beta, bound, linestyle=BOUND_DASHES[index % len(BOUND_DASHES)], color=f"C{index}", lw=1.5,
+                    label=label)
+        bounds.append(bound)
     ax.set(xlabel="softmax scale beta", ylabel="l1 error", title="construction |W_T x - TF| vs beta")
     ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     ax.legend(fontsize=7)

@@ -1,8 +1,12 @@
-"""Layout, embedding, parameter refusals, weight export and the ``construction-info`` command."""
+"""Layout, embedding, parameter refusals, weight export, the ``construction-info`` command, and the
+API section of docs/construction.md (its signatures are the code's, its example runs)."""
+import dataclasses
+import inspect
 import json
 import math
 import warnings
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +21,11 @@ from construction import (
     embed,
     layer_leak,
     load_weights,
+    Network,
     parameters_for_prompt,
     save_weights,
     Stage,
+    Trace,
 )
 from construction.leak import choose_beta
 from rounding import gamma, leak_rounding
@@ -285,3 +291,38 @@ def test_choose_beta_refuses_a_bad_angle_or_too_few_columns(theta, num_columns, 
 def test_layer_leak_refuses_a_negative_or_nan_beta(beta, shown):
     with pytest.raises(ValueError, match=rf"beta={shown}: expected a softmax scale >= 0"):
         layer_leak(beta, 0.1, 6)
+
+
+API_SECTION = "## 10. The API in brief"
+
+
+def api_section() -> str:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "construction.md").read_text()
+    return text[text.index(API_SECTION):]
+
+
+def documented_signature(name: str, function) -> str:
+    """``name(parameters) -> Return`` as ``inspect.signature`` gives it, without annotations and ``self``."""
+    signature = inspect.signature(function)
+    parameters = [parameter.replace(annotation=inspect.Parameter.empty)
+                  for parameter in signature.parameters.values() if parameter.name != "self"]
+    plain = signature.replace(parameters=parameters, return_annotation=inspect.Signature.empty)
+    return f"{name}{plain} -> {signature.return_annotation}"
+
+
+@pytest.mark.parametrize(("name", "function"), [
+    ("construction.parameters_for_prompt", parameters_for_prompt),
+    ("construction.build_network", build_network),
+    ("Network.forward", Network.forward),
+])
+def test_the_docs_api_section_gives_the_signatures_of_the_code(name, function):
+    assert f"    {documented_signature(name, function)}\n" in api_section()
+
+
+def test_the_docs_api_example_runs_and_its_prediction_is_the_reference():
+    section = api_section()
+    example = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    namespace: dict = {}
+    exec(example, namespace)
+    assert isinstance(namespace["trace"], Trace)
+    assert "prediction" in {field.name for field in dataclasses.fields(Trace)}

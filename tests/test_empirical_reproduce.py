@@ -1,12 +1,15 @@
 """``hmmtf reproduce``: the paper preset's data and schedule, the plan's FLOP counts (training,
 evaluation, the Bayes filters, patching) against torch's FLOP counter, the bundle's size limit,
 refusals of bad input, and the ``paper-mini`` pipeline end to end on the CPU -- stopped after a
-stage and resumed, it gives the outputs of an uninterrupted run."""
+stage, or interrupted by SIGINT in training and SIGTERM in the analysis, and resumed, it gives the
+outputs of an uninterrupted run."""
 import collections
 import dataclasses
 import json
 import math
+import os
 import re
+import signal
 import tarfile
 
 import pytest
@@ -21,7 +24,7 @@ from empirical.training.data import PromptStream
 from empirical.yardsticks.evaluate import EVAL_BATCH
 from empirical.training.model import RoFormer
 from empirical.training.presets import get_preset
-from empirical.reproduce import commands, plan
+from empirical.reproduce import commands, plan, stages
 from empirical.reproduce.bundle import write_bundle
 from empirical.reproduce.config import reproduce_config
 from empirical.reproduce.record import read_status
@@ -314,3 +317,87 @@ def test_a_detached_resume_is_followed_while_it_plans_until_it_fails_as_a_foregr
     assert read_status(tmp_path)["state"] == "stopped"
     assert reproduce(tmp_path / "empty", "--status") == 2
     assert "has no progress.json; expected the folder of a started run" in capsys.readouterr().err
+
+
+def bundle_members(run_dir) -> dict[str, bytes]:
+    """Name and bytes of every file in the run's results bundle."""
+    with tarfile.open(run_dir / "bundle" / "paper-mini-results.tar.gz") as archive:
+        return {member.name: archive.extractfile(member).read() for member in archive.getmembers() if member.isfile()}
+
+
+def signal_once(signal_number: int, function):
+    """``function``, sending ``signal_number`` to this process when it is first called."""
+    pending = [signal_number]
+
+    def sending(*args, **kwargs):
+        if pending:
+            os.kill(os.getpid(), pending.pop())
+        return function(*args, **kwargs)
+
+    return sending
+
+
+def last_line(text: str) -> str:
+    """The last line of a stream that tqdm's carriage returns also split."""
+    return text.replace("\r", "\n").splitlines()[-1]
+
+
+@pytest.mark.long_running
+@pytest.mark.xdist_group(PAPER_MINI_GROUP)
+def test_paper_mini_interrupted_in_training_and_in_the_analysis_resumes_to_the_uninterrupted_bundle(
+        paper_mini_run, tmp_path, capsys, monkeypatch, rates_not_measured):
+    """SIGINT while the 20th training batch is sampled stops training at the end of a step with a
+    checkpoint (exit code 130); SIGTERM at the start of the analysis stops the run when that stage
+    ends (143). Each time the stage is recorded ``interrupted`` or ``done``, never ``failed``, and
+    the command ends with one line saying where it stopped; each rerun says where it resumes. The
+    resumed bundle holds the uninterrupted bundle's files byte for byte, except the run's own
+    records (``record.json``, ``progress.json``: invocations and wall times), the training log's
+    wall-clock fields and the command line (with its ``--out``) in the checkpoint's config."""
+    resumed = tmp_path / "resumed"
+    class Interrupting(stages.PromptStream):
+        def __call__(self, step: int):
+            if step == 20:
+                os.kill(os.getpid(), signal.SIGINT)
+            return super().__call__(step)
+
+    monkeypatch.setattr(stages, "PromptStream", Interrupting)
+    monkeypatch.setattr(stages, "analyze", signal_once(signal.SIGTERM, stages.analyze))
+    assert reproduce(resumed, "--threads", "1") == 130
+    checkpoint = resumed / "train" / "checkpoint"
+    step = json.loads((checkpoint / "config.json").read_text())["step"]
+    assert 20 <= step < 64
+    assert last_line(capsys.readouterr().err) == (
+        f"hmmtf reproduce: interrupted by SIGINT at step {step} of 64 of stage train; checkpoint written to "
+        f"{checkpoint}; rerun the same command to resume")
+    status = read_status(resumed)
+    assert (status["state"], status["stages"]["train"], status["error"]) == ("interrupted", "interrupted", None)
+    assert status["interrupted"]["signal"] == "SIGINT"
+
+    assert reproduce(resumed, "--threads", "1") == 143
+    err = capsys.readouterr().err
+    assert (f"hmmtf reproduce: resuming {resumed}: mixture done; from stage train at step {step} of 64 "
+            f"({checkpoint})\n") in err
+    assert last_line(err) == "hmmtf reproduce: interrupted by SIGTERM after stage analyze; rerun the same command " \
+                             "to resume"
+    status = read_status(resumed)
+    assert status["state"] == "interrupted" and status["stages"]["analyze"] == "done"
+    assert not (resumed / "patching").exists()
+
+    assert reproduce(resumed, "--threads", "1") == 0
+    assert (f"hmmtf reproduce: resuming {resumed}: mixture, train, evaluate, analyze done; from stage "
+            f"patching\n") in capsys.readouterr().err
+    record = json.loads((resumed / "record.json").read_text())
+    assert [entry["status"] for entry in record["stages"].values()] == ["done"] * len(STAGE_NAMES)
+    assert record["stages"]["train"]["attempts"][0]["interrupted_by"] == "SIGINT"
+    assert read_status(resumed)["state"] == "finished"
+
+    whole, parts = bundle_members(paper_mini_run), bundle_members(resumed)
+    assert sorted(parts) == sorted(whole)
+    records, log, config = {"record.json", "progress.json"}, "train/metrics.jsonl", "train/checkpoint/config.json"
+    differing = [name for name in whole if name not in {*records, log, config} and parts[name] != whole[name]]
+    assert differing == []
+    assert without_timings(resumed / log) == without_timings(paper_mini_run / log)
+    resumed_config, whole_config = (json.loads(members[config]) for members in (parts, whole))
+    assert {**resumed_config, "command": None} == {**whole_config, "command": None}
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        assert (checkpoint / name).read_bytes() == (paper_mini_run / "train" / "checkpoint" / name).read_bytes(), name

@@ -1,5 +1,8 @@
 """``load_run``: a checkpoint with the preset, mixture and held-out prompts it was trained on, from
-a shipped model, a run folder or its checkpoint folder; bad paths and counts refused by name."""
+a shipped model, a run folder or its checkpoint folder; bad paths and counts refused by name. The
+``hmmtf`` commands that read a checkpoint accept the same folders and refuse the same paths with
+the same message (one resolver, :func:`empirical.training.runs.checkpoint_folder`)."""
+import json
 import shutil
 from pathlib import Path
 
@@ -7,11 +10,13 @@ import pytest
 import torch
 
 import hmm
+import hmmtf
 import tiny_pipeline
 from empirical.training.checkpoint import load_checkpoint
 from empirical.training.data import held_out_prompts
 from empirical.training.runs import checkpoint_folder, load_run
-from empirical.training.train import CHECKPOINT_DIR
+from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
+from recorded_figures import figures_recorded_not_drawn
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "tasks-8192-small"
@@ -76,3 +81,49 @@ def test_a_run_whose_save_was_interrupted_is_refused_with_the_paths_to_restore(t
     shutil.copytree(tiny_run / CHECKPOINT_DIR, tmp_path / f"{CHECKPOINT_DIR}.old")
     with pytest.raises(ValueError, match=r"a save was interrupted"):
         load_run(tmp_path)
+
+
+CHECKPOINT_COMMANDS = {
+    "evaluate": ["evaluate", "{path}"],
+    "analyze": ["analyze", "{path}"],
+    "heads": ["heads", "{path}", "--out", "{out}"],
+    "export": ["export", "{path}", "--to", "transformer-lens", "{out}"],
+}
+"""A command line of each way a checkpoint is read from the command line (``klmap`` and
+``beliefs`` are ``heads``'s kind of command, :func:`empirical.analysis.commands.add_measure_command`)."""
+
+
+@pytest.mark.parametrize("command", CHECKPOINT_COMMANDS)
+@pytest.mark.parametrize("made", ["missing", "empty"])
+def test_every_command_refuses_what_load_run_refuses_with_its_message(command, made, tmp_path, capsys):
+    path = tmp_path / "run"
+    if made == "empty":
+        path.mkdir()
+    with pytest.raises((ValueError, FileNotFoundError)) as refusal:
+        load_run(path)
+    argv = [word.format(path=path, out=tmp_path / "out") for word in CHECKPOINT_COMMANDS[command]]
+    assert hmmtf.main(argv) == 2
+    message = str(refusal.value)
+    assert message.startswith("path: ")
+    assert capsys.readouterr().err == f"hmmtf {command}: error: checkpoint: {message.removeprefix('path: ')}\n"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.xdist_group(tiny_pipeline.GROUP)
+def test_evaluate_reads_a_run_folder_as_load_run_does_and_says_the_loss_figure_it_cannot_draw(tiny_run, tmp_path,
+                                                                                               capsys):
+    """A run folder whose training log is missing (copied without it): ``hmmtf evaluate RUN_DIR``
+    evaluates its checkpoint/ and says, in one line, that ``training_loss.png`` is not drawn and why."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run / CHECKPOINT_DIR, run / CHECKPOINT_DIR)
+    out = tmp_path / "evaluation"
+    with figures_recorded_not_drawn() as figures:
+        assert hmmtf.main(["evaluate", str(run), "--num-prompts", "4", "--out", str(out), "--hand-built-prompts", "0",
+                           "--fresh-tasks", "0", "--ceiling-particles", "0"]) == 0
+    assert [path.name for path in figures] == ["in_context.png"]
+    said = (f"hmmtf evaluate: training_loss.png not drawn: {str(run / METRICS_FILE)!r} does not exist (the training "
+            f"log of hmmtf train, beside its checkpoint/)")
+    assert said in capsys.readouterr().err.replace("\r", "\n").splitlines()  # among the progress bars
+    report = json.loads((out / "evaluation.json").read_text())
+    assert report["checkpoint"] == str(load_run(run, num_prompts=1).checkpoint) == str(run / CHECKPOINT_DIR)
+    assert report["step"] == tiny_pipeline.STEPS

@@ -1,12 +1,20 @@
 """Figures a reader can trust: axes span the data drawn (the attention figure on a prompt shorter
-than its window), legends sit outside every panel, axes of counts (demonstrations, positions,
-memory lengths) carry integer ticks only."""
+than its window), legends sit outside every panel (or off the curves), axes of counts
+(demonstrations, positions, memory lengths) carry integer ticks only, log axes several labelled
+ticks, lines that would lie on each other are told apart, bands are explained, and titles speak
+the ledger's verdict words. The figures of committed results are drawn from their JSON (read only)."""
+import json
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from recorded_figures import figures_kept
 
+from bounds.figures import theorem1_terms
 from empirical.analysis.figures import plot_pattern_comparison
-from empirical.cli.plots import plot_calibration, plot_in_context, plot_regime
+from empirical.analysis.patching_figures import plot_state_forcing
+from empirical.cli.plots import plot_calibration, plot_competence, plot_in_context, plot_regime
 
 DEMONSTRATIONS = [0, 1, 2]
 """Few points: matplotlib's default locator ticks such an axis at 0, 0.25, 0.5, ..."""
@@ -106,3 +114,73 @@ def test_the_in_context_and_calibration_figures_keep_their_legends_off_the_curve
         assert_legend_outside_every_panel(figure)
         for axis in figure.axes:
             assert_integer_ticks(axis)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def committed(path: str) -> dict:
+    """A committed result (read, never rewritten)."""
+    return json.loads((ROOT / path).read_text())
+
+
+def overlaps(first, second) -> bool:
+    return not (first.x1 <= second.x0 or first.x0 >= second.x1 or first.y1 <= second.y0 or first.y0 >= second.y1)
+
+
+def test_the_theorem1_figure_keeps_the_generalization_legend_off_its_panel_labels_its_log_axis_and_tells_the_bounds_apart(
+        tmp_path):
+    with figures_kept() as kept:
+        theorem1_terms(committed("figures/verification/report.json"), tmp_path / "theorem1_terms.png")
+    [(_, figure)] = kept
+    approximation, generalization, optimization, construction = figure.axes
+    assert not overlaps(generalization.get_legend().get_window_extent(), generalization.get_window_extent())
+    low, high = generalization.get_ylim()
+    labelled = [tick for tick in generalization.yaxis.get_major_ticks()
+                if low <= tick.get_loc() <= high and tick.label1.get_text()]
+    assert len(labelled) >= 3, [tick.label1.get_text() for tick in labelled]
+    bounds = [line for line, label in zip(*construction.get_legend_handles_labels()) if label.startswith("bound")]
+    assert len(bounds) == 2
+    assert bounds[0]._unscaled_dash_pattern != bounds[1]._unscaled_dash_pattern
+    labels = [label for label in construction.get_legend_handles_labels()[1] if label.startswith("bound")]
+    assert labels[0] == "bound p A eps(beta)"
+    assert re.fullmatch(r"bound p A eps\(beta\)\n\(within \d+% of prompt 0's: drawn on it\)", labels[1]), labels[1]
+
+
+@pytest.mark.parametrize(("path", "words"), [
+    ("figures/ladder/tasks-64-small/competence.json",
+     ["at the in-context-unigram level (competent, beats the in-context bigram: not reproduced)",
+      "closes none of the in-context-unigram-to-ceiling gap (0.052 nats): its loss is above the in-context "
+      "unigram's by 133% [118%, 149%] of it"]),
+    ("figures/ladder/tasks-8192-deep/competence.json", ["closes 2% [-1%, 5%] of", ": not resolved from none"]),
+    ("figures/paper/4x4x64/competence.json",
+     ["beats the in-context bigram (competent, beats the in-context bigram: holds)",
+      "closes 77% [75%, 80%] of the in-context-unigram-to-ceiling gap"]),
+])
+def test_the_competence_title_speaks_the_ledgers_words_and_the_bigram_is_not_hidden_by_the_trigram(tmp_path, path,
+                                                                                                    words):
+    competence = committed(path)
+    with figures_kept() as kept:
+        plot_competence(competence, tmp_path / "competence.png")
+    [(_, figure)] = kept
+    title = figure._suptitle.get_text()
+    assert all(word in title for word in words), title
+    assert "closes -" not in title
+    axis = figure.axes[0]
+    lines = {container.get_label(): container.lines[0] for container in axis.containers}
+    bigram, trigram = lines["in-context bigram"], lines["in-context trigram"]
+    assert bigram.get_zorder() > trigram.get_zorder()
+    assert (bigram.get_marker(), bigram.get_linestyle()) != (trigram.get_marker(), trigram.get_linestyle())
+    assert trigram.get_fillstyle() == "none"
+    assert list(trigram.get_xdata()) == [x + 0.15 for x in bigram.get_xdata()]
+
+
+def test_the_state_forcing_legend_explains_its_bands(tmp_path):
+    forcing = committed("figures/patching/analysis.json")["patching"]["state_forcing"]
+    with figures_kept() as kept:
+        plot_state_forcing(forcing, tmp_path / "patching_state_forcing.png")
+    [(_, figure)] = kept
+    legend = figure.axes[0].get_legend()
+    labels = [text.get_text() for text in legend.get_texts()]
+    assert [label for label in labels if label.endswith("mean (line),\n95% interval (band)")] == labels[:2]
+    assert legend.get_title().get_text() == "means; bands and bars: bootstrap\n95% intervals over prompts"

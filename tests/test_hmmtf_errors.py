@@ -4,7 +4,9 @@ expected, and exit code 2; a traceback only for a bug, or with ``--debug``. Coun
 and seeds are refused out of range before a command starts, never replaced by a default."""
 import argparse
 import dataclasses
+import importlib
 import json
+import os
 import re
 import shlex
 import typing
@@ -20,7 +22,8 @@ from empirical.studies.markov.config import MarkovSweepConfig
 from empirical.studies.markov.incontext import InContextConfig
 from empirical.training.model import RoFormer, RoFormerConfig
 from empirical.training.overrides import SECTIONS
-from hmmtf_options import config_from_command_line, non_negative_int, positive_float, positive_int
+from empirical.training.runs import CHECKPOINT_EXPECTED
+from hmmtf_options import config_from_command_line, non_negative_int, output_folder, positive_float, positive_int
 from ledger.results import RESULTS
 
 CHECKED_TYPES = (positive_int, non_negative_int, positive_float)
@@ -54,7 +57,7 @@ def options(command: str) -> list[argparse.Action]:
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_numeric_option_has_a_checked_type_or_is_a_validated_config_field(command):
-    unchecked = [action.dest for action in options(command) if action.type not in CHECKED_TYPES]
+    unchecked = [action.dest for action in options(command) if action.type not in (*CHECKED_TYPES, output_folder)]
     fields = {field.name for field in dataclasses.fields(CONFIG_OPTIONS[command])} if command in CONFIG_OPTIONS else set()
     fields |= TRAIN_OVERRIDES if command in ("train", "curve") else set()
     assert set(unchecked) <= fields, unchecked
@@ -114,9 +117,8 @@ def test_threads_below_one_are_refused(command, threads, capsys):
 def test_a_missing_checkpoint_is_one_line_naming_it(argv, tmp_path, capsys):
     missing = tmp_path / "run" / "checkpoint"
     assert hmmtf.main([word.format(missing=missing, out=tmp_path / "out") for word in argv]) == 2
-    assert error_line(capsys, argv[0]).endswith(f"error: checkpoint: {str(missing)!r} does not exist; expected a "
-                                                 f"checkpoint folder (RUN_DIR/checkpoint of hmmtf train, or a folder "
-                                                 f"of models/)")
+    assert error_line(capsys, argv[0]).endswith(f"error: checkpoint: {str(missing)!r} does not exist; expected "
+                                                 f"{CHECKPOINT_EXPECTED}")
     assert not (tmp_path / "run").exists() and not (tmp_path / "out").exists()
 
 
@@ -147,7 +149,7 @@ def test_a_config_edited_after_saving_is_one_line_naming_the_field(checkpoint, c
 
 def test_debug_shows_the_traceback_of_a_user_error_before_or_after_the_subcommand(tmp_path):
     for argv in (["--debug", "evaluate", str(tmp_path)], ["evaluate", str(tmp_path), "--debug"]):
-        with pytest.raises(ValueError, match="has no config.json"):
+        with pytest.raises(ValueError, match="holds no checkpoint"):
             hmmtf.main(argv)
 
 
@@ -199,3 +201,64 @@ def test_each_committed_result_is_made_by_a_command_naming_its_folder(result):
     argv = shlex.split(result.command.split(" (")[0])[1:]
     args = hmmtf.build_parser(argv[0]).parse_args(argv)
     assert Path(result.path).parent.as_posix() == args.out.replace("POINT", "*")
+
+
+OUTPUT_FOLDERS_CHECKED_WHEN_RUN = {"reproduce"}
+"""Commands whose ``--out`` is not an :func:`hmmtf_options.output_folder`: ``reproduce`` also reads
+it (``--status``, ``--wait``), so it checks the folder for writing only before a run."""
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_output_folder_is_checked_for_writing_when_the_command_line_is_read(command):
+    parser = hmmtf.build_parser(command)
+    (subparsers,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    outs = [action for action in subparsers.choices[command]._actions if action.dest == "out"]
+    unchecked = [action.dest for action in outs if action.type is not output_folder]
+    assert unchecked == ([] if command not in OUTPUT_FOLDERS_CHECKED_WHEN_RUN else ["out"])
+
+
+def no_computation(*args, **kwargs):
+    raise AssertionError("the command computed before checking its output folder")
+
+
+@pytest.mark.parametrize(("argv", "computation"), [
+    (["main", "--out", "{out}"], "bounds.commands.measure"),
+    (["calibrate", "--out", "{out}"], "empirical.cli.commands.calibrate"),
+    (["markov-sweep", "--out", "{out}"], "empirical.studies.markov.commands.write_sweep"),
+    (["evaluate", "{checkpoint}", "--out", "{out}"], "empirical.cli.commands.load_checkpoint"),
+    (["analyze", "{checkpoint}", "--out", "{out}"], "empirical.analysis.commands.load_checkpoint"),
+    (["reproduce", "--preset", "paper-mini", "--device", "cpu", "--out", "{out}"],
+     "empirical.reproduce.plan.measure_host"),
+])
+@pytest.mark.parametrize("blocked", ["a file", "read-only"])
+def test_an_output_folder_that_cannot_be_written_is_refused_at_once_in_one_line(argv, computation, blocked, checkpoint,
+                                                                               tmp_path, monkeypatch, capsys):
+    """``--out`` inside a regular file, or in a folder where this process cannot create a file (one
+    without write permission; for root, whom the mode bits do not stop, ``/proc``): one line, exit
+    code 2, before the command computes anything."""
+    if blocked == "a file":
+        (tmp_path / "file").write_text("")
+        where, reason = tmp_path / "file", "is not a folder"
+    else:
+        where, reason = (tmp_path / "read-only", "cannot be written") if os.geteuid() else (Path("/proc"),
+                                                                                            "cannot be written")
+        where.mkdir(mode=0o555, exist_ok=True)
+    out = where / "out"
+    module, name = computation.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module(module), name, no_computation)
+    command = argv[0]
+    assert hmmtf.main([word.format(out=out, checkpoint=checkpoint) for word in argv]) == 2
+    line = error_line(capsys, command)
+    assert "--out: " in line and f"{str(out)!r}" in line and reason in line and f"{str(where)!r}" in line, line
+    assert line.endswith("expected a folder this user can write to"), line
+
+
+def test_evaluate_checks_its_default_output_folder_before_computing(checkpoint, monkeypatch, capsys):
+    """Without ``--out``: RUN_DIR/evaluation, beside the checkpoint, where a file of that name blocks it."""
+    (checkpoint.parent / "evaluation").write_text("")
+    import empirical.cli.commands
+    monkeypatch.setattr(empirical.cli.commands, "load_checkpoint", no_computation)
+    assert hmmtf.main(["evaluate", str(checkpoint)]) == 2
+    assert error_line(capsys, "evaluate") == (
+        f"hmmtf evaluate: error: --out: {str(checkpoint.parent / 'evaluation')!r}: "
+        f"{str(checkpoint.parent / 'evaluation')!r} is not a folder; expected a folder this user can write to")

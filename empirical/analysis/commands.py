@@ -29,7 +29,8 @@ from empirical.analysis.report import Analysis, AnalysisConfig, analyze
 from empirical.training.checkpoint import Checkpoint, load_checkpoint
 from empirical.training.configs import add_config_options
 from empirical.training.presets import ExperimentPreset, preset_from_task
-from hmmtf_options import config_from_command_line, non_negative_int, positive_int
+from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
+from hmmtf_options import check_output_folder, config_from_command_line, non_negative_int, output_folder, positive_int
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
 REPORT_FILE = "analysis.json"
@@ -66,11 +67,11 @@ def write_patching_figures(patching: dict, out: Path) -> None:
     plot_history_patching(patching["history"], out / "patching_history.png")
 
 
-def load_on_device(args) -> tuple[torch.device, Checkpoint, ExperimentPreset]:
-    """The device of ``--device`` (CUDA if available when not given), the checkpoint ``args.checkpoint``
+def load_on_device(folder: Path, args) -> tuple[torch.device, Checkpoint, ExperimentPreset]:
+    """The device of ``--device`` (CUDA if available when not given), the checkpoint in ``folder``
     on it and the preset of its task (:func:`empirical.training.presets.preset_from_task`)."""
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    saved = load_checkpoint(Path(args.checkpoint), device)
+    saved = load_checkpoint(folder, device)
     return device, saved, preset_from_task(saved.config["task"])
 
 
@@ -85,9 +86,8 @@ def add_measure_command(subparsers, name: str, help: str, settings_class: type, 
     fields of ``counts_from_zero``, else :data:`hmmtf_options.positive_int`), ``--device`` and
     ``--threads``."""
     parser = subparsers.add_parser(name, help=help)
-    parser.add_argument("checkpoint", help="a checkpoint folder (RUN_DIR/checkpoint of hmmtf train, or a folder of "
-                                           "models/)")
-    parser.add_argument("--out", required=True, help=f"folder of {report_file} and {figure_file}")
+    parser.add_argument("checkpoint", help=CHECKPOINT_EXPECTED)
+    parser.add_argument("--out", type=output_folder, required=True, help=f"folder of {report_file} and {figure_file}")
     for field in dataclasses.fields(settings_class):
         kind = non_negative_int if field.name in counts_from_zero else positive_int
         parser.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default,
@@ -113,9 +113,10 @@ def measure_checkpoint(args, settings_class: type, measure: Callable[..., dict],
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
     settings = config_from_command_line(settings_class, vars(args))
-    device, saved, preset = load_on_device(args)
+    folder = checkpoint_folder(args.checkpoint, "checkpoint")
+    device, saved, preset = load_on_device(folder, args)
     report = {
-        "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(args.checkpoint),
+        "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(folder),
         "step": saved.config["step"], "task": saved.config["task"], "model": saved.config["model"],
         "device": str(device),
         **measure(saved.model.eval(), preset, settings, device),
@@ -132,16 +133,17 @@ def run_analyze(args) -> int:
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
     config = config_from_command_line(AnalysisConfig, vars(args))
-    device, saved, preset = load_on_device(args)
+    folder = checkpoint_folder(args.checkpoint, "checkpoint")
+    out = check_output_folder(args.out if args.out else folder.parent / DEFAULT_OUT)
+    device, saved, preset = load_on_device(folder, args)
     analysis = analyze(saved.model, preset, config, device)
     report = {
-        "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(args.checkpoint),
+        "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(folder),
         "step": saved.config["step"],
         "task": saved.config["task"], "model": saved.config["model"], "device": str(device),
         "settings": {key: value for key, value in vars(args).items() if key not in ("run", "command_line")},
         **analysis.report,
     }
-    out = Path(args.out) if args.out else Path(args.checkpoint).parent / DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
     write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
@@ -156,8 +158,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("analyze", help="shuffle test, probes, attention maps, hand-built vs trained, "
                                                    "activation patching")
     parser.add_argument("checkpoint", nargs="?", default=DEFAULT_CHECKPOINT,
-                        help=f"a checkpoint folder (default {DEFAULT_CHECKPOINT})")
-    parser.add_argument("--out", help=f"folder for analysis.json and the figures (default RUN_DIR/{DEFAULT_OUT}, "
+                        help=f"{CHECKPOINT_EXPECTED} (default {DEFAULT_CHECKPOINT})")
+    parser.add_argument("--out", type=output_folder, help=f"folder for analysis.json and the figures (default RUN_DIR/{DEFAULT_OUT}, "
                                       f"beside the checkpoint)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     add_config_options(parser, AnalysisConfig)

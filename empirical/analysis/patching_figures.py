@@ -40,13 +40,16 @@ def plot_state_forcing(forcing: dict, path: Path) -> None:
 
 
 def _forcing_curves(axis, forcing: dict) -> None:
-    """The KL of every condition per layer, the two bands, the verdicts and the title."""
+    """The KL of every condition per layer, the two bands, the verdicts and the title. The legend
+    says what the lines, bands and bars are: means, and bootstrap 95% intervals over prompts."""
     layers = list(forcing["by_layer"])
+    references = []
     for name, color, style in (("before", "gray", "-"), ("own_state_floor", "tab:green", "--")):
         summary = forcing[name]
         label = ("unpatched" if name == "before" else "unpatched, against its own\nstate's (T_k O_k)[s0] (floor)")
-        axis.axhline(summary["mean"], color=color, linestyle=style, label=label)
-        axis.axhspan(summary["ci_low"], summary["ci_high"], color=color, alpha=0.15)
+        line = axis.axhline(summary["mean"], color=color, linestyle=style)
+        band = axis.axhspan(summary["ci_low"], summary["ci_high"], color=color, alpha=0.15)
+        references.append(((band, line), f"{label}: mean (line),\n95% interval (band)"))
     for index, (condition, (color, marker)) in enumerate(CONDITION_STYLES.items()):
         shift = (index - 2) * 0.06
         values = [forcing["by_layer"][layer]["kl"][condition] for layer in layers]
@@ -62,7 +65,10 @@ def _forcing_curves(axis, forcing: dict) -> None:
                     "decision rule")
     axis.set_ylabel("KL((T_k O_k)[s] || network), nats")
     axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    handles, labels = axis.get_legend_handles_labels()
+    axis.legend([handle for handle, _ in references] + handles, [label for _, label in references] + labels,
+                fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                title="means; bands and bars: bootstrap\n95% intervals over prompts", title_fontsize=8)
     axis.set_title(f"State forcing: {forcing['items']} test positions of {forcing['prompts_with_items']} prompts, "
                    f"state posterior >= {forcing['threshold']}", fontsize=10)
 

@@ -27,10 +27,11 @@ from empirical.cli.plots import (plot_calibration, plot_competence, plot_in_cont
 from empirical.training.overrides import add_override_options, flag_overrides, training_run
 from empirical.training.presets import PRESETS, preset_from_task
 from empirical.yardsticks.regime import oracle_predictor, regime_section
-from empirical.training.run_control import stop_on_signals
+from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
+from empirical.training.run_control import interrupted_line, stop_on_signals
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import non_negative_int, positive_float, positive_int
+from hmmtf_options import check_output_folder, non_negative_int, output_folder, positive_float, positive_int
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
@@ -43,7 +44,7 @@ def run_train(args) -> int:
     stopped by SIGINT or SIGTERM at a step boundary with a checkpoint (exit code 128 + the signal)."""
     run = training_run(args.preset, args.config, flag_overrides(args))
     preset = run.preset
-    run_dir = Path(args.run_dir) if args.run_dir else run.default_run_dir()
+    run_dir = check_output_folder(args.run_dir if args.run_dir else run.default_run_dir(), "--run-dir")
     if args.threads:
         torch.set_num_threads(args.threads)
     default_device = init_distributed()
@@ -70,8 +71,8 @@ def run_train(args) -> int:
     if result.interrupted:
         if context.rank == 0:
             signal_name = stop.signal.name if stop() else "a signal to another rank"
-            print(f"hmmtf train: interrupted by {signal_name} at step {result.step} of {preset.train.steps}; "
-                  f"checkpoint written to {checkpoint}; rerun the same command to resume", file=sys.stderr)
+            print(interrupted_line("hmmtf train", signal_name, f"at step {result.step} of {preset.train.steps}; "
+                                   f"checkpoint written to {checkpoint}"), file=sys.stderr)
         shutdown_distributed()
         return stop.exit_code
     if context.rank == 0:
@@ -96,8 +97,13 @@ def run_train(args) -> int:
 
 
 def run_evaluate(args) -> int:
+    """``hmmtf evaluate CHECKPOINT``: the checkpoint (or run) folder, resolved as :func:`empirical.training.runs.load_run`
+    resolves it, evaluated into ``--out`` (checked for writing first); an optional input that is
+    missing (the run's training log) is said on stderr, with what it leaves out."""
     torch.set_num_threads(args.threads)
-    checkpoint_dir = Path(args.checkpoint)
+    checkpoint_dir = checkpoint_folder(args.checkpoint, "checkpoint")
+    run_dir = checkpoint_dir.parent
+    out = check_output_folder(args.out if args.out else run_dir / "evaluation")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(checkpoint_dir, device)
     preset = preset_from_task(saved.config["task"])
@@ -111,8 +117,6 @@ def run_evaluate(args) -> int:
     if args.fresh_tasks:
         evaluation["regime"] = regime_section(predictors, mixture, preset, evaluation, num_prompts,
                                               args.fresh_tasks, args.reference_tasks, device)
-    run_dir = checkpoint_dir.parent
-    out = Path(args.out) if args.out else run_dir / "evaluation"
     out.mkdir(parents=True, exist_ok=True)
     train_summary = run_dir / TRAIN_SUMMARY_FILE
     report = {
@@ -135,6 +139,9 @@ def run_evaluate(args) -> int:
     if metrics.is_file():
         (out / METRICS_FILE).write_text(metrics.read_text())
         plot_training_loss(metrics, evaluation, out / "training_loss.png")
+    else:
+        print(f"hmmtf evaluate: training_loss.png not drawn: {str(metrics)!r} does not exist (the training log "
+              f"of hmmtf train, beside its checkpoint/)", file=sys.stderr)
     regime = {scope: {key: result[key] for key in ("fraction_of_gap", "verdict")}
               for scope, result in evaluation.get("regime", {}).get("memorisation", {}).items()}
     summary = {"out": str(out), "test_sequence": evaluation["excess_test_sequence"], "regime": regime,
@@ -237,8 +244,8 @@ def register(subparsers) -> None:
     parser.set_defaults(run=run_train)
 
     parser = subparsers.add_parser("evaluate", help="in-context accuracy/loss of a checkpoint vs Bayes-optimal")
-    parser.add_argument("checkpoint", help="a checkpoint folder (RUN_DIR/%s)" % CHECKPOINT_DIR)
-    parser.add_argument("--out", help="folder for evaluation.json and figures (default RUN_DIR/evaluation)")
+    parser.add_argument("checkpoint", help=CHECKPOINT_EXPECTED)
+    parser.add_argument("--out", type=output_folder, help="folder for evaluation.json and figures (default RUN_DIR/evaluation)")
     parser.add_argument("--num-prompts", type=positive_int, help="held-out prompts (default: the preset's)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     parser.add_argument("--hand-built-prompts", type=non_negative_int, default=256,
@@ -269,7 +276,7 @@ def register(subparsers) -> None:
     parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts (default: %(default)s)")
     parser.add_argument("--seed", type=non_negative_int, default=0,
                         help="seed of the mixtures and prompts (default: %(default)s)")
-    parser.add_argument("--out", default="runs/calibration",
+    parser.add_argument("--out", type=output_folder, default="runs/calibration",
                         help="folder of PRESET.json and PRESET.png (default: %(default)s; the committed result is "
                              "written with --out figures/calibration)")
     parser.set_defaults(run=run_calibrate)

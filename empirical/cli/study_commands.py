@@ -22,7 +22,7 @@ from empirical.cli.plots import plot_curve, plot_curves, plot_signal
 from empirical.training.presets import PRESETS
 from empirical.yardsticks.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import non_negative_int, positive_int
+from hmmtf_options import non_negative_int, output_folder, positive_int
 
 SIGNAL_FILE = "signal.json"
 STUDY_FILE = "curves.json"
@@ -95,7 +95,7 @@ def register(subparsers) -> None:
                         help="Gibbs sweeps per rejuvenation")
     parser.add_argument("--seed", type=non_negative_int, default=CEILING_SETTINGS.seed, help="seed of the ceiling's SMC")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
-    parser.add_argument("--out", default="runs/families",
+    parser.add_argument("--out", type=output_folder, default="runs/families",
                         help="folder of signal.json and signal.png (the committed result: --out figures/families)")
     parser.set_defaults(run=run_signal)
 
@@ -120,5 +120,5 @@ def register(subparsers) -> None:
                                                   "JSON and figure")
     parser.add_argument("run_dirs", nargs="+", help="run folders of hmmtf curve")
     parser.add_argument("--title", required=True, help="what the study compares (the figure's title)")
-    parser.add_argument("--out", required=True, help="folder of curves.json and curves.png")
+    parser.add_argument("--out", type=output_folder, required=True, help="folder of curves.json and curves.png")
     parser.set_defaults(run=run_curves)

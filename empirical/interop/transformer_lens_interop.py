@@ -41,7 +41,8 @@ from safetensors.torch import load_file, save_file
 from construction import Stage, Trace
 from empirical.training.checkpoint import load_checkpoint
 from empirical.training.model import RoFormer, RoFormerConfig
-from hmmtf_options import positive_int
+from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
+from hmmtf_options import output_folder, positive_int
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -252,8 +253,9 @@ def hand_built_patterns(traces: Sequence[Trace]) -> dict[str, torch.Tensor]:
 
 def run_export(args) -> int:
     """``hmmtf export``: write the checkpoint's RoFormer as a TransformerLens directory."""
-    checkpoint = load_checkpoint(Path(args.checkpoint))
-    source = {"command": args.command_line, "checkpoint": str(args.checkpoint),
+    folder = checkpoint_folder(args.checkpoint, "checkpoint")
+    checkpoint = load_checkpoint(folder)
+    source = {"command": args.command_line, "checkpoint": str(folder),
               "step": checkpoint.config["step"], "model": checkpoint.config["model"]}
     out = export_hooked_transformer(checkpoint.model, args.out, args.context_length, source)
     print(json.dumps({"out": str(out), "files": [CONFIG_FILE, WEIGHTS_FILE], "format": args.to}, indent=2))
@@ -263,10 +265,10 @@ def run_export(args) -> int:
 def register(subparsers) -> None:
     """Add ``export`` to the ``hmmtf`` parser."""
     parser = subparsers.add_parser("export", help="write a checkpoint's RoFormer for another library (TransformerLens)")
-    parser.add_argument("checkpoint", help="a checkpoint folder (RUN_DIR/checkpoint)")
+    parser.add_argument("checkpoint", help=CHECKPOINT_EXPECTED)
     parser.add_argument("--to", required=True, choices=["transformer-lens"],
                         help="target format: a HookedTransformer config (JSON) and its parameters (safetensors)")
-    parser.add_argument("out", help="output folder (read it back with "
+    parser.add_argument("out", type=output_folder, help="output folder (read it back with "
                                     "empirical.interop.transformer_lens_interop.load_hooked_transformer)")
     parser.add_argument("--context-length", type=positive_int, default=DEFAULT_CONTEXT_LENGTH,
                         help="longest prompt the exported model accepts (its n_ctx)")

@@ -35,7 +35,8 @@ from empirical.reproduce.record import (
     write_json,
 )
 from empirical.reproduce.stages import STAGE_NAMES, check_settings, done_stages, plan_costs, run_stages
-from hmmtf_options import positive_float, positive_int
+from empirical.training.run_control import interrupted_line, stop_on_signals
+from hmmtf_options import check_output_folder, positive_float, positive_int
 
 DEFAULT_BUDGET_MINUTES = 25.0
 """The GPU budget of a session: 30 minutes of device time, less the machine's start."""
@@ -117,7 +118,9 @@ def summary(record: dict) -> str:
 
 def reproduce(args) -> int:
     """``hmmtf reproduce``: status, wait, detach, plan or run. A bad argument, a budget too short or
-    another run's folder raises ``ValueError``, which :func:`hmmtf.main` prints as one line."""
+    another run's folder raises ``ValueError``, which :func:`hmmtf.main` prints as one line.
+    SIGINT or SIGTERM stops a run at a safe point (:mod:`empirical.reproduce.stages`) with one line
+    saying where, and exit code 130 or 143 (:mod:`empirical.training.run_control`)."""
     out = Path(args.out) if args.out else default_out(args.preset)
     if args.status:
         return show_status(out)
@@ -131,34 +134,45 @@ def reproduce(args) -> int:
                               planning_only=assumed)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if not args.plan:
+        check_output_folder(out)
     if args.detach:
         return detach(args.command_line, config.preset.name, out)
     record = read_json(out / RECORD_FILE)
     if record is not None:
         check_settings(record, config, out)
-    rates = rates_for(args, config)
-    host = plan.measure_host(config)
-    costs = plan_costs(config, rates, host)
-    done = done_stages(record)
-    title = f"plan: preset {config.preset.name} on {config.device} (training in {config.train_dtype}), run folder {out}"
-    print(plan.format_plan(costs, rates, done, args.budget_minutes, title), flush=True)
-    if args.plan:
-        try:
-            plan.check_budget(costs, done, args.budget_minutes)
-            print("within the budget")
-        except ValueError as error:
-            print(f"over the budget: {error}")
-        return 0
-    record = run_stages(config, out, args.command_line, rates, host, args.budget_minutes, args.stop_after)
+    with stop_on_signals() as stop:
+        rates = rates_for(args, config)
+        host = plan.measure_host(config)
+        costs = plan_costs(config, rates, host)
+        done = done_stages(record)
+        title = (f"plan: preset {config.preset.name} on {config.device} (training in {config.train_dtype}), "
+                 f"run folder {out}")
+        print(plan.format_plan(costs, rates, done, args.budget_minutes, title), flush=True)
+        if args.plan:
+            try:
+                plan.check_budget(costs, done, args.budget_minutes)
+                print("within the budget")
+            except ValueError as error:
+                print(f"over the budget: {error}")
+            return stop.exit_code if stop() else 0
+        record, stopped = run_stages(config, out, args.command_line, rates, host, args.budget_minutes,
+                                     args.stop_after, stop)
     print(summary(record))
-    return 0
+    if stopped is None:
+        return 0
+    print(interrupted_line("hmmtf reproduce", stop.signal.name, stopped), file=sys.stderr)
+    return stop.exit_code
 
 
 def register(subparsers) -> None:
     """Add ``reproduce`` to the ``hmmtf`` parser."""
     parser = subparsers.add_parser(
         "reproduce", help="the paper's experiment in one command: mixture, training, evaluation vs Bayes-optimal, "
-                          "analysis, results bundle (resumable stages, planned against a time budget)")
+                          "analysis, results bundle (resumable stages, planned against a time budget)",
+        description="The paper's experiment in one command, as resumable stages planned against a time budget "
+                    "(docs/reproduce.md). SIGINT or SIGTERM stops training at the next step with a checkpoint and "
+                    "any other stage at its end (exit code 130 or 143); the same command resumes it.")
     parser.add_argument("--preset", required=True, help=f"one of {sorted(PRESETS)}")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--out", help="run folder (default runs/reproduce/PRESET); running again resumes it")

@@ -6,7 +6,8 @@ per stage its attempts (wall time, tokens/s, FLOPs, utilisation of the peak meas
 invocation, peak memory).
 
 ``progress.json``: where a run is, rewritten at every stage boundary: process id and host, the
-stage running, each stage's status, an error if one stopped the run. ``hmmtf reproduce
+stage running, each stage's status, an error if one stopped the run, or the signal that
+interrupted it and where (``interrupted``: ``{"signal": "SIGINT", "where": "after stage analyze"}``). ``hmmtf reproduce
 --status`` reads it (and, while training runs, the last line of ``train/metrics.jsonl``), so a
 detached run can be followed by short calls.
 
@@ -113,9 +114,9 @@ def metrics_records(path: Path) -> list[dict]:
 
 def read_status(out: Path) -> dict:
     """``progress.json`` of the run in ``out``, with ``state``: ``finished``, ``failed``,
-    ``stopped`` (after ``--stop-after``), ``running`` or ``gone`` (its process no longer exists
-    on this host), and the last training log record while training runs. ``ValueError`` if
-    ``out`` holds no run."""
+    ``interrupted`` (by SIGINT or SIGTERM, at a safe point), ``stopped`` (after ``--stop-after``),
+    ``running`` or ``gone`` (its process no longer exists on this host), and the last training log
+    record while training runs. ``ValueError`` if ``out`` holds no run."""
     progress = read_json(out / PROGRESS_FILE)
     if progress is None:
         raise ValueError(f"--out: {str(out)!r} has no {PROGRESS_FILE}; expected the folder of a started run")
@@ -123,6 +124,8 @@ def read_status(out: Path) -> dict:
         state = "finished"
     elif progress["error"]:
         state = "failed"
+    elif progress.get("interrupted"):  # absent from the progress.json of runs before it was recorded
+        state = "interrupted"
     elif progress["stopped_after"]:
         state = "stopped"
     elif progress["host"] == socket.gethostname() and not process_alive(progress["pid"]):
@@ -172,4 +175,6 @@ def status_line(status: dict) -> str:
         line += f", step {record['step']}, loss {record['loss']:.4f}, {record['tokens_per_s']:.3g} tokens/s"
     if status["error"]:
         line += f", error: {status['error']}"
+    if status.get("interrupted"):
+        line += f", interrupted by {status['interrupted']['signal']} {status['interrupted']['where']}"
     return line

@@ -5,6 +5,11 @@ Each stage writes into its own folder ``OUT/<stage>/`` and returns what it measu
 once it is done. A stage cut off in the middle runs again from its start, except training,
 which resumes from its last checkpoint (``empirical.training.train``: every ``checkpoint_every`` steps).
 
+SIGINT and SIGTERM (:func:`empirical.training.run_control.stop_on_signals`, as ``hmmtf train``) stop the
+run at a safe point: training at the end of its step, with a checkpoint; any other stage at its
+end, done. The stage is recorded ``interrupted`` (training) or ``done``, ``progress.json`` says
+where the run stopped (``interrupted``), and a later invocation resumes there, saying from where.
+
     mixture   the preset's K HMMs, generated on the host from the preset's seed (the generator is
               seeded numpy, so this is the mixture ``hmmtf evaluate`` rebuilds from a checkpoint;
               the stages that compute with it move it to the device), and their SHA-256
@@ -59,6 +64,7 @@ from empirical.reproduce.record import (
     write_json,
 )
 from empirical.measurement.roofline import synchronize, timed
+from empirical.training.run_control import StopRequest
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, train
 
 MIXTURE_FILE = "mixture.json"
@@ -67,13 +73,16 @@ PATCHING_FILE = "patching.json"
 
 class Reproduction:
     """What every stage of one invocation reads: the config, the run folder, the command line,
-    the rates measured at the start; the mixture is built once per process."""
+    the rates measured at the start, the stop request of SIGINT and SIGTERM (training asks it
+    after every step); the mixture is built once per process."""
 
-    def __init__(self, config: ReproduceConfig, out: Path, command: str, rates: plan.Rates) -> None:
+    def __init__(self, config: ReproduceConfig, out: Path, command: str, rates: plan.Rates,
+                 stop: StopRequest) -> None:
         self.config = config
         self.out = out
         self.command = command
         self.rates = rates
+        self.stop = stop
 
     def folder(self, stage: str) -> Path:
         """``OUT/<stage>/``, created."""
@@ -126,22 +135,29 @@ def steady_tokens_per_s(records: list[dict], after_step: int) -> float | None:
     return statistics.median(rates) if rates else None
 
 
+def checkpoint_step(run: Reproduction) -> int | None:
+    """The step of the training checkpoint in the run folder, None if there is none."""
+    saved = read_json(run.checkpoint / CONFIG_FILE)
+    return saved["step"] if saved else None
+
+
 def train_stage(run: Reproduction) -> dict:
-    """Train (or resume) the preset's RoFormer; measure this attempt's steps, tokens and FLOPs."""
+    """Train (or resume) the preset's RoFormer, stopping at the end of a step once a signal asks
+    (``interrupted``); measure this attempt's steps, tokens and FLOPs."""
     preset = run.config.preset
     folder = run.folder("train")
-    saved = read_json(run.checkpoint / CONFIG_FILE)
-    start = saved["step"] if saved else 0
+    start = checkpoint_step(run) or 0
     stream = PromptStream(run.mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
     model_config = preset.model_config(preset.mixture_spec.num_tokens)
     result = train(model_config, preset.train, stream, folder, task=preset.task(), command=run.command,
-                   device=run.config.device)
+                   stop_requested=run.stop, device=run.config.device)
     length = preset.prompt_format.length
     tokens = (result.step - start) * preset.train.batch_size * length
     flops_per_token = training_flops_per_token(model_config, length)
     windows = [record for record in metrics_records(folder / METRICS_FILE) if record["step"] > start]
     steady = steady_tokens_per_s(windows, start + preset.train.log_every)
     return {
+        "interrupted": result.interrupted,
         "steps": result.step - start,
         "tokens": tokens,
         "flops": {str(run.config.train_dtype).removeprefix("torch."): float(flops_per_token * tokens)},
@@ -292,7 +308,7 @@ class Progress:
             "stage": None, "stage_started": None,
             "stages": {cost.stage: "done" if cost.stage in done else "pending" for cost in costs},
             "planned_s": {cost.stage: cost.expected_s for cost in costs},
-            "finished": False, "stopped_after": None, "error": None,
+            "finished": False, "stopped_after": None, "interrupted": None, "error": None,
         }
 
     def update(self, **changes) -> None:
@@ -304,16 +320,38 @@ class Progress:
         self.update(**({"stage": name, "stage_started": time.time()} if status == "running" else {}))
 
 
+def resume_line(run: Reproduction, done: set[str]) -> str:
+    """``hmmtf reproduce: resuming OUT: STAGES done; from stage NAME`` (training: from its
+    checkpoint's step), the line a run that resumes a folder prints before its first stage."""
+    to_run = [name for name in STAGE_NAMES if name not in done]
+    done_text = ", ".join(name for name in STAGE_NAMES if name in done) or "no stage"
+    if not to_run:
+        return f"hmmtf reproduce: resuming {run.out}: {done_text} done; nothing left to run"
+    line = f"hmmtf reproduce: resuming {run.out}: {done_text} done; from stage {to_run[0]}"
+    step = checkpoint_step(run)
+    if to_run[0] == "train" and step is not None:
+        line += f" at step {step} of {run.config.preset.train.steps} ({run.checkpoint})"
+    return line
+
+
 def run_stages(config: ReproduceConfig, out: Path, command: str, rates: plan.Rates, host: plan.HostTimings,
-               budget_minutes: float, stop_after: str | None = None) -> dict:
+               budget_minutes: float, stop_after: str | None = None,
+               stop: StopRequest | None = None) -> tuple[dict, str | None]:
     """Run every stage not yet done in ``out`` (all of them, or through ``stop_after``), after
-    checking the plan of those stages against ``budget_minutes``; returns the record."""
+    checking the plan of those stages against ``budget_minutes``, until ``stop`` (the request of
+    SIGINT or SIGTERM) asks to stop at a safe point (module docstring). Returns the record and,
+    when stopped by ``stop``, where (``at step 20 of 64 of stage train; ...``, ``after stage
+    analyze``), else None. A folder that holds an earlier invocation prints :func:`resume_line`."""
+    stop = stop or StopRequest()
     record = read_json(out / RECORD_FILE) or _new_record(config)
     check_settings(record, config, out)
     done = done_stages(record)
     costs = plan_costs(config, rates, host)
     plan.check_budget(costs, done, budget_minutes)
     out.mkdir(parents=True, exist_ok=True)
+    run = Reproduction(config, out, command, rates, stop)
+    if record["invocations"]:
+        print(resume_line(run, done), file=sys.stderr, flush=True)
     record["invocations"].append({
         "command": command, "started": time.time(), "environment": environment(config.device), "git": git_state(),
         "rates": rates._asdict(), "host": host._asdict(), "plan": [cost._asdict() for cost in costs],
@@ -322,21 +360,35 @@ def run_stages(config: ReproduceConfig, out: Path, command: str, rates: plan.Rat
     write_json(out / RECORD_FILE, record)
     progress = Progress(out, command, costs, done)
     progress.update()
-    run = Reproduction(config, out, command, rates)
+    last_done = None
     for stage, cost in zip(STAGES, costs):
         if stage.name not in done:
-            _run_stage(stage, cost, run, record, invocation, progress)
+            if stop():
+                where = f"after stage {last_done}" if last_done else f"before stage {stage.name}"
+                return record, _interrupted(progress, stop, where)
+            if _run_stage(stage, cost, run, record, invocation, progress) == "interrupted":
+                where = (f"at step {checkpoint_step(run)} of {config.preset.train.steps} of stage {stage.name}; "
+                         f"checkpoint written to {run.checkpoint}")
+                return record, _interrupted(progress, stop, where)
+            last_done = stage.name
         if stage.name == stop_after:
             progress.update(stopped_after=stage.name)
             break
     else:
         progress.update(finished=True)
-    return record
+    return record, None
+
+
+def _interrupted(progress: Progress, stop: StopRequest, where: str) -> str:
+    """Record in ``progress.json`` that ``stop``'s signal stopped the run ``where``; returns ``where``."""
+    progress.update(interrupted={"signal": stop.signal.name, "where": where})
+    return where
 
 
 def _run_stage(stage: Stage, cost: plan.StageCost, run: Reproduction, record: dict, invocation: int,
-               progress: Progress) -> None:
-    """Run one stage; record its attempt: the measurements, or the error that stopped it."""
+               progress: Progress) -> str:
+    """Run one stage; record its attempt: the measurements, or the error that stopped it. Returns
+    its status: ``done``, or ``interrupted`` when a signal stopped it before its end (training)."""
     device, path = run.config.device, run.out / RECORD_FILE
     progress.stage(stage.name, "running")
     print(f"stage {stage.name}: started, planned {cost.expected_s:.1f} s", file=sys.stderr, flush=True)
@@ -356,15 +408,19 @@ def _run_stage(stage: Stage, cost: plan.StageCost, run: Reproduction, record: di
         raise
     synchronize(device)
     seconds = time.perf_counter() - started
+    status = "interrupted" if measured.pop("interrupted", False) else "done"
     attempt = {"invocation": invocation, "wall_s": seconds, "planned_s": cost.expected_s, **measured,
                **_peak_memory(device)}
+    if status == "interrupted":
+        attempt["interrupted_by"] = run.stop.signal.name
     if "tokens" in measured:
         attempt["tokens_per_s"] = measured["tokens"] / seconds
     if "flops" in measured:
         train_dtype = str(run.config.train_dtype).removeprefix("torch.")
         attempt["utilisation"] = _utilisation(measured["flops"], seconds, run.rates, train_dtype)
-    entry["status"] = "done"
+    entry["status"] = status
     entry["attempts"].append(attempt)
     write_json(path, record)
-    progress.stage(stage.name, "done")
-    print(f"stage {stage.name}: done in {seconds:.1f} s", file=sys.stderr, flush=True)
+    progress.stage(stage.name, status)
+    print(f"stage {stage.name}: {status} in {seconds:.1f} s", file=sys.stderr, flush=True)
+    return status

@@ -29,6 +29,7 @@ from empirical.studies.ladder_figures import (
     plot_learning_curves,
     plot_regime_ladder,
 )
+from hmmtf_options import output_folder
 
 EVALUATION_FILE = "evaluation.json"
 ANALYSIS_FILE = "analysis.json"
@@ -185,7 +186,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("ladder", help="regime and claim statistics across the trained ladder points")
     parser.add_argument("root", nargs="?", default="figures/ladder",
                         help="folder with one subfolder per point (evaluation.json, analysis.json, metrics.jsonl)")
-    parser.add_argument("--out", default="runs/ladder",
+    parser.add_argument("--out", type=output_folder, default="runs/ladder",
                         help="folder for ladder.json and the figures (default: %(default)s; the committed result is "
                              "written with --out figures/ladder)")
     parser.set_defaults(run=run_ladder)

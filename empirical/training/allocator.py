@@ -13,9 +13,11 @@ defaults (docs/empirical.md, "The ways to use the two cores").
 
 glibc reads ``GLIBC_TUNABLES`` once, when the process starts, so the settings are applied by
 restarting the process with them in its environment (:func:`restart_with_training_tunables`,
-which ``hmmtf`` calls for :data:`TRAINING_SUBCOMMANDS`). Tunables the environment already sets keep
-their values, an unknown tunable is ignored by glibc, and ``HMMTF_MALLOC=system`` keeps glibc's
-defaults.
+which ``hmmtf`` calls for :data:`TRAINING_SUBCOMMANDS`), quietly: the restart says so on stderr
+only when asked (``hmmtf -v``), so that a user error stays one line and ``--help`` only the help.
+Tunables the environment already sets keep their values, an unknown tunable is ignored by glibc.
+``HMMTF_MALLOC`` takes one of :data:`MALLOC_CHOICES`: ``tuned`` (the default, also when unset or
+empty) or ``system`` (no restart, glibc's defaults); any other value is refused.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from collections.abc import Callable, Mapping
 TUNABLES_VARIABLE = "GLIBC_TUNABLES"
 OPT_OUT_VARIABLE = "HMMTF_MALLOC"
 """``HMMTF_MALLOC=system``: no restart, glibc's defaults."""
+MALLOC_CHOICES = ("tuned", "system")
+"""The values of ``HMMTF_MALLOC``: restart with :data:`TRAINING_TUNABLES` (the default), or not."""
 TRAINING_TUNABLES = {
     "glibc.malloc.hugetlb": "1",
     "glibc.malloc.mmap_threshold": str(32 << 20),
@@ -56,27 +60,41 @@ def with_training_tunables(environ: Mapping[str, str]) -> dict[str, str]:
     return {**environ, TUNABLES_VARIABLE: ":".join(f"{name}={value}" for name, value in tunables.items())}
 
 
+def malloc_choice(environ: Mapping[str, str]) -> str:
+    """``HMMTF_MALLOC`` of ``environ``, one of :data:`MALLOC_CHOICES` (``tuned`` when unset or
+    empty); ``ValueError`` naming any other value."""
+    value = environ.get(OPT_OUT_VARIABLE) or MALLOC_CHOICES[0]
+    if value not in MALLOC_CHOICES:
+        raise ValueError(f"{OPT_OUT_VARIABLE}: {value!r}; expected one of {list(MALLOC_CHOICES)} (unset: "
+                         f"{MALLOC_CHOICES[0]!r}; empirical/training/allocator.py)")
+    return value
+
+
 def needs_restart(environ: Mapping[str, str]) -> bool:
     """Whether a process started with ``environ`` lacks a training tunable that a restart would
-    give it: on Linux with glibc, unless ``HMMTF_MALLOC=system``."""
-    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+    give it: on Linux with glibc, unless ``HMMTF_MALLOC=system``. ``ValueError`` for an
+    ``HMMTF_MALLOC`` that is not one of :data:`MALLOC_CHOICES` (:func:`malloc_choice`), anywhere."""
+    if malloc_choice(environ) == "system":
         return False
-    if environ.get(OPT_OUT_VARIABLE, "") == "system":
+    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         return False
     return not TRAINING_TUNABLES.keys() <= parse_tunables(environ.get(TUNABLES_VARIABLE, "")).keys()
 
 
-def restart_with_training_tunables(command_line: list[str], *, environ: Mapping[str, str] = os.environ,
+def restart_with_training_tunables(command_line: list[str], *, verbose: bool = False,
+                                   environ: Mapping[str, str] = os.environ,
                                    execve: Callable[..., None] = os.execve) -> None:
     """Replace this process by the same ``command_line`` (``sys.orig_argv``: the interpreter, its
     options such as ``-u``, the script or ``-m`` module and the arguments) with
-    :func:`with_training_tunables` when :func:`needs_restart` (saying so in one line on stderr);
-    return otherwise. The restarted process has the tunables, so it does not restart again; it
-    keeps the process id, so ``torchrun``, the run lock and a shell that waits for it see no
-    difference."""
+    :func:`with_training_tunables` when :func:`needs_restart` (saying so in one line on stderr
+    when ``verbose``); return otherwise. The restarted process has the tunables, so it does not
+    restart again; it keeps the process id, so ``torchrun``, the run lock and a shell that waits
+    for it see no difference."""
     if not needs_restart(environ):
         return
     tuned = with_training_tunables(environ)
-    print(f"hmmtf: restarting with {TUNABLES_VARIABLE}={tuned[TUNABLES_VARIABLE]} (faster CPU training, "
-          f"empirical/training/allocator.py; {OPT_OUT_VARIABLE}=system to keep glibc's defaults)", file=sys.stderr, flush=True)
+    if verbose:
+        print(f"hmmtf: restarting with {TUNABLES_VARIABLE}={tuned[TUNABLES_VARIABLE]} (faster CPU training, "
+              f"empirical/training/allocator.py; {OPT_OUT_VARIABLE}=system to keep glibc's defaults)", file=sys.stderr,
+              flush=True)
     execve(sys.executable, [sys.executable, *command_line[1:]], tuned)

@@ -12,7 +12,9 @@ deletion and one that creates a new file both hold "the" lock.
 signal (:class:`StopRequest`); the training loop asks at each step boundary and, once asked, writes
 a checkpoint and returns. A signal that arrives while the checkpoint is written does nothing more,
 so it cannot cut the save short. The command then exits with ``128 + signal number`` (130 for
-SIGINT, 143 for SIGTERM), the shell's convention for a process ended by a signal.
+SIGINT, 143 for SIGTERM), the shell's convention for a process ended by a signal, after one line
+saying where it stopped and how to resume (:func:`interrupted_line`): ``hmmtf train`` stops at a
+step, ``hmmtf reproduce`` at a training step or at the end of its other stages.
 """
 from __future__ import annotations
 
@@ -95,3 +97,9 @@ def stop_on_signals() -> Iterator[StopRequest]:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def interrupted_line(prog: str, signal_name: str, where: str) -> str:
+    """The line a command stopped by a signal ends with: ``PROG: interrupted by SIGNAL WHERE;
+    rerun the same command to resume`` (``where`` says where it stopped and what it wrote)."""
+    return f"{prog}: interrupted by {signal_name} {where}; rerun the same command to resume"

@@ -46,19 +46,27 @@ class LoadedRun(NamedTuple):
         return self.preset.prompt_format
 
 
-def checkpoint_folder(path: str | Path) -> Path:
+CHECKPOINT_EXPECTED = (f"a checkpoint folder with {CONFIG_FILE} (models/NAME, runs/NAME/{CHECKPOINT_DIR}) or a run "
+                       f"folder with {CHECKPOINT_DIR}/ (runs/NAME)")
+"""What :func:`checkpoint_folder` accepts, as its refusals say."""
+
+
+def checkpoint_folder(path: str | Path, name: str = "path") -> Path:
     """``path`` if it is a checkpoint folder (it holds ``config.json``: ``models/NAME``,
     ``runs/NAME/checkpoint``), ``path/checkpoint`` if it is a run folder of ``hmmtf train``
-    (``runs/NAME``); ``ValueError`` naming ``path`` otherwise."""
+    (``runs/NAME``). ``FileNotFoundError`` when ``path`` does not exist and ``ValueError`` when it
+    holds no checkpoint, naming the argument ``name`` and ``path``; the checkpoint module's
+    ``ValueError`` when a save into it was interrupted. :func:`load_run` and every ``hmmtf``
+    command that reads a checkpoint (``name`` ``checkpoint``) resolve their argument with it."""
     path = Path(path)
     if (path / CONFIG_FILE).is_file():
         return path
     if has_checkpoint(path / CHECKPOINT_DIR):
         return path / CHECKPOINT_DIR
-    raise ValueError(
-        f"path: {str(path)!r} holds no checkpoint; expected a checkpoint folder with {CONFIG_FILE} "
-        f"(models/NAME, runs/NAME/{CHECKPOINT_DIR}) or a run folder with {CHECKPOINT_DIR}/ (runs/NAME)"
-    )
+    has_checkpoint(path)  # refuses a checkpoint folder whose save was interrupted, naming the paths to restore
+    if not path.exists():
+        raise FileNotFoundError(f"{name}: {str(path)!r} does not exist; expected {CHECKPOINT_EXPECTED}")
+    raise ValueError(f"{name}: {str(path)!r} holds no checkpoint; expected {CHECKPOINT_EXPECTED}")
 
 
 def load_run(path: str | Path, num_prompts: int | None = None, device: torch.device | str = "cpu") -> LoadedRun:

@@ -22,7 +22,7 @@ from empirical.studies.markov.config import MarkovSweepConfig
 from empirical.studies.markov.criterion import TRAP_CRITERION
 from empirical.studies.markov.figures import plot_loss_curves, plot_phase_diagram, plot_plateau_survival, plot_read_back
 from empirical.studies.markov.runs import run_sweep
-from hmmtf_options import config_from_command_line
+from hmmtf_options import config_from_command_line, output_folder
 
 
 def source_revision() -> dict | None:
@@ -188,7 +188,7 @@ def register(subparsers) -> None:
                     "report the fraction of seeds whose held-out loss is above the bigram line by more than its "
                     "sampling noise at the end of the budget.",
     )
-    parser.add_argument("--out", default="runs/markov",
+    parser.add_argument("--out", type=output_folder, default="runs/markov",
                         help="output directory (default: %(default)s; the committed sweeps are written with "
                              "--out figures/markov/...)")
     add_config_options(parser, MarkovSweepConfig)

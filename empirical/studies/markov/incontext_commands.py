@@ -23,7 +23,7 @@ from empirical.training.checkpoint import load_checkpoint
 from empirical.training.configs import add_config_options
 from empirical.studies.markov.incontext import PREDICTORS, InContextConfig, held_out_chains, measure_model, train_depth
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
-from hmmtf_options import config_from_command_line, positive_int
+from hmmtf_options import config_from_command_line, output_folder, positive_int
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
@@ -147,7 +147,7 @@ def register(subparsers) -> None:
                     "heads for previous-token and induction attention against a random-init control, and mean-ablate "
                     "its top induction heads against as many random heads (docs/markov.md, M7).",
     )
-    parser.add_argument("--out", default="runs/markov-incontext/results",
+    parser.add_argument("--out", type=output_folder, default="runs/markov-incontext/results",
                         help="folder of results.json and the figure (default: %(default)s; the committed study is "
                              "written with --out figures/markov/incontext)")
     parser.add_argument("--runs", default="runs/markov-incontext",
