@@ -17,17 +17,16 @@ import torch
 
 import hmm
 from empirical.yardsticks.calibrate import DEFAULT_CONCENTRATIONS, calibrate
-from empirical.training.checkpoint import load_checkpoint
 from empirical.yardsticks.competence import CEILING_SETTINGS, competence_section
-from empirical.training.data import PromptStream, held_out_prompts
+from empirical.training.data import PromptStream
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.yardsticks.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
 from empirical.cli.plots import (plot_calibration, plot_competence, plot_in_context, plot_regime, plot_side_by_side,
                              plot_training_loss)
 from empirical.training.overrides import add_override_options, flag_overrides, training_run
-from empirical.training.presets import PRESETS, preset_from_task
+from empirical.training.presets import PRESETS
 from empirical.yardsticks.regime import oracle_predictor, regime_section
-from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
+from empirical.training.runs import load_run, CHECKPOINT_EXPECTED, checkpoint_folder
 from empirical.training.run_control import interrupted_line, stop_on_signals
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
@@ -105,12 +104,10 @@ def run_evaluate(args) -> int:
     run_dir = checkpoint_dir.parent
     out = check_output_folder(args.out if args.out else run_dir / "evaluation")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    saved = load_checkpoint(checkpoint_dir, device)
-    preset = preset_from_task(saved.config["task"])
-    num_prompts = preset.eval_prompts if args.num_prompts is None else args.num_prompts
-    mixture = preset.build_mixture()
-    prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
-    predictors = in_context_predictors(saved.model, mixture, preset, num_prompts, device)
+    run = load_run(checkpoint_dir, args.num_prompts, device)
+    preset, mixture, prompts = run.preset, run.mixture, run.prompts
+    num_prompts = prompts.tokens.shape[0]
+    predictors = in_context_predictors(run.model, mixture, preset, num_prompts, device)
     started = time.perf_counter()
     evaluation = evaluate_predictors({**predictors, "oracle": oracle_predictor(mixture, prompts)}, prompts,
                                      mixture.num_tokens, pairs=(("model", "oracle"),))
@@ -123,10 +120,10 @@ def run_evaluate(args) -> int:
         "command": args.command_line,
         "git_commit": args.git_commit,
         "checkpoint": str(checkpoint_dir),
-        "step": saved.config["step"],
-        "task": saved.config["task"],
-        "model": saved.config["model"],
-        "train": saved.config["train"],
+        "step": run.config["step"],
+        "task": run.config["task"],
+        "model": run.config["model"],
+        "train": run.config["train"],
         "train_summary": json.loads(train_summary.read_text()) if train_summary.is_file() else None,
         "evaluation_time_s": time.perf_counter() - started,
         **evaluation,
