@@ -355,7 +355,7 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--budget-prompts", type=positive_int,
                        help="prompts per run (default: the preset's steps x batch size; 131,072 for paper)")
     parse.add_argument("--concurrent", type=positive_int, default=4, help="runs trained at once")
-    parse.add_argument("--train-minutes", type=positive_float, default=6.5,
+    parse.add_argument("--train-minutes", type=positive_float, default=9.0,
                        help="after this, trainings still running are stopped with a checkpoint and scored")
     parse.add_argument("--verdict-prompts", type=positive_int, default=1024, help="fresh-HMM prompts of each verdict")
     parse.add_argument("--verdict-fresh-tasks", type=positive_int, default=1024,
