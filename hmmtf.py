@@ -42,6 +42,7 @@ SUBCOMMAND_MODULES = {
     "ngram-verdict": "empirical.ngram_verdict",
     "ladder": "empirical.ladder",
     "signal": "empirical.study_commands",
+    "family-calibration": "empirical.study_commands",
     "curve": "empirical.study_commands",
     "curves": "empirical.study_commands",
     "reproduce": "empirical.reproduce.commands",

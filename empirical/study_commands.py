@@ -24,7 +24,7 @@ from empirical.plots import plot_curve, plot_curves, plot_family_calibration, pl
 from empirical.presets import PRESETS
 from empirical.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import non_negative_int, positive_int
+from hmmtf_options import non_negative_int, positive_float, positive_int
 
 SIGNAL_FILE = "signal.json"
 FAMILY_CALIBRATION_FILE = "family_calibration.json"
@@ -126,7 +126,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("family-calibration", help="the paper-scale family: oracle, in-context n-grams "
                                    "and uniform on fresh 128-state HMMs over a grid of Dirichlet concentrations, and the "
                                    "rule's choice")
-    parser.add_argument("--concentrations", nargs="+", type=float, default=list(GRID), metavar="C",
+    parser.add_argument("--concentrations", nargs="+", type=positive_float, default=list(GRID), metavar="C",
                         help=f"the grid, for transition and emission rows alike (default {list(GRID)})")
     parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts per family")
     parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
