@@ -128,8 +128,9 @@ wheels:
 	  $(foreach name,$(DEVICE_WHEELS),$(shell grep -i '^$(name)==' $(CONSTRAINTS)))
 
 # The results bundle of `hmmtf reproduce --preset paper` (brought back from the GPU machine) into
-# figures/paper/, to be committed like every other result.
-PAPER_FIGURES := figures/paper
+# figures/paper-scale/, to be committed like every other result. Not figures/paper/: that folder
+# holds the 16-state paper stand-in's results (figures/paper/2x4x64, ...).
+PAPER_FIGURES := figures/paper-scale
 
 unpack-paper:
 	@test -n "$(BUNDLE)" || { echo "BUNDLE: empty; expected make unpack-paper BUNDLE=path/to/paper-results.tar.gz"; exit 2; }

@@ -43,6 +43,7 @@ SUBCOMMAND_MODULES = {
     "ngram-verdict": "empirical.analysis.ngram_verdict",
     "ladder": "empirical.studies.ladder",
     "signal": "empirical.cli.study_commands",
+    "family-calibration": "empirical.cli.study_commands",
     "curve": "empirical.cli.study_commands",
     "curves": "empirical.cli.study_commands",
     "reproduce": "empirical.reproduce.commands",

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import matplotlib.patches
 import matplotlib.ticker
 
 matplotlib.use("Agg")
@@ -295,6 +296,59 @@ def plot_signal(report: dict, path: Path) -> None:
     figure.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=len(SIGNAL_BARS))
     figure.suptitle(f"In-context signal of each family: {report['families'][names[0]]['num_prompts']} prompts of "
                     f"{report['families'][names[0]]['fresh_tasks']} fresh HMMs per family", fontsize=10)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+FAMILY_PANELS = (
+    ("oracle top-1 accuracy", lambda test: test["accuracy"]["oracle"], "min_oracle_accuracy"),
+    ("in-context unigram - bigram (nats)", lambda test: test["differences"]["ngram 1 - ngram 2"], "min_bigram_gain"),
+    ("best in-context n-gram - oracle (nats)", lambda test: test["differences"]["best ngram - oracle"],
+     "min_oracle_margin"),
+)
+"""The panels of :func:`plot_family_calibration`: title, the test-sequence quantity, its threshold."""
+
+
+def plot_family_calibration(report: dict, path: Path) -> None:
+    """``hmmtf family-calibration``: per rule condition a map over the grid (transition
+    concentration down, emission across) of the test-sequence quantity's mean with its 95%
+    interval's lower end; cells that meet the condition in bold, the families that meet all three
+    framed, the rule's choice framed thick."""
+    families = report["families"]
+    transitions = sorted({family["spec"]["transition_concentration"] for family in families.values()})
+    emissions = sorted({family["spec"]["emission_concentration"] for family in families.values()})
+    cell = {(family["spec"]["transition_concentration"], family["spec"]["emission_concentration"]): name
+            for name, family in families.items()}
+    figure, axes = plt.subplots(1, len(FAMILY_PANELS), figsize=(5.2 * len(FAMILY_PANELS), 5.2), constrained_layout=True)
+    for axis, (title, quantity, threshold_key) in zip(axes, FAMILY_PANELS):
+        threshold = report["thresholds"][threshold_key]
+        means = [[float("nan")] * len(emissions) for _ in transitions]
+        for (t, o), name in cell.items():
+            means[transitions.index(t)][emissions.index(o)] = quantity(families[name]["scopes"]["test_sequence"])["mean"]
+        image = axis.imshow(means, cmap="viridis", aspect="equal")
+        figure.colorbar(image, ax=axis, shrink=0.8)
+        for (t, o), name in cell.items():
+            row, column = transitions.index(t), emissions.index(o)
+            value = quantity(families[name]["scopes"]["test_sequence"])
+            met = value["interval_95"][0] >= threshold
+            axis.text(column, row, f"{value['mean']:.3f}\n>={value['interval_95'][0]:.3f}", ha="center", va="center",
+                      fontsize=7.5, color="white" if value["mean"] < (max(map(max, means)) + min(map(min, means))) / 2
+                      else "black", fontweight="bold" if met else "normal")
+            if all(families[name]["rule_checks"].values()):
+                width = 3.5 if name == report["choice"] else 1.2
+                axis.add_patch(matplotlib.patches.Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False,
+                                                            edgecolor="red", linewidth=width))
+        axis.set_xticks(range(len(emissions)), [f"{o:g}" for o in emissions])
+        axis.set_yticks(range(len(transitions)), [f"{t:g}" for t in transitions])
+        axis.set_xlabel("emission concentration")
+        axis.set_ylabel("transition concentration")
+        axis.set_title(f"{title}\ncondition: lower end >= {threshold:g} (bold)", fontsize=9)
+    first = next(iter(families.values()))
+    choice = report["choice"] or "none qualifies"
+    figure.suptitle(f"Paper-scale families ({first['spec']['num_states']} states, {first['spec']['num_tokens']} tokens): "
+                    f"test sequence, {first['num_prompts']} prompts of {first['fresh_tasks']} fresh HMMs per cell, mean "
+                    f"and 95% lower end\nred frames: all three conditions met; thick: the rule's choice ({choice})",
+                    fontsize=10)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 

@@ -1,6 +1,7 @@
 """Subcommands of the studies that choose and train the regime networks (registered in :mod:`hmmtf`):
 
 ``hmmtf signal`` measures the in-context signal of data families (:mod:`empirical.yardsticks.signal`),
+``hmmtf family-calibration`` chooses the paper-scale family (:mod:`empirical.yardsticks.family_calibration`),
 ``hmmtf curve`` trains with a learning curve on fresh HMMs (:mod:`empirical.yardsticks.curves`) and
 ``hmmtf curves`` puts a study's runs in one JSON and figure. The computations live in those
 modules; this one parses, writes and draws.
@@ -18,13 +19,15 @@ import hmm
 from empirical.yardsticks.competence import CEILING_SETTINGS
 from empirical.yardsticks.curves import BASELINES_FILE, baseline_means, run_summary, train_with_curve
 from empirical.training.overrides import add_override_options, flag_overrides, training_run
-from empirical.cli.plots import plot_curve, plot_curves, plot_signal
+from empirical.yardsticks.family_calibration import GRID, calibration_report, grid_specs
+from empirical.cli.plots import plot_curve, plot_curves, plot_family_calibration, plot_signal
 from empirical.training.presets import PRESETS
 from empirical.yardsticks.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import non_negative_int, output_folder, positive_int
+from hmmtf_options import non_negative_int, output_folder, positive_float, positive_int
 
 SIGNAL_FILE = "signal.json"
+FAMILY_CALIBRATION_FILE = "family_calibration.json"
 STUDY_FILE = "curves.json"
 
 
@@ -46,6 +49,27 @@ def run_signal(args) -> int:
     print(json.dumps({name: {"signal": round(family["scopes"]["all_positions"]["signal"]["mean"], 4),
                              "bigram_share": round(family["scopes"]["all_positions"]["bigram_share"], 3)}
                       for name, family in report["families"].items()}, indent=1))
+    return 0
+
+
+def run_family_calibration(args) -> int:
+    """``hmmtf family-calibration``: the grid's measurements and the rule's choice in
+    ``family_calibration.json``, the maps in ``family_calibration.png``."""
+    torch.set_num_threads(args.threads)
+    specs = grid_specs(args.concentrations)
+    started = time.perf_counter()
+
+    def progress(name: str, seconds: float) -> None:
+        print(f"{name}: {seconds:.1f} s", flush=True)
+
+    report = calibration_report(specs, hmm.PROMPT_FORMATS["paper"], args.num_prompts, args.fresh_tasks, progress)
+    report = {"command": args.command_line, "git_commit": args.git_commit, "threads": args.threads,
+              "seconds": time.perf_counter() - started, **report}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / FAMILY_CALIBRATION_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    plot_family_calibration(report, out / "family_calibration.png")
+    print(f"choice: {report['choice']}")
     return 0
 
 
@@ -82,7 +106,7 @@ def run_curves(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``signal``, ``curve`` and ``curves`` to the ``hmmtf`` parser."""
+    """Add ``signal``, ``family-calibration``, ``curve`` and ``curves`` to the ``hmmtf`` parser."""
     parser = subparsers.add_parser("signal", help="in-context signal of data families: in-context n-grams, the "
                                                   "prior-predictive ceiling and the oracle on fresh HMMs")
     parser.add_argument("--families", nargs="+", default=list(CANDIDATES), metavar="NAME",
@@ -98,6 +122,19 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=output_folder, default="runs/families",
                         help="folder of signal.json and signal.png (the committed result: --out figures/families)")
     parser.set_defaults(run=run_signal)
+
+    parser = subparsers.add_parser("family-calibration", help="the paper-scale family: oracle, in-context n-grams "
+                                   "and uniform on fresh 128-state HMMs over a grid of Dirichlet concentrations, and the "
+                                   "rule's choice")
+    parser.add_argument("--concentrations", nargs="+", type=positive_float, default=list(GRID), metavar="C",
+                        help=f"the grid, for transition and emission rows alike (default {list(GRID)})")
+    parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts per family")
+    parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    parser.add_argument("--out", default="runs/families/paper-scale",
+                        help="folder of family_calibration.json and .png (the committed result: --out "
+                             "figures/families/paper-scale)")
+    parser.set_defaults(run=run_family_calibration)
 
     parser = subparsers.add_parser("curve", help="train with a learning curve on fresh HMMs against the in-context "
                                                  "n-grams and the prior-predictive ceiling")

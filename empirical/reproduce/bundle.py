@@ -4,7 +4,7 @@ most :data:`BUNDLE_LIMIT_BYTES`). Checkpoints (400 MB at paper scale) stay where
 
 Paths inside the archive are relative to the run folder (``record.json``,
 ``evaluate/evaluation.json``, ``analyze/shuffle.png``, ...); ``make unpack-paper BUNDLE=FILE``
-unpacks one into ``figures/paper/``.
+unpacks one into ``figures/paper-scale/`` (``figures/paper/`` holds the 16-state paper stand-in).
 """
 from __future__ import annotations
 
