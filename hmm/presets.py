@@ -51,7 +51,7 @@ MIXTURE_SPECS: dict[str, MixtureSpec] = {
     "tiny": MixtureSpec(num_tasks=8, num_states=4, num_tokens=4),
     "cpu-small": MixtureSpec(num_tasks=8, num_states=16, num_tokens=8),
     # The paper's scale. Its Dirichlet(0.01) transitions and Dirichlet(0.02) emissions are the family
-    # the rule of empirical/family_calibration.py chose (figures/families/paper-scale/): with 0.1 rows
+    # the rule of empirical/yardsticks/family_calibration.py chose (figures/families/paper-scale/): with 0.1 rows
     # the true HMM is right 10% of the time (chance 6.25%), and the in-context bigram gains nothing.
     "paper": MixtureSpec(num_tasks=8192, num_states=128, num_tokens=16, transition_concentration=0.01,
                          emission_concentration=0.02),

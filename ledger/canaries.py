@@ -196,6 +196,11 @@ def _signal(shop: Workshop) -> None:
                "--particles", "4", "--moves", "1", "--threads", "1", "--out", shop.path("signal")])
 
 
+def _family_calibration(shop: Workshop) -> None:
+    run_hmmtf(["family-calibration", "--concentrations", "0.01", "0.1", "--num-prompts", "4", "--fresh-tasks", "4",
+               "--threads", "1", "--out", shop.path("family-calibration")])
+
+
 def _curves(shop: Workshop) -> None:
     curve = shop.once("curve", ["curve", "--preset", "tiny", "--steps", "20", "--warmup-steps", "2", "--every", "10",
                                 "--curve-prompts", "4", "--fresh-tasks", "4", "--ceiling-particles", "4",
@@ -232,6 +237,8 @@ CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
            "the committed runs in models/markov-incontext (it trains its own)"),
     Canary("signal", _signal, ("signal/signal.json",), "signal", "the families the canary does not measure (it "
            "measures one; the others' definitions are compared as settings)"),
+    Canary("family-calibration", _family_calibration, ("family-calibration/family_calibration.json",),
+           "family-calibration", "the concentrations the canary does not measure (it measures a 2 x 2 grid)"),
     Canary("curves", _curves, ("curves/curves.json",), "curves", "the committed run folders the study summarises"),
     Canary("ladder", _ladder, ("ladder/ladder.json",), "ladder", "nothing beyond the common blind spots (it runs on "
            "the committed points)"),
