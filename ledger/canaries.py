@@ -50,7 +50,7 @@ from pathlib import Path
 
 from ledger.documents import LedgerError
 from ledger.provenance import (GitUnavailable, Recorded, Vouch, changed_producers, code_fingerprint, git,
-                               matches_producers, module_name)
+                               matches_producers, module_name, named_in)
 from ledger.results import RESULTS, Result
 
 RECORD = "ledger/canaries.json"
@@ -422,24 +422,6 @@ def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries
     return names or list(canaries)
 
 
-def _named(path: Path) -> set[str]:
-    """Every string in the JSON at ``path`` (keys and values): the names a result gives."""
-    found: set[str] = set()
-
-    def walk(value) -> None:
-        if isinstance(value, dict):
-            found.update(value)
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-        elif isinstance(value, str):
-            found.add(value)
-    walk(json.loads(path.read_text()))
-    return found
-
-
 def _settings_that_differ(then: dict[str, str], now: dict[str, str], names: set[str]) -> list[str]:
     """The settings of ``then`` and ``now`` that differ, among those a result naming ``names`` uses: every
     plain one, and a dict's entry when the result names its key."""
@@ -482,7 +464,7 @@ class CanaryBook:
         if result.canary is None:
             return None
         name = result.canary
-        baseline = self._baseline(name, result, recorded)
+        baseline = self._baseline(name, result, path, recorded)
         if baseline is None:
             return Vouch(name, False, f"canary {name} has no baseline at a commit where this result was fresh "
                                       f"(hmmtf ledger --record-canaries at the commit that made it)")
@@ -493,17 +475,18 @@ class CanaryBook:
                                       f"{now['environment']}: its bits cannot be compared")
         if now["digest"] != baseline["digest"]:
             return Vouch(name, False, f"{where} differs: the numbers moved")
-        differ = _settings_that_differ(baseline["settings"], now["settings"], _named(self.root / path))
+        differ = _settings_that_differ(baseline["settings"], now["settings"], named_in(json.loads((self.root / path).read_text())))
         if differ:
             return Vouch(name, False, f"{where}: full-size settings changed: {', '.join(differ[:6])}")
         return Vouch(name, True, f"verified by {where}; blind to: {self.canaries[name].blind_to}; {COMMON_BLIND_SPOTS}")
 
-    def _baseline(self, name: str, result: Result, recorded: Recorded) -> dict | None:
+    def _baseline(self, name: str, result: Result, path: str, recorded: Recorded) -> dict | None:
         """The newest baseline of ``name`` at a commit whose producers of ``result`` compute what they
         computed at the recorded commit."""
+        names = named_in(json.loads((self.root / path).read_text()))
         for baseline in reversed(self.record["baselines"].get(name, [])):
             try:
-                if not changed_producers(self.root, result.producers, recorded.commit, baseline["commit"]):
+                if not changed_producers(self.root, result.producers, recorded.commit, baseline["commit"], names):
                     return baseline
             except GitUnavailable:
                 continue

@@ -196,3 +196,15 @@ def test_every_result_names_a_known_canary_and_timings_name_none():
     for result in RESULTS:
         assert (result.canary is None) == result.path.startswith(("figures/benchmarks/", "figures/cpu-small/benchmark")), \
             result.path
+
+
+def test_a_registry_entry_the_result_does_not_name_is_no_change(repository):
+    """The static rule without a canary: a module-level dict's entries count only where the result's
+    JSON names their key (``spec: small``), and an added entry is no change either."""
+    root, _ = repository
+    plain = Result(RESULT.path, RESULT.command, RESULT.producers)
+    _commit(root, {"toy/make.py": MAKE.replace('"large": 7.0', '"large": 8.0, "huge": 9.0')}, "other entries")
+    assert freshness(plain, root).status is Status.FRESH
+    _commit(root, {"toy/make.py": MAKE.replace('"small": 1.5', '"small": 1.25')}, "the named entry")
+    state = freshness(plain, root)
+    assert state.status is Status.STALE and "toy/make.py" in state.detail
