@@ -46,6 +46,7 @@ SUBCOMMAND_MODULES = {
     "curves": "empirical.study_commands",
     "reproduce": "empirical.reproduce.commands",
     "export": "empirical.transformer_lens_interop",
+    "restore-checkpoint": "empirical.checkpoint_history",
     "construction-info": "construction.commands",
     "main": "bounds.commands",
     "ledger": "ledger.commands",
