@@ -9,19 +9,24 @@ branching a run (``hmmtf curve``, ``empirical.train.branch_run``) needs ``optimi
 
 For each file the folder lacks (both, or with ``--weights-only`` the weights), the source is the
 newest commit, among those ``git log`` lists for the file's path, whose tree holds the file and
-whose ``config.json`` in the folder is byte for byte the present one: the same step, training
-config and log window, so the tensors are those of the checkpoint the folder describes. It is
-written back with ``git show COMMIT:PATH`` (to a temporary file, then renamed). A file that no such
+whose ``config.json`` in the folder agrees with the present one on :data:`RUN_STATE_FIELDS` (the
+network, the data, the training config and the step), so the tensors are those of the checkpoint
+the folder describes (training is deterministic given these); records added to ``config.json``
+later, such as ``branched_from``, do not matter. It is written back with ``git show COMMIT:PATH`` (to a temporary file, then renamed). A file that no such
 commit holds (never committed, or the run has moved on since) is refused with one line naming
 it, and then nothing is written; a file the folder holds is never touched.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
 from empirical.checkpoint import CONFIG_FILE, MODEL_FILE, OPTIMIZER_FILE
+
+RUN_STATE_FIELDS = ("model", "task", "train", "step")
+"""The fields of a checkpoint's ``config.json`` that determine its tensors."""
 
 
 def _git(directory: Path, *arguments: str) -> subprocess.CompletedProcess:
@@ -44,15 +49,25 @@ def path_in_repository(directory: Path) -> tuple[Path, str]:
     return root, directory.resolve().relative_to(root).as_posix()
 
 
-def commit_holding(root: Path, path: str, config: bytes, config_path: str) -> str | None:
+def run_state(config_text: bytes) -> dict | None:
+    """The :data:`RUN_STATE_FIELDS` of a ``config.json``'s text; None when it is not a JSON object."""
+    try:
+        config = json.loads(config_text)
+    except ValueError:
+        return None
+    return {field: config.get(field) for field in RUN_STATE_FIELDS} if isinstance(config, dict) else None
+
+
+def commit_holding(root: Path, path: str, state: dict, config_path: str) -> str | None:
     """The newest of the commits ``git log`` lists for ``path`` whose tree holds ``path`` and whose
-    ``config_path`` is ``config``; None if there is none. The commit that deleted the file is
+    ``config_path`` has the :func:`run_state` ``state``; None if there is none. The commit that deleted the file is
     listed but holds no blob; the one that last wrote it, next in the log, holds its last version."""
     log = _git(root, "log", "--format=%H", "--", path)
     for commit in log.stdout.decode().split():
         if _git(root, "cat-file", "-e", f"{commit}:{path}").returncode != 0:
             continue
-        if _git(root, "show", f"{commit}:{config_path}").stdout == config:
+        then = _git(root, "show", f"{commit}:{config_path}")
+        if then.returncode == 0 and run_state(then.stdout) == state:
             return commit
     return None
 
@@ -66,17 +81,20 @@ def restore_checkpoint(directory: Path, weights_only: bool = False) -> dict[str,
         raise ValueError(f"checkpoint: {str(directory)!r} has no {CONFIG_FILE}; expected a checkpoint folder "
                          f"whose tensors are missing (RUN/checkpoint of a committed run)")
     root, folder = path_in_repository(directory)
-    config = (directory / CONFIG_FILE).read_bytes()
+    state = run_state((directory / CONFIG_FILE).read_bytes())
+    if state is None or state["step"] is None:
+        raise ValueError(f"checkpoint: {str(directory / CONFIG_FILE)!r} is not a checkpoint's config (no step); "
+                         f"expected the config.json save_checkpoint wrote")
     wanted = (MODEL_FILE,) if weights_only else (MODEL_FILE, OPTIMIZER_FILE)
     sources = {}
     for name in wanted:
         if (directory / name).exists():
             continue
-        commit = commit_holding(root, f"{folder}/{name}", config, f"{folder}/{CONFIG_FILE}")
+        commit = commit_holding(root, f"{folder}/{name}", state, f"{folder}/{CONFIG_FILE}")
         if commit is None:
-            raise ValueError(f"checkpoint: no commit holds {str(directory / name)!r} beside this {CONFIG_FILE} "
-                             f"(never committed, or the run has moved on since); expected a file of git history "
-                             f"for this step" + ("" if weights_only else " (--weights-only restores the weights alone)"))
+            raise ValueError(f"checkpoint: no commit holds {str(directory / name)!r} of this {CONFIG_FILE}'s run "
+                             f"and step {state['step']} (never committed, or the run has moved on since); expected "
+                             f"a file of git history for this step" + ("" if weights_only else " (--weights-only restores the weights alone)"))
         sources[name] = commit
     for name, commit in sources.items():
         blob = _git(root, "show", f"{commit}:{folder}/{name}")

@@ -58,6 +58,18 @@ def test_restore_then_resume_continues_the_run_bit_for_bit(tmp_path):
         assert a.equal(b), name
 
 
+def test_a_record_added_to_the_config_later_does_not_stop_the_restore(tmp_path):
+    """A field outside the run's state (here ``branched_from``, added to committed configs after
+    the fact) differs from the commit that holds the tensors: they are still this step's."""
+    checkpoint, committed = committed_run(tmp_path)
+    config = json.loads((checkpoint / CONFIG_FILE).read_text())
+    (checkpoint / CONFIG_FILE).write_text(json.dumps(dict(config, branched_from={"run_dir": "x", "step": 1})))
+    git(tmp_path, "commit", "-q", "-am", "a record added")
+    restore_checkpoint(checkpoint)
+    for name, data in committed.items():
+        assert (checkpoint / name).read_bytes() == data, name
+
+
 def test_weights_only_restores_the_weights_alone(tmp_path):
     checkpoint, committed = committed_run(tmp_path)
     assert list(restore_checkpoint(checkpoint, weights_only=True)) == [MODEL_FILE]
@@ -72,7 +84,7 @@ def test_restore_refuses_tensors_of_another_step_and_writes_nothing(tmp_path):
     checkpoint, _ = committed_run(tmp_path)
     config = json.loads((checkpoint / CONFIG_FILE).read_text())
     (checkpoint / CONFIG_FILE).write_text(json.dumps(dict(config, step=4), indent=2) + "\n")
-    with pytest.raises(ValueError, match=r"no commit holds .*model\.safetensors.* beside this config\.json"):
+    with pytest.raises(ValueError, match=r"no commit holds .*model\.safetensors.* of this config\.json's run and step 4"):
         restore_checkpoint(checkpoint)
     assert sorted(path.name for path in checkpoint.iterdir()) == [CONFIG_FILE]
 
@@ -97,7 +109,7 @@ def test_the_command_restores_and_reports_in_one_line(tmp_path, capsys):
     checkpoint, committed = committed_run(tmp_path)
     assert hmmtf.main(["restore-checkpoint", str(checkpoint), "--weights-only"]) == 0
     assert capsys.readouterr().out.startswith(f"{checkpoint / MODEL_FILE}: restored from commit ")
-    (checkpoint / CONFIG_FILE).write_text("{}\n")
+    (checkpoint / CONFIG_FILE).write_text(json.dumps({"step": 2}) + "\n")
     assert hmmtf.main(["restore-checkpoint", str(checkpoint)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("hmmtf restore-checkpoint: error: checkpoint: no commit holds ")
