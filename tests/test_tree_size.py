@@ -1,7 +1,7 @@
 """The tracked tree stays at most 50 MiB (issue 47): the GPU device tool sends the checkout's tracked
 files and refuses more than 64 MiB, and the tree had grown to 119 MB by tens of MB a turn. What
 keeps it small: finished runs leave their tensors in git history (``hmmtf restore-checkpoint``,
-``models/README.md``) and figures are stored as 256-colour PNGs (``docs/empirical.md``, "Figures")."""
+``models/README.md``) and figures are stored as 256-colour PNGs (README, "The tracked tree stays at most 50 MiB")."""
 import subprocess
 from pathlib import Path
 
