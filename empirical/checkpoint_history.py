@@ -1,11 +1,12 @@
 """``hmmtf restore-checkpoint DIR``: write back, from git history, the tensors that a committed
 checkpoint folder no longer holds.
 
-The tracked tree stays at most 50 MiB (``tests/test_tree_size.py``), so the committed run folders
-of finished studies keep their record but not all their tensors: ``models/curves/RUN/checkpoint/``
-keeps ``config.json`` only, ``models/markov-incontext/DEPTH-layer/checkpoint/`` its weights but not
-its AdamW state (``models/README.md``). Evaluating or analysing needs the weights; resuming or
-branching a run (``hmmtf curve``, ``empirical.train.branch_run``) needs ``optimizer.safetensors`` too.
+The tracked tree stays at most 50 MiB (``tests/test_tree_size.py``), so the run folders of the
+learning-curve studies keep their record but not their tensors: ``models/curves/RUN/checkpoint/``
+keeps ``config.json`` only (``models/README.md``). Evaluating or analysing needs the weights;
+resuming or branching a run (``hmmtf curve``, ``empirical.train.branch_run``) needs
+``optimizer.safetensors`` too. Without the weights, :func:`empirical.checkpoint.load_checkpoint`
+refuses in one line that names this command.
 
 For each file the folder lacks (both, or with ``--weights-only`` the weights), the source is the
 newest commit, among those ``git log`` lists for the file's path, whose tree holds the file and
@@ -120,8 +121,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "restore-checkpoint", help="write back, from git history, the weights and AdamW state a committed "
                                    "checkpoint folder no longer holds (to resume or branch a committed run)")
-    parser.add_argument("checkpoint", help="the checkpoint folder (models/curves/RUN/checkpoint, "
-                                           "models/markov-incontext/DEPTH-layer/checkpoint)")
+    parser.add_argument("checkpoint", help="the checkpoint folder (models/curves/RUN/checkpoint)")
     parser.add_argument("--weights-only", action="store_true",
                         help="restore model.safetensors alone (enough to evaluate or analyse, not to resume)")
     parser.set_defaults(run=run_restore_checkpoint)

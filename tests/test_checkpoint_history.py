@@ -1,6 +1,5 @@
-"""``hmmtf restore-checkpoint`` against a real git repository made in ``tmp_path``, and what a
-checkpoint folder without its tensors still does: a finished run hands back its weights, resuming
-or branching refuses in one line naming the command that restores the state."""
+"""``hmmtf restore-checkpoint`` against a real git repository made in ``tmp_path``, and the one line
+that a checkpoint folder without its tensors answers with: it names that command."""
 import json
 import subprocess
 
@@ -115,25 +114,18 @@ def test_the_command_restores_and_reports_in_one_line(tmp_path, capsys):
     assert line.startswith("hmmtf restore-checkpoint: error: checkpoint: no commit holds ")
 
 
-def test_without_its_state_a_finished_run_gives_its_weights_and_resuming_refuses(tmp_path):
-    """A folder whose AdamW state left the tree: training to the step it is at trains nothing and
-    returns its weights; training further, or branching from it, names the restore command."""
-    run = tmp_path / "run"
-    trained = train(MODEL, CONSTANT, random_batch, run, stop_at=3, progress=False)
-    (run / CHECKPOINT_DIR / OPTIMIZER_FILE).unlink()
-    again = train(MODEL, CONSTANT, random_batch, run, stop_at=3, progress=False)
-    assert again.step == 3
-    for (name, a), (_, b) in zip(trained.model.state_dict().items(), again.model.state_dict().items()):
-        assert a.equal(b), name
-    assert not (run / CHECKPOINT_DIR / OPTIMIZER_FILE).exists()
-    restore = f"`hmmtf restore-checkpoint {run / CHECKPOINT_DIR}`"
-    with pytest.raises(ValueError, match="has no optimizer.safetensors .*, which resuming it to step 4 needs") as error:
-        train(MODEL, CONSTANT, random_batch, run, stop_at=4, progress=False)
+def test_without_its_tensors_a_committed_run_refuses_to_resume_or_branch_naming_the_restore(tmp_path):
+    """A run folder as models/curves holds it (config.json alone): evaluating, resuming and
+    branching all stop at the missing weights, in one line that names the restore command."""
+    checkpoint, _ = committed_run(tmp_path)
+    restore = f"hmmtf restore-checkpoint {checkpoint}"
+    with pytest.raises(ValueError, match="model.safetensors' does not exist") as error:
+        train(MODEL, CONSTANT, random_batch, checkpoint.parent, stop_at=4, progress=False)
     assert restore in str(error.value) and "\n" not in str(error.value)
     decaying = TrainConfig(steps=8, batch_size=8, learning_rate=3e-3, min_lr_ratio=0.0, warmup_steps=2,
                            decay_steps=5, log_every=1)
-    with pytest.raises(ValueError, match="which branching from it needs") as error:
-        branch_run(run, tmp_path / "branch", MODEL, decaying)
+    with pytest.raises(ValueError, match="model.safetensors' does not exist") as error:
+        branch_run(checkpoint.parent, tmp_path / "branch", MODEL, decaying)
     assert restore in str(error.value)
 
 
