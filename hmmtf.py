@@ -48,6 +48,7 @@ SUBCOMMAND_MODULES = {
     "curves": "empirical.cli.study_commands",
     "reproduce": "empirical.reproduce.commands",
     "export": "empirical.interop.transformer_lens_interop",
+    "restore-checkpoint": "empirical.training.checkpoint_history",
     "construction-info": "construction.commands",
     "main": "bounds.commands",
     "ledger": "ledger.commands",

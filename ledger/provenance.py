@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import fnmatch
 import re
 import subprocess
 from collections.abc import Callable
@@ -261,10 +262,12 @@ def _source(root: Path, revision: str | None, path: str) -> str | None:
 
 
 def matches_producers(path: str, producers: tuple[str, ...]) -> bool:
-    """Whether ``path`` is one of the pathspecs ``producers`` (a file, or a folder ending in ``/``;
-    a leading ``!`` excludes), as :mod:`ledger.results` writes them."""
+    """Whether ``path`` is one of the pathspecs ``producers`` (a file, a folder ending in ``/``, or a
+    pattern with ``*``, which matches across ``/`` as git's does; a leading ``!`` excludes), as
+    :mod:`ledger.results` writes them."""
     def named(spec: str) -> bool:
-        return path == spec or (spec.endswith("/") and path.startswith(spec))
+        return (path == spec or (spec.endswith("/") and path.startswith(spec))
+                or ("*" in spec and fnmatch.fnmatchcase(path, spec)))
     return (any(named(spec) for spec in producers if not spec.startswith("!"))
             and not any(named(spec[1:]) for spec in producers if spec.startswith("!")))
 

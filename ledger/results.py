@@ -95,14 +95,15 @@ FRESH_HMM_REFERENCES = ("empirical/yardsticks/curves.py", "empirical/yardsticks/
 """What the one-checkpoint commands (``hmmtf heads``, ``klmap``, ``beliefs``) share: the fresh-HMM
 prompts of ``hmmtf curve``'s probe, the model's predictions and the in-context references (the
 n-grams, the ceiling, the oracle)."""
-CURVE_STUDY = ("empirical/yardsticks/curves.py", "models/curves/")
+CURVE_STUDY = ("empirical/yardsticks/curves.py", "models/curves/", "!models/curves/*/checkpoint/*.safetensors")
 """``hmmtf curves``: it computes nothing but summaries of recorded data, each run folder's curve
 points and baselines (``curve.jsonl``, ``curve_baselines.json``), which ``hmmtf curve`` measured
 while the run trained, with the code of that time and the probe settings each run records. So
 its producers are the summarising code and the run folders: rerunning it after a change to the
 model, the n-grams or the SMC would rewrite the same numbers, and calling the result fresh then
 would claim a recomputation that did not happen. What a run's recorded numbers were measured
-with is in its ``curve_baselines.json`` (the probe and the ceiling's SMC settings)."""
+with is in its ``curve_baselines.json`` (the probe and the ceiling's SMC settings). Not the run
+folders' tensors, which it does not read (they left the tree: ``hmmtf restore-checkpoint``)."""
 NGRAM_VERDICT = ("empirical/analysis/ngram_verdict.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/evaluate.py",
                  "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", "hmm/memory.py", "hmm/families.py", *ROFORMER,
                  *MIXTURE)
@@ -259,7 +260,8 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/curves/*/curves.json",
            "hmmtf curves models/curves/RUN ... --title TITLE --out figures/curves/POINT (POINT: the family; the command is in the JSON)",
            CURVE_STUDY,
-           needs="the runs' folders (models/curves/RUN, resumable by their recorded hmmtf curve commands)",
+           needs="the runs' folders (models/curves/RUN; to extend a run, first `hmmtf restore-checkpoint "
+                 "models/curves/RUN/checkpoint`, then its recorded hmmtf curve command)",
            canary="curves"),
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",

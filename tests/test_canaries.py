@@ -208,3 +208,13 @@ def test_a_registry_entry_the_result_does_not_name_is_no_change(repository):
     _commit(root, {"toy/make.py": MAKE.replace('"small": 1.5', '"small": 1.25')}, "the named entry")
     state = freshness(plain, root)
     assert state.status is Status.STALE and "toy/make.py" in state.detail
+
+
+@pytest.mark.parametrize("path, producers, matches", [
+    ("a/b.py", ("a/",), True), ("a/b.py", ("a/b.py",), True), ("ab.py", ("a",), False),
+    ("m/r/checkpoint/w.safetensors", ("m/", "!m/*/checkpoint/*.safetensors"), False),
+    ("m/r/curve.jsonl", ("m/", "!m/*/checkpoint/*.safetensors"), True),
+])
+def test_producers_are_read_as_git_pathspecs(path, producers, matches):
+    from ledger.provenance import matches_producers
+    assert matches_producers(path, producers) is matches

@@ -152,7 +152,8 @@ def _tensor_shapes(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, st
     declares the length of every tensor: ``ValueError`` naming the file when it is missing, or
     its length or header is not what a complete file has (truncated, overwritten)."""
     if not path.is_file():
-        raise ValueError(f"checkpoint: {str(path)!r} does not exist; expected the file save_checkpoint wrote")
+        raise ValueError(f"checkpoint: {str(path)!r} does not exist; expected the file save_checkpoint wrote "
+                         f"(a committed run folder keeps its tensors in git history: `hmmtf restore-checkpoint {path.parent}`)")
     try:
         with safe_open(str(path), framework="pt") as weights:
             return ({name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()},
