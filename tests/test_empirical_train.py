@@ -584,3 +584,17 @@ def test_a_previous_checkpoint_left_after_both_renames_is_ignored(tmp_path):
     assert load_checkpoint(checkpoint).config["step"] == 2
     assert train(MODEL, config, random_batch, tmp_path, progress=False).step == 4
     assert _siblings(checkpoint) == [CHECKPOINT_DIR, METRICS_FILE, LOCK_FILE]
+
+
+def test_resuming_or_branching_a_checkpoint_without_its_adamw_state_is_refused_naming_the_restore(tmp_path):
+    """A committed run folder whose optimizer state left the tree (models/README.md) cannot go on;
+    the refusal names the folder and ``hmmtf restore-checkpoint``, and a run already at its end,
+    which takes no step, is read without the state."""
+    train(MODEL, CONSTANT, random_batch, tmp_path / "constant", stop_at=4, progress=False)
+    (tmp_path / "constant" / CHECKPOINT_DIR / "optimizer.safetensors").unlink()
+    restore = f"hmmtf restore-checkpoint {tmp_path / 'constant' / CHECKPOINT_DIR}"
+    with pytest.raises(ValueError, match=re.escape(restore)):
+        train(MODEL, CONSTANT, random_batch, tmp_path / "constant", stop_at=6, progress=False)
+    with pytest.raises(ValueError, match=re.escape(restore)):
+        branch_run(tmp_path / "constant", tmp_path / "branch", MODEL, DECAYING)
+    assert train(MODEL, CONSTANT, random_batch, tmp_path / "constant", stop_at=4, progress=False).step == 4

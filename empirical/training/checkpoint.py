@@ -100,6 +100,24 @@ def _check_not_interrupted(directory: Path) -> None:
         )
 
 
+def restore_command(directory: Path) -> str:
+    """The command that writes back, from git history, the tensors a committed checkpoint folder
+    lacks (:mod:`empirical.training.checkpoint_history`)."""
+    return f"`hmmtf restore-checkpoint {directory}`"
+
+
+def require_optimizer_state(checkpoint: Checkpoint, directory: Path, purpose: str) -> dict:
+    """The optimizer state of ``checkpoint`` (loaded from ``directory``), which ``purpose`` (``"resuming
+    it"``) needs; ``ValueError`` naming the folder and the command that restores a committed one
+    when the checkpoint has none (weights only: a shipped model, or a committed run folder whose
+    AdamW state the tree no longer holds)."""
+    if checkpoint.optimizer_state is None:
+        raise ValueError(f"checkpoint: {str(directory)!r} has no {OPTIMIZER_FILE} (AdamW state), which {purpose} "
+                         f"needs; expected a training run's checkpoint (a committed run's state is in git history: "
+                         f"{restore_command(directory)})")
+    return checkpoint.optimizer_state
+
+
 def has_checkpoint(directory: Path) -> bool:
     """Whether ``directory`` holds a checkpoint to resume; ``ValueError`` after an interrupted save."""
     directory = Path(directory)
@@ -153,7 +171,7 @@ def _tensor_shapes(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, st
     its length or header is not what a complete file has (truncated, overwritten)."""
     if not path.is_file():
         raise ValueError(f"checkpoint: {str(path)!r} does not exist; expected the file save_checkpoint wrote "
-                         f"(a committed run folder keeps its tensors in git history: `hmmtf restore-checkpoint {path.parent}`)")
+                         f"(a committed run folder keeps its tensors in git history: {restore_command(path.parent)})")
     try:
         with safe_open(str(path), framework="pt") as weights:
             return ({name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()},

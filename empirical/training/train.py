@@ -37,7 +37,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from empirical.training.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
+from empirical.training.checkpoint import has_checkpoint, load_checkpoint, require_optimizer_state, save_checkpoint
 from empirical.training.configs import JSONConfig, check_integers
 from empirical.training.model import RoFormer, RoFormerConfig
 from empirical.training.run_control import RunFolderLocked, run_folder_lock
@@ -325,9 +325,7 @@ def branch_run(source_dir: Path, run_dir: Path, model_config: RoFormerConfig, tr
         raise ValueError(f"run_dir: {str(run_dir)!r} already holds a checkpoint; expected a fresh folder to branch "
                          f"into (or resume it without branching)")
     saved = load_checkpoint(source_dir / CHECKPOINT_DIR)
-    if saved.optimizer_state is None:
-        raise ValueError(f"branch_from: {str(source_dir)!r} holds weights without an optimizer state; expected the "
-                         f"checkpoint of a training run")
+    optimizer_state = require_optimizer_state(saved, source_dir / CHECKPOINT_DIR, "branching from it")
     branched_at = saved.config["step"]
     source_train = TrainConfig.from_dict(saved.config["train"])
     same_schedule_fields = replace(
@@ -346,7 +344,7 @@ def branch_run(source_dir: Path, run_dir: Path, model_config: RoFormerConfig, tr
                 f"where this schedule takes {learning_rate(train_config, step)!r}; expected the same rate at each "
                 f"of the checkpoint's {branched_at} steps")
     optimizer = build_optimizer(saved.model, train_config)
-    optimizer.load_state_dict(saved.optimizer_state)
+    optimizer.load_state_dict(optimizer_state)
     config = {key: value for key, value in saved.config.items() if key not in ("model", "optimizer_param_groups")}
     config.update(train=train_config.to_dict(), command=command or shlex.join(sys.argv),
                   **{BRANCHED_FROM: {"run_dir": str(source_dir), "step": branched_at}})
@@ -416,6 +414,8 @@ def train(
     progress: bool = True,
 ) -> TrainResult:
     """Train a fresh RoFormer, or resume the checkpoint in ``run_dir/checkpoint`` if there is one.
+    Resuming needs the checkpoint's AdamW state (a ``ValueError`` says how to restore a committed
+    one); a checkpoint already at ``stop_at`` trains no step and needs only its weights.
 
     Args:
         model_config, train_config: what to train and how.
@@ -466,8 +466,9 @@ def train(
             saved = load_checkpoint(checkpoint_dir, device)
             _check_same_run(saved.config, model_config, train_config, task, run_dir)
             model.load_state_dict(saved.model.state_dict())
-            optimizer.load_state_dict(saved.optimizer_state)
             start = saved.config["step"]
+            if start < stop_at:  # a finished run only hands back its weights: no step needs the moments
+                optimizer.load_state_dict(require_optimizer_state(saved, checkpoint_dir, f"resuming it to step {stop_at}"))
             window = saved.config.get("log_window")
             origin = {BRANCHED_FROM: saved.config[BRANCHED_FROM]} if BRANCHED_FROM in saved.config else {}
             if stop_at < start:
