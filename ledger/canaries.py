@@ -58,10 +58,13 @@ RECORD = "ledger/canaries.json"
 verification (digest at the producers' present code)."""
 
 VOLATILE_KEY = re.compile(r"command|git|git_commit|git_dirty|commit|torch|numpy|python|device|num_threads|threads|"
-                          r"cached|host|hostname|platform|load|loadavg|.*_seconds|seconds|.*_s|.*_time|.*per_minute|"
-                          r".*per_second|.*per_s|.*_rate|rate")
-"""JSON keys that say where, when, on what and how fast a command ran, not what it computed:
-left out of a canary's digest (matched whole)."""
+                          r"backend|verbose|debug|cached|host|hostname|platform|load|loadavg|.*_seconds|seconds|.*_s|"
+                          r".*_time|.*per_minute|.*per_second|.*per_s|.*_rate|rate")
+"""JSON keys, and command options, that say where, when, on what, how chattily and how fast a
+command ran, not what it computed: left out of a canary's digest (matched whole)."""
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+"""The checkout the canaries run in: its path in an output is read as ``<repository>``."""
 
 MODULE_PATH = re.compile(r"\b(?:hmm|construction|bounds|empirical|ledger|benchmarks)(?:[./][A-Za-z_]\w*)*[./]([A-Za-z_]\w*)")
 """A dotted module name or file path of the project inside a JSON string (``empirical.yardsticks.
@@ -113,7 +116,7 @@ def run_hmmtf(argv: list[str]) -> None:
 
 def run_script(path: str, argv: list[str]) -> None:
     """The ``main(argv)`` of the script at ``path`` (from the repository root: a benchmark), in this process."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, Path(__file__).resolve().parents[1] / path)
+    spec = importlib.util.spec_from_file_location(Path(path).stem, REPOSITORY / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     _quietly(f"python {path} {' '.join(argv)}", lambda: module.main(argv))
@@ -209,8 +212,7 @@ def _curves(shop: Workshop) -> None:
 
 
 def _ladder(shop: Workshop) -> None:
-    root = Path(__file__).resolve().parents[1]
-    run_hmmtf(["ladder", str(root / "figures/ladder"), "--out", shop.path("ladder")])
+    run_hmmtf(["ladder", str(REPOSITORY / "figures/ladder"), "--out", shop.path("ladder")])
 
 
 def _prior_predictive(shop: Workshop) -> None:
@@ -261,8 +263,8 @@ def environment() -> dict[str, str]:
 
 def _canonical(value, workshop: str):
     """``value`` (parsed JSON) without :data:`VOLATILE_KEY` keys, with floats as ``float.hex``, the
-    workshop's path as ``<workshop>`` and the project's module names as their last name
-    (:data:`MODULE_PATH`)."""
+    workshop's and the repository's paths as ``<workshop>`` and ``<repository>``, and the project's
+    module names as their last name (:data:`MODULE_PATH`)."""
     if isinstance(value, dict):
         return {key: _canonical(item, workshop) for key, item in value.items() if not VOLATILE_KEY.fullmatch(key)}
     if isinstance(value, list):
@@ -270,7 +272,7 @@ def _canonical(value, workshop: str):
     if isinstance(value, float):
         return value.hex() if math.isfinite(value) else repr(value)
     if isinstance(value, str):
-        return MODULE_PATH.sub(r"\1", value.replace(workshop, "<workshop>"))
+        return MODULE_PATH.sub(r"\1", value.replace(workshop, "<workshop>").replace(str(REPOSITORY), "<repository>"))
     return value
 
 
@@ -302,28 +304,29 @@ def _canary_source(canary: Canary) -> str:
         elif isinstance(value, str):
             parts.append(f"{name} = {value!r}")
     parts += [f"VOLATILE_KEY = {VOLATILE_KEY.pattern!r}", f"MODULE_PATH = {MODULE_PATH.pattern!r}",
+              inspect.getsource(option_defaults),
               inspect.getsource(_canonical)]
     return _without_imports("\n".join(parts))
 
 
 def option_defaults(subcommand: str) -> dict[str, str]:
-    """The default of every option of ``hmmtf SUBCOMMAND``, as text."""
+    """The default of every option of ``hmmtf SUBCOMMAND`` that can change a number (not
+    :data:`VOLATILE_KEY`'s), as text."""
     import hmmtf
     parser = hmmtf.build_parser(subcommand)
     (action,) = [action for action in parser._actions if action.dest == "command"]
-    return {sub.dest: repr(sub.default) for sub in action.choices[subcommand]._actions if sub.dest != "help"}
+    return {sub.dest: repr(sub.default) for sub in action.choices[subcommand]._actions
+            if sub.dest != "help" and not VOLATILE_KEY.fullmatch(sub.dest)}
 
 
 def _constant_text(value) -> str | None:
-    """A full-size setting's value as text (None: not a setting: a function, class, module)."""
+    """A full-size setting's value as text, the repository's path as ``<repository>`` (None: not a
+    setting: a function, class, module)."""
     if callable(value) or inspect.ismodule(value):
         return None
-    if dataclasses.is_dataclass(value) or isinstance(value, (int, float, str, bytes, bool, tuple, list, frozenset,
-                                                             set, type(None))):
-        return repr(value)
     if hasattr(value, "tobytes"):
         return hashlib.sha256(value.tobytes()).hexdigest()
-    return repr(value)
+    return repr(value).replace(str(REPOSITORY), "<repository>")
 
 
 def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
