@@ -10,7 +10,7 @@ import hmm
 from empirical.yardsticks import family_calibration as calibration
 from empirical.yardsticks.competence import per_prompt_loss, scope_rows
 from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
-from empirical.yardsticks.signal import family_prompts
+from empirical.yardsticks.signal import streams_of_seed_zero
 
 
 def test_expected_row_entropy_is_the_closed_form_and_matches_sampling():
@@ -91,7 +91,7 @@ def test_the_oracle_loss_is_the_exact_filter_of_each_prompts_own_hmm():
     computed independently by :func:`hmm.bayes_predictive` on a one-HMM mixture."""
     spec = hmm.MixtureSpec(4, 3, 4, 0.1, 0.1)
     fmt = hmm.PromptFormat(num_demos=1, demo_length=5, test_length=5)
-    fresh, prompts = family_prompts(spec, fmt, 6, 4, FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM)
+    fresh, prompts = streams_of_seed_zero(spec, fmt, 6, 4, FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM)
     rows = scope_rows(fmt)["all_positions"]
     oracle = per_prompt_loss(oracle_predictor(fresh, prompts)(prompts.tokens), prompts.tokens, 4, rows)
     for b in range(6):
