@@ -50,7 +50,7 @@ from pathlib import Path
 
 from ledger.documents import LedgerError
 from ledger.provenance import (GitUnavailable, Recorded, Vouch, changed_producers, code_fingerprint, git,
-                               matches_producers, module_name)
+                               matches_producers, module_name, named_in)
 from ledger.results import RESULTS, Result
 
 RECORD = "ledger/canaries.json"
@@ -58,10 +58,13 @@ RECORD = "ledger/canaries.json"
 verification (digest at the producers' present code)."""
 
 VOLATILE_KEY = re.compile(r"command|git|git_commit|git_dirty|commit|torch|numpy|python|device|num_threads|threads|"
-                          r"cached|host|hostname|platform|load|loadavg|.*_seconds|seconds|.*_s|.*_time|.*per_minute|"
-                          r".*per_second|.*per_s|.*_rate|rate")
-"""JSON keys that say where, when, on what and how fast a command ran, not what it computed:
-left out of a canary's digest (matched whole)."""
+                          r"backend|verbose|debug|cached|host|hostname|platform|load|loadavg|.*_seconds|seconds|.*_s|"
+                          r".*_time|.*per_minute|.*per_second|.*per_s|.*_rate|rate")
+"""JSON keys, and command options, that say where, when, on what, how chattily and how fast a
+command ran, not what it computed: left out of a canary's digest (matched whole)."""
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+"""The checkout the canaries run in: its path in an output is read as ``<repository>``."""
 
 MODULE_PATH = re.compile(r"\b(?:hmm|construction|bounds|empirical|ledger|benchmarks)(?:[./][A-Za-z_]\w*)*[./]([A-Za-z_]\w*)")
 """A dotted module name or file path of the project inside a JSON string (``empirical.yardsticks.
@@ -113,7 +116,7 @@ def run_hmmtf(argv: list[str]) -> None:
 
 def run_script(path: str, argv: list[str]) -> None:
     """The ``main(argv)`` of the script at ``path`` (from the repository root: a benchmark), in this process."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, Path(__file__).resolve().parents[1] / path)
+    spec = importlib.util.spec_from_file_location(Path(path).stem, REPOSITORY / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     _quietly(f"python {path} {' '.join(argv)}", lambda: module.main(argv))
@@ -196,6 +199,11 @@ def _signal(shop: Workshop) -> None:
                "--particles", "4", "--moves", "1", "--threads", "1", "--out", shop.path("signal")])
 
 
+def _family_calibration(shop: Workshop) -> None:
+    run_hmmtf(["family-calibration", "--concentrations", "0.01", "0.1", "--num-prompts", "4", "--fresh-tasks", "4",
+               "--threads", "1", "--out", shop.path("family-calibration")])
+
+
 def _curves(shop: Workshop) -> None:
     curve = shop.once("curve", ["curve", "--preset", "tiny", "--steps", "20", "--warmup-steps", "2", "--every", "10",
                                 "--curve-prompts", "4", "--fresh-tasks", "4", "--ceiling-particles", "4",
@@ -204,8 +212,7 @@ def _curves(shop: Workshop) -> None:
 
 
 def _ladder(shop: Workshop) -> None:
-    root = Path(__file__).resolve().parents[1]
-    run_hmmtf(["ladder", str(root / "figures/ladder"), "--out", shop.path("ladder")])
+    run_hmmtf(["ladder", str(REPOSITORY / "figures/ladder"), "--out", shop.path("ladder")])
 
 
 def _prior_predictive(shop: Workshop) -> None:
@@ -232,6 +239,8 @@ CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
            "the committed runs in models/markov-incontext (it trains its own)"),
     Canary("signal", _signal, ("signal/signal.json",), "signal", "the families the canary does not measure (it "
            "measures one; the others' definitions are compared as settings)"),
+    Canary("family-calibration", _family_calibration, ("family-calibration/family_calibration.json",),
+           "family-calibration", "the concentrations the canary does not measure (it measures a 2 x 2 grid)"),
     Canary("curves", _curves, ("curves/curves.json",), "curves", "the committed run folders the study summarises"),
     Canary("ladder", _ladder, ("ladder/ladder.json",), "ladder", "nothing beyond the common blind spots (it runs on "
            "the committed points)"),
@@ -254,8 +263,8 @@ def environment() -> dict[str, str]:
 
 def _canonical(value, workshop: str):
     """``value`` (parsed JSON) without :data:`VOLATILE_KEY` keys, with floats as ``float.hex``, the
-    workshop's path as ``<workshop>`` and the project's module names as their last name
-    (:data:`MODULE_PATH`)."""
+    workshop's and the repository's paths as ``<workshop>`` and ``<repository>``, and the project's
+    module names as their last name (:data:`MODULE_PATH`)."""
     if isinstance(value, dict):
         return {key: _canonical(item, workshop) for key, item in value.items() if not VOLATILE_KEY.fullmatch(key)}
     if isinstance(value, list):
@@ -263,7 +272,7 @@ def _canonical(value, workshop: str):
     if isinstance(value, float):
         return value.hex() if math.isfinite(value) else repr(value)
     if isinstance(value, str):
-        return MODULE_PATH.sub(r"\1", value.replace(workshop, "<workshop>"))
+        return MODULE_PATH.sub(r"\1", value.replace(workshop, "<workshop>").replace(str(REPOSITORY), "<repository>"))
     return value
 
 
@@ -295,28 +304,29 @@ def _canary_source(canary: Canary) -> str:
         elif isinstance(value, str):
             parts.append(f"{name} = {value!r}")
     parts += [f"VOLATILE_KEY = {VOLATILE_KEY.pattern!r}", f"MODULE_PATH = {MODULE_PATH.pattern!r}",
+              inspect.getsource(option_defaults),
               inspect.getsource(_canonical)]
     return _without_imports("\n".join(parts))
 
 
 def option_defaults(subcommand: str) -> dict[str, str]:
-    """The default of every option of ``hmmtf SUBCOMMAND``, as text."""
+    """The default of every option of ``hmmtf SUBCOMMAND`` that can change a number (not
+    :data:`VOLATILE_KEY`'s), as text."""
     import hmmtf
     parser = hmmtf.build_parser(subcommand)
     (action,) = [action for action in parser._actions if action.dest == "command"]
-    return {sub.dest: repr(sub.default) for sub in action.choices[subcommand]._actions if sub.dest != "help"}
+    return {sub.dest: repr(sub.default) for sub in action.choices[subcommand]._actions
+            if sub.dest != "help" and not VOLATILE_KEY.fullmatch(sub.dest)}
 
 
 def _constant_text(value) -> str | None:
-    """A full-size setting's value as text (None: not a setting: a function, class, module)."""
+    """A full-size setting's value as text, the repository's path as ``<repository>`` (None: not a
+    setting: a function, class, module)."""
     if callable(value) or inspect.ismodule(value):
         return None
-    if dataclasses.is_dataclass(value) or isinstance(value, (int, float, str, bytes, bool, tuple, list, frozenset,
-                                                             set, type(None))):
-        return repr(value)
     if hasattr(value, "tobytes"):
         return hashlib.sha256(value.tobytes()).hexdigest()
-    return repr(value)
+    return repr(value).replace(str(REPOSITORY), "<repository>")
 
 
 def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
@@ -415,24 +425,6 @@ def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries
     return names or list(canaries)
 
 
-def _named(path: Path) -> set[str]:
-    """Every string in the JSON at ``path`` (keys and values): the names a result gives."""
-    found: set[str] = set()
-
-    def walk(value) -> None:
-        if isinstance(value, dict):
-            found.update(value)
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-        elif isinstance(value, str):
-            found.add(value)
-    walk(json.loads(path.read_text()))
-    return found
-
-
 def _settings_that_differ(then: dict[str, str], now: dict[str, str], names: set[str]) -> list[str]:
     """The settings of ``then`` and ``now`` that differ, among those a result naming ``names`` uses: every
     plain one, and a dict's entry when the result names its key."""
@@ -475,7 +467,7 @@ class CanaryBook:
         if result.canary is None:
             return None
         name = result.canary
-        baseline = self._baseline(name, result, recorded)
+        baseline = self._baseline(name, result, path, recorded)
         if baseline is None:
             return Vouch(name, False, f"canary {name} has no baseline at a commit where this result was fresh "
                                       f"(hmmtf ledger --record-canaries at the commit that made it)")
@@ -486,17 +478,18 @@ class CanaryBook:
                                       f"{now['environment']}: its bits cannot be compared")
         if now["digest"] != baseline["digest"]:
             return Vouch(name, False, f"{where} differs: the numbers moved")
-        differ = _settings_that_differ(baseline["settings"], now["settings"], _named(self.root / path))
+        differ = _settings_that_differ(baseline["settings"], now["settings"], named_in(json.loads((self.root / path).read_text())))
         if differ:
             return Vouch(name, False, f"{where}: full-size settings changed: {', '.join(differ[:6])}")
         return Vouch(name, True, f"verified by {where}; blind to: {self.canaries[name].blind_to}; {COMMON_BLIND_SPOTS}")
 
-    def _baseline(self, name: str, result: Result, recorded: Recorded) -> dict | None:
+    def _baseline(self, name: str, result: Result, path: str, recorded: Recorded) -> dict | None:
         """The newest baseline of ``name`` at a commit whose producers of ``result`` compute what they
         computed at the recorded commit."""
+        names = named_in(json.loads((self.root / path).read_text()))
         for baseline in reversed(self.record["baselines"].get(name, [])):
             try:
-                if not changed_producers(self.root, result.producers, recorded.commit, baseline["commit"]):
+                if not changed_producers(self.root, result.producers, recorded.commit, baseline["commit"], names):
                     return baseline
             except GitUnavailable:
                 continue
