@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import dataclasses
 import hashlib
 import importlib
 import importlib.util
