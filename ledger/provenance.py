@@ -35,6 +35,12 @@ attribute path through a moved package) still counts as a change. Producers are 
 current paths in :mod:`ledger.results`; a file the recorded commit had under an old name counts
 when its new name is a producer.
 
+**Registries.** A module-level dict literal keyed by names (``MIXTURE_SPECS``, ``PRESETS``,
+``CANDIDATES``) is compared only in the entries a result names (any string of its JSON): adding
+a mixture, or changing the ``paper`` one, leaves a result on ``tasks-8192`` fresh. Every project
+result records the names of what it was made from, so an entry it does not name is one it did not
+read.
+
 **Canaries.** A result whose producers did change can still be fresh when its canary (a small run
 of the code that makes it, :mod:`ledger.canaries`) gives the same bits now as at a commit where
 the result was fresh; :func:`freshness` takes the judge of that as ``canaries``.
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import fnmatch
 import re
 import subprocess
 from collections.abc import Callable
@@ -183,14 +190,51 @@ def module_name(path: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def code_fingerprint(source: str, module: str | None = None, renamed: dict[str, str] | None = None) -> str | None:
+class _WithoutUnnamedEntries(ast.NodeTransformer):
+    """Drops, from each dict literal assigned to a module-level name, the entries whose key is a
+    string that ``names`` does not hold: a registry's other entries (``MIXTURE_SPECS["paper"]`` for a
+    result on ``tasks-8192``), which a result reads only by a name it records."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        for statement in node.body:
+            value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Dict):
+                kept = [(key, item) for key, item in zip(value.keys, value.values)
+                        if not (isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value not in self.names)]
+                value.keys, value.values = [key for key, _ in kept], [item for _, item in kept]
+        return node
+
+
+def named_in(data) -> set[str]:
+    """Every string of the parsed JSON ``data``, keys and values: the names a result records (its
+    preset, mixture, prompt format, families...)."""
+    found: set[str] = set()
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            found.update(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            found.add(value)
+    return found
+
+
+def code_fingerprint(source: str, module: str | None = None, renamed: dict[str, str] | None = None,
+                     names: set[str] | None = None) -> str | None:
     """The syntax tree of the Python ``source`` with every statement that is a bare string (a
     docstring, an attribute's docstring) removed and without the annotations of functions and their
     local names (:class:`_WithoutFunctionAnnotations`), as ``ast.dump`` text without line numbers:
     equal for two sources that differ only in comments, docstrings, type hints and layout. With
     ``module`` (the source's dotted name) its relative imports are made absolute, and with
     ``renamed`` (old dotted module name to new) the imports name moved modules by their new names
-    (:class:`_AbsoluteImports`). None when it does not parse."""
+    (:class:`_AbsoluteImports`); with ``names``, a module-level dict literal keeps only the entries
+    whose string key is one of them (:class:`_WithoutUnnamedEntries`). None when it does not parse."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -203,6 +247,8 @@ def code_fingerprint(source: str, module: str | None = None, renamed: dict[str, 
                                  if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
                                          and isinstance(statement.value.value, str))]
     tree = _AbsoluteImports(module, renamed or {}).visit(tree)
+    if names is not None:
+        tree = _WithoutUnnamedEntries(names).visit(tree)
     return ast.dump(_WithoutFunctionAnnotations().visit(tree), include_attributes=False)
 
 
@@ -216,20 +262,41 @@ def _source(root: Path, revision: str | None, path: str) -> str | None:
 
 
 def matches_producers(path: str, producers: tuple[str, ...]) -> bool:
-    """Whether ``path`` is one of the pathspecs ``producers`` (a file, or a folder ending in ``/``;
-    a leading ``!`` excludes), as :mod:`ledger.results` writes them."""
+    """Whether ``path`` is one of the pathspecs ``producers`` (a file, a folder ending in ``/``, or a
+    pattern with ``*``, which matches across ``/`` as git's does; a leading ``!`` excludes), as
+    :mod:`ledger.results` writes them."""
     def named(spec: str) -> bool:
-        return path == spec or (spec.endswith("/") and path.startswith(spec))
+        return (path == spec or (spec.endswith("/") and path.startswith(spec))
+                or ("*" in spec and fnmatch.fnmatchcase(path, spec)))
     return (any(named(spec) for spec in producers if not spec.startswith("!"))
             and not any(named(spec[1:]) for spec in producers if spec.startswith("!")))
 
 
-def changed_producers(root: Path, producers: tuple[str, ...], commit: str, target: str | None = None) -> list[str]:
+def _renames(root: Path, commit: str, target: str | None) -> dict[str, str]:
+    """Every file renamed between ``commit`` and ``target`` (None: the working tree), old path to
+    new, composed commit by commit (``git log -M``, then the uncommitted renames): a file that
+    changed much after ``commit`` and then moved is still paired with its old self."""
+    steps = git(root, "log", "--reverse", "--format=", "--name-status", "-M", "--diff-filter=R", "-z",
+                f"{commit}..{target or 'HEAD'}").stdout.split("\0")
+    if target is None:
+        steps += git(root, "diff", "-M", "--name-status", "--diff-filter=R", "-z", "HEAD").stdout.split("\0")
+    renamed: dict[str, str] = {}
+    fields = [field.strip() for field in steps if field.strip()]
+    while len(fields) >= 3:
+        _, old, new = fields.pop(0), fields.pop(0), fields.pop(0)
+        renamed = {first: (new if last == old else last) for first, last in renamed.items()}
+        renamed.setdefault(old, new)
+    return renamed
+
+
+def changed_producers(root: Path, producers: tuple[str, ...], commit: str, target: str | None = None,
+                      names: set[str] | None = None) -> list[str]:
     """The producers that compute something else at ``target`` (a commit; None: the working tree)
     than at ``commit``: a file added or removed, or one whose code differs (:func:`code_fingerprint`,
-    across moves: module docstring). Names are ``target``'s, a removed file's ``commit``'s."""
+    across moves, and for a result that records ``names`` without the registry entries it does not
+    name: module docstring). Names are ``target``'s, a removed file's ``commit``'s."""
     listing = git(root, "diff", "-M", "--name-status", "-z", commit, *([target] if target else []), "--",
-                   *_pathspecs(producers), "*.py")
+                  *_pathspecs(producers), "*.py")
     if listing.returncode != 0:
         raise GitUnavailable(f"git diff {commit[:7]} failed: {listing.stderr.strip()}")
     fields = listing.stdout.split("\0")
@@ -239,18 +306,25 @@ def changed_producers(root: Path, producers: tuple[str, ...], commit: str, targe
         old = fields.pop(0)
         new = fields.pop(0) if status[0] in "RC" else old
         entries.append((status[0], old, new))
-    renamed = {module_name(old): module_name(new) for status, old, new in entries
-               if status == "R" and old.endswith(".py") and new.endswith(".py")}
+    moves = _renames(root, commit, target)
+    added = {new for status, _, new in entries if status == "A"}
+    paired = {old: moves[old] for status, old, _ in entries if status == "D" and moves.get(old) in added}
+    entries = [entry for entry in entries if not (entry[0] == "D" and entry[1] in paired)
+               and not (entry[0] == "A" and entry[2] in paired.values())]
+    entries += [("R", old, new) for old, new in paired.items()]
+    renamed = {module_name(old): module_name(new) for old, new in moves.items()
+               if old.endswith(".py") and new.endswith(".py")}
     changed = []
     for status, old, new in entries:
         if not (matches_producers(new, producers) or matches_producers(old, producers)):
             continue
-        if status in "AD" or not _same_code(root, commit, old, target, new, renamed):
+        if status in "AD" or not _same_code(root, commit, old, target, new, renamed, names):
             changed.append(old if status == "D" else new)
     return changed
 
 
-def _same_code(root: Path, commit: str, old: str, target: str | None, new: str, renamed: dict[str, str]) -> bool:
+def _same_code(root: Path, commit: str, old: str, target: str | None, new: str, renamed: dict[str, str],
+               names: set[str] | None) -> bool:
     """Whether ``old`` at ``commit`` computes what ``new`` computes at ``target``: both Python, and the
     same :func:`code_fingerprint` once moved modules carry their new names."""
     if not (old.endswith(".py") and new.endswith(".py")):
@@ -258,8 +332,8 @@ def _same_code(root: Path, commit: str, old: str, target: str | None, new: str, 
     then, now = _source(root, commit, old), _source(root, target, new)
     if then is None or now is None:
         return False
-    fingerprint = code_fingerprint(then, module_name(old), renamed)
-    return fingerprint is not None and fingerprint == code_fingerprint(now, module_name(new))
+    fingerprint = code_fingerprint(then, module_name(old), renamed, names)
+    return fingerprint is not None and fingerprint == code_fingerprint(now, module_name(new), names=names)
 
 
 class Status(enum.Enum):
@@ -314,14 +388,15 @@ def freshness(result: Result, root: Path, path: str | None = None, canaries: Can
 
     if not (root / path).is_file():
         return state(Status.MISSING, None, "the file does not exist")
-    recorded = recorded_commit(Doc.load(root, path))
+    doc = Doc.load(root, path)
+    recorded = recorded_commit(doc)
     if recorded is None:
         return state(Status.NO_PROVENANCE, None, "the JSON records no git commit")
     if git(root, "cat-file", "-e", f"{recorded.commit}^{{commit}}").returncode != 0:
         shallow = git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
         hint = "; this is a shallow clone: git fetch --unshallow" if shallow else ""
         return state(Status.UNKNOWN_COMMIT, recorded, f"commit {recorded.commit[:7]} is not in this repository{hint}")
-    files = changed_producers(root, result.producers, recorded.commit)
+    files = changed_producers(root, result.producers, recorded.commit, names=named_in(doc.data))
     if not files and recorded.dirty:
         return state(Status.DIRTY, recorded, f"made at {recorded.commit[:7]} from a tree with uncommitted changes")
     if not files:
