@@ -29,23 +29,23 @@ from pathlib import Path
 from typing import NoReturn
 
 SUBCOMMAND_MODULES = {
-    "train": "empirical.commands",
-    "evaluate": "empirical.commands",
-    "calibrate": "empirical.commands",
-    "markov-sweep": "empirical.markov.commands",
-    "markov-verdict": "empirical.markov.commands",
-    "markov-incontext": "empirical.markov.incontext_commands",
+    "train": "empirical.cli.commands",
+    "evaluate": "empirical.cli.commands",
+    "calibrate": "empirical.cli.commands",
+    "markov-sweep": "empirical.studies.markov.commands",
+    "markov-verdict": "empirical.studies.markov.commands",
+    "markov-incontext": "empirical.studies.markov.incontext_commands",
     "analyze": "empirical.analysis.commands",
     "heads": "empirical.analysis.head_commands",
     "klmap": "empirical.analysis.klmap_commands",
     "beliefs": "empirical.analysis.belief_commands",
-    "ngram-verdict": "empirical.ngram_verdict",
-    "ladder": "empirical.ladder",
-    "signal": "empirical.study_commands",
-    "curve": "empirical.study_commands",
-    "curves": "empirical.study_commands",
+    "ngram-verdict": "empirical.analysis.ngram_verdict",
+    "ladder": "empirical.studies.ladder",
+    "signal": "empirical.cli.study_commands",
+    "curve": "empirical.cli.study_commands",
+    "curves": "empirical.cli.study_commands",
     "reproduce": "empirical.reproduce.commands",
-    "export": "empirical.transformer_lens_interop",
+    "export": "empirical.interop.transformer_lens_interop",
     "construction-info": "construction.commands",
     "main": "bounds.commands",
     "ledger": "ledger.commands",
@@ -135,9 +135,9 @@ def source_commit() -> str | None:
 
 def restart_for_training(process_argv: list[str], command_line: list[str]) -> None:
     """Restart this process with glibc's malloc tuned for training when ``process_argv`` (its
-    ``sys.argv``) names a subcommand that trains: :func:`empirical.allocator.restart_with_training_tunables`
+    ``sys.argv``) names a subcommand that trains: :func:`empirical.training.allocator.restart_with_training_tunables`
     of ``command_line`` (its ``sys.orig_argv``, interpreter options included)."""
-    from empirical.allocator import TRAINING_SUBCOMMANDS, restart_with_training_tunables
+    from empirical.training.allocator import TRAINING_SUBCOMMANDS, restart_with_training_tunables
     if subcommand_of(process_argv[1:]) in TRAINING_SUBCOMMANDS:
         restart_with_training_tunables(command_line)
 

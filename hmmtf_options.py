@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from typing import Callable
 
-from empirical.configs import config_from_options
+from empirical.training.configs import config_from_options
 
 
 def integer_at_least(minimum: int) -> Callable[[str], int]:
@@ -47,7 +47,7 @@ def positive_float(text: str) -> float:
 
 
 def config_from_command_line(config_class: type, options: dict):
-    """:func:`empirical.configs.config_from_options`, with the ``ValueError`` of a refused field
+    """:func:`empirical.training.configs.config_from_options`, with the ``ValueError`` of a refused field
     (``batch_size: 0; expected ...``, the project's convention) naming the field's option instead:
     ``--batch-size: 0; expected ...``."""
     try:

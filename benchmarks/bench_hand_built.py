@@ -24,8 +24,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import construction  # noqa: E402
-from empirical.data import held_out_prompts  # noqa: E402
-from empirical.presets import PRESETS, get_preset  # noqa: E402
+from empirical.training.data import held_out_prompts  # noqa: E402
+from empirical.training.presets import PRESETS, get_preset  # noqa: E402
 from hmmtf import source_commit  # noqa: E402
 
 

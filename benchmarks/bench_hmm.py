@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import hmm  # noqa: E402
-from empirical.roofline import matmul_peak, read_bandwidth, timed  # noqa: E402
+from empirical.measurement.roofline import matmul_peak, read_bandwidth, timed  # noqa: E402
 from hmm import particle_filter  # noqa: E402
 from hmm.filtering import MATRIX_CACHE_BYTES  # noqa: E402
 

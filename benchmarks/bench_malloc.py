@@ -1,12 +1,12 @@
-"""What glibc's malloc tunables for training (:mod:`empirical.allocator`) change in one training
+"""What glibc's malloc tunables for training (:mod:`empirical.training.allocator`) change in one training
 process: page faults, kernel and user CPU time and wall time per step, under glibc's defaults and
 tuned, in alternating fresh processes.
 
     python benchmarks/bench_malloc.py --pairs 3 --out figures/benchmarks/malloc.json
 
-Each pair runs today's path (one process, one thread, :func:`empirical.throughput.training_step` on
+Each pair runs today's path (one process, one thread, :func:`empirical.measurement.throughput.training_step` on
 the preset's shape, default the ladder's 4 x 4 x 64) once under the bench's environment and once
-with :func:`~empirical.allocator.with_training_tunables`, one process after the other, each spawned
+with :func:`~empirical.training.allocator.with_training_tunables`, one process after the other, each spawned
 fresh (glibc reads its tunables only at a process's start). After ``--warmup`` steps a process
 reads ``getrusage`` around ``--steps`` steps::
 
@@ -14,7 +14,7 @@ reads ``getrusage`` around ``--steps`` steps::
     user ms/step = user CPU time / steps          wall ms/step = perf_counter time / steps
 
 The JSON gives every process's four numbers, their medians per setting, and the tuned wall time
-over the defaults' paired within pairs (:func:`~empirical.throughput.ratio_summary`, so a ratio
+over the defaults' paired within pairs (:func:`~empirical.measurement.throughput.ratio_summary`, so a ratio
 below 1 is faster). CPU time is charged to the process that spends it, so the kernel time is
 not moved by other tenants of the machine the way the wall time is.
 """
@@ -33,9 +33,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from empirical.allocator import TUNABLES_VARIABLE, with_training_tunables  # noqa: E402
-from empirical.presets import PRESETS, get_preset  # noqa: E402
-from empirical.throughput import ratio_summary, run_together, training_step  # noqa: E402
+from empirical.training.allocator import TUNABLES_VARIABLE, with_training_tunables  # noqa: E402
+from empirical.training.presets import PRESETS, get_preset  # noqa: E402
+from empirical.measurement.throughput import ratio_summary, run_together, training_step  # noqa: E402
 from hmmtf import USER_ERROR_EXIT_CODE, Parser, UsageError, error_line, source_commit  # noqa: E402
 from hmmtf_options import non_negative_int, positive_float, positive_int  # noqa: E402
 

@@ -5,7 +5,7 @@ cross-check by bidirectional Monte Carlo (hmm/bidirectional.py), on the competen
         --out figures/competence/prior_predictive.json
 
 * **rate**: prompts per minute of one SMC run at the competence result's settings
-  (:data:`empirical.competence.CEILING_SETTINGS`), beside the exact filter of :mod:`hmm.filtering`
+  (:data:`empirical.yardsticks.competence.CEILING_SETTINGS`), beside the exact filter of :mod:`hmm.filtering`
   run on the same prompts with the true HMMs (one filter pass per prompt, the floor of any method
   that filters): the ratio says what the particles and the moves cost.
 * **convergence**: the ceiling as the competence result computes it (``CEILING_REPLICATES``
@@ -37,10 +37,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hmm  # noqa: E402
-from empirical.competence import CEILING_SETTINGS, ceiling_error, ceiling_estimates, per_prompt_loss, scope_rows  # noqa: E402
-from empirical.data import stream_seed  # noqa: E402
-from empirical.presets import PRESETS, get_preset  # noqa: E402
-from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, Z_95, unseen_mixture  # noqa: E402
+from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_error, ceiling_estimates, per_prompt_loss, scope_rows  # noqa: E402
+from empirical.training.data import stream_seed  # noqa: E402
+from empirical.training.presets import PRESETS, get_preset  # noqa: E402
+from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, Z_95, unseen_mixture  # noqa: E402
 from hmm.bidirectional import evidence_bounds  # noqa: E402
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive  # noqa: E402
 from hmmtf import source_commit  # noqa: E402

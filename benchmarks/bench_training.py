@@ -6,7 +6,7 @@ matrix-multiply peak measured in the same run on the same device.
     python benchmarks/bench_training.py --compare --compile --steps 50 --warmup 5 --rounds 6   # ways to use the CPU's cores
 
 Model FLOPs per trained token (PaLM convention, Chowdhery et al. 2022, Appendix B;
-:func:`empirical.model.training_flops_per_token`)::
+:func:`empirical.training.model.training_flops_per_token`)::
 
     6 * (N_matrices + V W) + 12 L W N_ctx
 
@@ -19,13 +19,13 @@ tokens of the preset's shape (the data pipeline is excluded: it runs on the CPU 
 
 ``--compare`` measures, in one run on the CPU, the whole machine's training tokens/s for one
 preset's shape (default ``tasks-8192-small``, the ladder's 4 x 4 x 64) in each way of using its
-``--cores`` (:func:`empirical.throughput.layouts`): today's path (one process, one thread, glibc's
+``--cores`` (:func:`empirical.measurement.throughput.layouts`): today's path (one process, one thread, glibc's
 malloc defaults), one process with a thread per core, one DDP run of a process per core,
 independent runs of a process per core side by side (the machine's rate is their sum over the
 interval all of them were timing), today's path and the independent runs again at twice the
 batch, today's path, the DDP run and the independent runs with the training tunables of
-:mod:`empirical.allocator`, and with ``--compile`` today's path compiled. Each way runs in fresh
-processes (:mod:`empirical.throughput`), ``--rounds`` times, every round measuring every way once
+:mod:`empirical.training.allocator`, and with ``--compile`` today's path compiled. Each way runs in fresh
+processes (:mod:`empirical.measurement.throughput`), ``--rounds`` times, every round measuring every way once
 in a rotated order::
 
     tokens/s       = median over the rounds
@@ -55,10 +55,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from empirical.model import RoFormer, training_flops_per_token  # noqa: E402
-from empirical.presets import PRESETS, get_preset  # noqa: E402
-from empirical.roofline import matmul_peak  # noqa: E402
-from empirical.throughput import (  # noqa: E402
+from empirical.training.model import RoFormer, training_flops_per_token  # noqa: E402
+from empirical.training.presets import PRESETS, get_preset  # noqa: E402
+from empirical.measurement.roofline import matmul_peak  # noqa: E402
+from empirical.measurement.throughput import (  # noqa: E402
     Layout,
     layouts,
     measure_layout,
@@ -204,7 +204,7 @@ def single(args, command: list[str]) -> dict:
 
 
 def measure_round(ways: list[Layout], index: int, preset, args) -> list[dict]:
-    """Round ``index``: every way measured once (:func:`empirical.throughput.measure_layout`), in
+    """Round ``index``: every way measured once (:func:`empirical.measurement.throughput.measure_layout`), in
     the list's order rotated by ``index`` so that no way always follows the same one; the results
     in the list's order."""
     start = index % len(ways)
@@ -217,7 +217,7 @@ def measure_round(ways: list[Layout], index: int, preset, args) -> list[dict]:
 def summarise_way(way: Layout, measured: list[dict], today: list[dict], flops_per_token: int,
                   peak_flops_per_s: float | None) -> dict:
     """One way over the rounds: each round's measurement, the median tokens/s, the ratio to today's
-    path with its interval (:func:`empirical.throughput.ratio_summary`) and the MFU of the median;
+    path with its interval (:func:`empirical.measurement.throughput.ratio_summary`) and the MFU of the median;
     the first round's ``error`` instead when the way failed in any round, and no ratio when today's
     path did."""
     result = {**asdict(way), "rounds": measured}
@@ -241,7 +241,7 @@ def meets_target(way: dict) -> bool:
 
 
 def compare(args, command: list[str], load_average: float) -> dict:
-    """Every way of :func:`empirical.throughput.layouts` in ``args.rounds`` rounds, and the cores'
+    """Every way of :func:`empirical.measurement.throughput.layouts` in ``args.rounds`` rounds, and the cores'
     peak, measured in fresh processes; each way's median tokens/s, ``ratio_to_today`` with its
     interval and ``mfu`` (module docstring), ``None`` where the way, today's path or the peak failed
     (the failed one's ``error`` says why); and the ways that meet :data:`TARGET_RULE`."""

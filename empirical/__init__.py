@@ -1,6 +1,6 @@
 """A RoFormer trained on the paper's mixture of HMMs and measured against the Bayes-optimal
 predictor (``docs/empirical.md``); the two studies built on it are the subpackages
-:mod:`empirical.analysis` (inside the networks) and :mod:`empirical.markov` (unigram traps on
+:mod:`empirical.analysis` (inside the networks) and :mod:`empirical.studies.markov` (unigram traps on
 Markov chains).
 
 Public API of the core (import from the modules named; this file imports nothing)::

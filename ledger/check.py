@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ledger import generated
 from ledger.documents import LedgerError
-from ledger.provenance import GitUnavailable, Status, freshness, require_git
+from ledger.canaries import CanaryBook
+from ledger.provenance import CanaryJudge, Freshness, GitUnavailable, Status, freshness, require_git
 from ledger.results import RESULTS, Result, registered
 
 
@@ -20,25 +21,34 @@ class Problem:
     fix: str
 
 
-def result_problems(root: Path, results: tuple[Result, ...] = RESULTS) -> list[Problem]:
-    """A problem per registered result that is not fresh (:mod:`ledger.provenance`); one problem
-    naming git when freshness cannot be decided."""
+def result_states(root: Path, results: tuple[Result, ...] = RESULTS,
+                  canaries: CanaryJudge | None = None) -> tuple[list[Problem], list[Freshness]]:
+    """A problem per registered result that is not fresh (:mod:`ledger.provenance`; one problem
+    naming git when freshness cannot be decided), and the fresh results a canary vouched for."""
     try:
         require_git(root)
     except GitUnavailable as error:
         return [Problem("(the repository)", f"git unavailable: {error}; cannot tell whether any result is older than "
-                        "its code", "run hmmtf ledger --check in a git clone with its history")]
-    problems = []
+                        "its code", "run hmmtf ledger --check in a git clone with its history")], []
+    problems, vouched = [], []
     for result in results:
         for path in result.files(root):
             try:
-                state = freshness(result, root, path)
+                state = freshness(result, root, path, canaries)
             except LedgerError as error:
                 problems.append(Problem(path, str(error), result.remedy()))
                 continue
             if state.status is not Status.FRESH:
                 problems.append(Problem(path, f"{state.status.value}: {state.detail}", result.remedy()))
-    return problems
+            elif state.canary:
+                vouched.append(state)
+    return problems, vouched
+
+
+def result_problems(root: Path, results: tuple[Result, ...] = RESULTS,
+                    canaries: CanaryJudge | None = None) -> list[Problem]:
+    """The problems of :func:`result_states`."""
+    return result_states(root, results, canaries)[0]
 
 
 def unregistered(root: Path, results: tuple[Result, ...] = RESULTS) -> list[Problem]:
@@ -61,6 +71,8 @@ def generated_problems(root: Path, targets: tuple[generated.Target, ...] = gener
             for path, where in differing.items()]
 
 
-def check(root: Path) -> list[Problem]:
-    """Every problem of the repository at ``root``."""
-    return [*result_problems(root), *unregistered(root), *generated_problems(root)]
+def check(root: Path, canaries: CanaryBook | None = None) -> tuple[list[Problem], list[Freshness]]:
+    """Every problem of the repository at ``root``, and the results its canaries kept fresh
+    (default judge: the committed canary record, :class:`~ledger.canaries.CanaryBook`)."""
+    problems, vouched = result_states(root, RESULTS, CanaryBook(root) if canaries is None else canaries)
+    return [*problems, *unregistered(root), *generated_problems(root)], vouched

@@ -1,13 +1,16 @@
 """``hmmtf ledger [--check]`` (registered in :mod:`hmmtf`): writes docs/claims.md and the
-generated blocks of README.md and docs/hmm.md from the result JSONs under figures/; with
-``--check`` writes nothing and exits 1 when a result is missing, records no commit, is older than
-its code, is not registered, or a generated text is out of date (docs/ledger.md)."""
+generated blocks of README.md and docs/hmm.md from the result JSONs under figures/, and records
+what the canaries give at the present code (ledger/canaries.json); with ``--check`` writes nothing
+and exits 1 when a result is missing, records no commit, is older than its code (and no canary
+vouches for it), is not registered, or a generated text is out of date; ``--record-canaries``
+records each canary's baseline at HEAD (docs/ledger.md)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from ledger import generated
-from ledger.check import check
+from ledger.canaries import CanaryBook, load_record, record_baselines, write_record
+from ledger.check import check, result_states
 from ledger.outcomes import judge_sections
 from ledger.registry import SECTIONS
 from ledger.render import counts_sentence
@@ -21,19 +24,44 @@ def run_ledger(args) -> int:
     root = Path(args.root)
     if not (root / "figures").is_dir():
         raise ValueError(f"--root: {str(root)!r} has no figures/ folder; expected the repository root")
-    return _check(root) if args.check else _write(root)
+    if args.record_canaries is not None:
+        names = record_baselines(root, names=args.record_canaries)
+        print(f"recorded the baselines of {len(names)} canaries at HEAD in ledger/canaries.json")
+        return 0
+    return _check(root, args.rerun_canaries) if args.check else _write(root)
 
 
-def _check(root: Path) -> int:
-    problems = check(root)
+def _vouched_sentence(vouched) -> str:
+    """How many fresh results a canary kept fresh, by canary."""
+    by_canary: dict[str, int] = {}
+    for state in vouched:
+        by_canary[state.canary] = by_canary.get(state.canary, 0) + 1
+    named = ", ".join(f"{name} {count}" for name, count in sorted(by_canary.items()))
+    return f"{len(vouched)} kept fresh by their canary ({named})" if vouched else "none needed a canary"
+
+
+def _check(root: Path, rerun: bool) -> int:
+    book = CanaryBook(root, rerun=rerun)
+    problems, vouched = check(root, book)
     for problem in problems:
         print(f"{problem.path}: {problem.reason}\n    fix: {problem.fix}")
-    print(f"ledger check: {len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else
-          "ledger check: every result fresh and every generated text current")
+    for state in vouched:
+        print(f"{state.path}: fresh, {state.detail}")
+    ran = f"; ran the canaries {', '.join(sorted(book.ran))}" if book.ran else ""
+    print(f"ledger check: {len(problems)} problem{'s' if len(problems) != 1 else ''}; {_vouched_sentence(vouched)}{ran}"
+          if problems else f"ledger check: every result fresh ({_vouched_sentence(vouched)}{ran}) and every generated "
+                           "text current")
     return 1 if problems else 0
 
 
 def _write(root: Path) -> int:
+    book = CanaryBook(root)
+    result_states(root, canaries=book)
+    if book.ran:
+        record = load_record(root)
+        record["verified"].update({name: book.sung[name] for name in book.ran})
+        write_record(root, record)
+        print(f"recorded what the canaries {', '.join(sorted(book.ran))} give at the present code in ledger/canaries.json")
     changed = generated.write(root)
     rows = [row for _, section_rows in judge_sections(SECTIONS, root) for row in section_rows]
     print(f"{counts_sentence(rows)}.")
@@ -49,5 +77,11 @@ def register(subparsers) -> None:
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 when a result is missing, unrecorded or older than its code, or a "
                              "generated text is out of date")
+    parser.add_argument("--rerun-canaries", action="store_true",
+                        help="with --check: run every canary that is asked, not only those whose record is of other code")
+    parser.add_argument("--record-canaries", nargs="*", metavar="CANARY",
+                        help="run every canary (or those named) at HEAD, from a clean tree, and record its digest as a "
+                             "baseline of HEAD: do it where the results are fresh, so that a later refactor can be "
+                             "verified against it")
     parser.add_argument("--root", default=str(ROOT), help="repository root (default: this checkout)")
     parser.set_defaults(run=run_ledger)

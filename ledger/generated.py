@@ -1,5 +1,6 @@
 """Every text the ledger generates, and where it goes: docs/claims.md as a whole file, and marked
-blocks (:mod:`ledger.blocks`) inside README.md and docs/hmm.md. ``hmmtf ledger`` writes them;
+blocks (:mod:`ledger.blocks`) inside README.md, docs/hmm.md and docs/ARCHITECTURE.md (the
+package map, :mod:`ledger.architecture`). ``hmmtf ledger`` writes them;
 ``hmmtf ledger --check`` fails when a committed one differs from what the results generate."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ledger import bench_text, render
+from ledger import architecture, bench_text, render
 from ledger.blocks import replace_block
 from ledger.documents import Doc
 
@@ -17,8 +18,9 @@ from ledger.documents import Doc
 @dataclass(frozen=True)
 class Target:
     """A generated text: the file (from the repository root), the block inside it (None: the whole
-    file), the result it needs (None: several, handled by ``render``) and the function of the root
-    that writes it."""
+    file), the file it needs (a result; for the package map, its module, which copies of the results
+    alone lack; None: several results, handled by ``render``) and the function of the root that
+    writes it."""
 
     path: str
     block: str | None
@@ -35,6 +37,7 @@ TARGETS: tuple[Target, ...] = (
     Target("README.md", render.README_BLOCK, None, render.readme_block),
     Target("README.md", "bench:hmm", bench_text.RESULTS, _bench(bench_text.readme_paragraph)),
     Target("docs/hmm.md", "bench:hmm-table", bench_text.RESULTS, _bench(bench_text.docs_table)),
+    Target("docs/ARCHITECTURE.md", "architecture:packages", "ledger/architecture.py", architecture.import_table),
 )
 
 

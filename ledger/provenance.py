@@ -25,15 +25,36 @@ line breaks and spacing leave the tree as it is, so mending a docstring or a typ
 send hours of results back to be made again. What a module's ``__doc__`` holds is thereby
 read as no change; the producers use it for command-line help only, never in a number. Any other
 file (and a Python file that does not parse, or that exists on one side only) changes with its bytes.
+
+**Moves.** A producer that git sees renamed (``git diff -M``: moved, possibly with its imports
+edited) is compared with its old self, not reported as new: both trees are read with every import
+made absolute and every module that moved named by its new name (:func:`code_fingerprint` with
+``module`` and ``renamed``). So moving files between packages, and updating the imports that name
+them, leaves the results they feed fresh; anything else a move touches (a string naming a module, an
+attribute path through a moved package) still counts as a change. Producers are named by their
+current paths in :mod:`ledger.results`; a file the recorded commit had under an old name counts
+when its new name is a producer.
+
+**Registries.** A module-level dict literal keyed by names (``MIXTURE_SPECS``, ``PRESETS``,
+``CANDIDATES``) is compared only in the entries a result names (any string of its JSON): adding
+a mixture, or changing the ``paper`` one, leaves a result on ``tasks-8192`` fresh. Every project
+result records the names of what it was made from, so an entry it does not name is one it did not
+read.
+
+**Canaries.** A result whose producers did change can still be fresh when its canary (a small run
+of the code that makes it, :mod:`ledger.canaries`) gives the same bits now as at a commit where
+the result was fresh; :func:`freshness` takes the judge of that as ``canaries``.
 """
 from __future__ import annotations
 
 import ast
 import enum
+import fnmatch
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ledger.documents import Doc, LedgerError
 from ledger.results import Result
@@ -79,7 +100,7 @@ class GitUnavailable(RuntimeError):
     """No git, or the root is not a git checkout: freshness cannot be decided."""
 
 
-def _git(root: Path, *arguments: str) -> subprocess.CompletedProcess:
+def git(root: Path, *arguments: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(["git", *arguments], cwd=root, capture_output=True, text=True)
     except OSError as error:
@@ -88,7 +109,7 @@ def _git(root: Path, *arguments: str) -> subprocess.CompletedProcess:
 
 def require_git(root: Path) -> None:
     """Raise :class:`GitUnavailable` unless ``root`` is the top of a git checkout with history."""
-    top = _git(root, "rev-parse", "--show-toplevel")
+    top = git(root, "rev-parse", "--show-toplevel")
     if top.returncode != 0:
         raise GitUnavailable(f"{root} is not a git checkout ({top.stderr.strip() or 'git rev-parse failed'})")
     if Path(top.stdout.strip()).resolve() != root.resolve():
@@ -131,12 +152,89 @@ class _WithoutFunctionAnnotations(ast.NodeTransformer):
         return None if node.value is None else ast.Assign(targets=[node.target], value=node.value)
 
 
-def code_fingerprint(source: str) -> str | None:
+class _AbsoluteImports(ast.NodeTransformer):
+    """Makes every ``from . import`` absolute (``module``: the dotted name of the file the code is in)
+    and names every module of ``renamed`` (old dotted name to new) by its new name, in ``import`` and
+    ``from ... import`` statements alike. A ``from package import module`` whose module moved to
+    another package becomes ``from new_package import module as old_name``, binding the same name."""
+
+    def __init__(self, module: str | None, renamed: dict[str, str]) -> None:
+        self.package = module.rsplit(".", 1)[0] if module and "." in module else ""
+        self.renamed = renamed
+
+    def visit_Import(self, node: ast.Import) -> ast.AST:
+        for alias in node.names:
+            alias.name = self.renamed.get(alias.name, alias.name)
+        return node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        if node.level:
+            parts = self.package.split(".") if self.package else []
+            base = parts[:len(parts) - (node.level - 1)] if node.level > 1 else parts
+            node.module, node.level = ".".join([*base, *([node.module] if node.module else [])]), 0
+        module = node.module or ""
+        if len(node.names) == 1 and f"{module}.{node.names[0].name}" in self.renamed:
+            alias = node.names[0]
+            new_package, _, new_name = self.renamed[f"{module}.{alias.name}"].rpartition(".")
+            bound = alias.asname or alias.name
+            node.module, alias.name = new_package, new_name
+            alias.asname = None if bound == new_name else bound
+        else:
+            node.module = self.renamed.get(module, module)
+        return node
+
+
+def module_name(path: str) -> str:
+    """The dotted module name of the Python file ``path`` (``a/b/__init__.py``: ``a.b``)."""
+    parts = PurePosixPath(path).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+class _WithoutUnnamedEntries(ast.NodeTransformer):
+    """Drops, from each dict literal assigned to a module-level name, the entries whose key is a
+    string that ``names`` does not hold: a registry's other entries (``MIXTURE_SPECS["paper"]`` for a
+    result on ``tasks-8192``), which a result reads only by a name it records."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        for statement in node.body:
+            value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Dict):
+                kept = [(key, item) for key, item in zip(value.keys, value.values)
+                        if not (isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value not in self.names)]
+                value.keys, value.values = [key for key, _ in kept], [item for _, item in kept]
+        return node
+
+
+def named_in(data) -> set[str]:
+    """Every string of the parsed JSON ``data``, keys and values: the names a result records (its
+    preset, mixture, prompt format, families...)."""
+    found: set[str] = set()
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            found.update(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            found.add(value)
+    return found
+
+
+def code_fingerprint(source: str, module: str | None = None, renamed: dict[str, str] | None = None,
+                     names: set[str] | None = None) -> str | None:
     """The syntax tree of the Python ``source`` with every statement that is a bare string (a
     docstring, an attribute's docstring) removed and without the annotations of functions and their
     local names (:class:`_WithoutFunctionAnnotations`), as ``ast.dump`` text without line numbers:
-    equal for two sources that differ only in comments, docstrings, type hints and layout. None when
-    it does not parse."""
+    equal for two sources that differ only in comments, docstrings, type hints and layout. With
+    ``module`` (the source's dotted name) its relative imports are made absolute, and with
+    ``renamed`` (old dotted module name to new) the imports name moved modules by their new names
+    (:class:`_AbsoluteImports`); with ``names``, a module-level dict literal keeps only the entries
+    whose string key is one of them (:class:`_WithoutUnnamedEntries`). None when it does not parse."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -148,20 +246,94 @@ def code_fingerprint(source: str) -> str | None:
                 statements[:] = [statement for statement in statements
                                  if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
                                          and isinstance(statement.value.value, str))]
+    tree = _AbsoluteImports(module, renamed or {}).visit(tree)
+    if names is not None:
+        tree = _WithoutUnnamedEntries(names).visit(tree)
     return ast.dump(_WithoutFunctionAnnotations().visit(tree), include_attributes=False)
 
 
-def _computes_the_same(root: Path, commit: str, path: str) -> bool:
-    """Whether the file ``path`` computes at ``commit`` what it computes in the working tree: both
-    exist, are Python, and have the same :func:`code_fingerprint`."""
-    working = root / path
-    if not path.endswith(".py") or not working.is_file():
+def _source(root: Path, revision: str | None, path: str) -> str | None:
+    """The text of ``path`` at ``revision`` (None: the working tree); None when it is not there."""
+    if revision is None:
+        file = root / path
+        return file.read_text() if file.is_file() else None
+    shown = git(root, "show", f"{revision}:{path}")
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def matches_producers(path: str, producers: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of the pathspecs ``producers`` (a file, a folder ending in ``/``, or a
+    pattern with ``*``, which matches across ``/`` as git's does; a leading ``!`` excludes), as
+    :mod:`ledger.results` writes them."""
+    def named(spec: str) -> bool:
+        return (path == spec or (spec.endswith("/") and path.startswith(spec))
+                or ("*" in spec and fnmatch.fnmatchcase(path, spec)))
+    return (any(named(spec) for spec in producers if not spec.startswith("!"))
+            and not any(named(spec[1:]) for spec in producers if spec.startswith("!")))
+
+
+def _renames(root: Path, commit: str, target: str | None) -> dict[str, str]:
+    """Every file renamed between ``commit`` and ``target`` (None: the working tree), old path to
+    new, composed commit by commit (``git log -M``, then the uncommitted renames): a file that
+    changed much after ``commit`` and then moved is still paired with its old self."""
+    steps = git(root, "log", "--reverse", "--format=", "--name-status", "-M", "--diff-filter=R", "-z",
+                f"{commit}..{target or 'HEAD'}").stdout.split("\0")
+    if target is None:
+        steps += git(root, "diff", "-M", "--name-status", "--diff-filter=R", "-z", "HEAD").stdout.split("\0")
+    renamed: dict[str, str] = {}
+    fields = [field.strip() for field in steps if field.strip()]
+    while len(fields) >= 3:
+        _, old, new = fields.pop(0), fields.pop(0), fields.pop(0)
+        renamed = {first: (new if last == old else last) for first, last in renamed.items()}
+        renamed.setdefault(old, new)
+    return renamed
+
+
+def changed_producers(root: Path, producers: tuple[str, ...], commit: str, target: str | None = None,
+                      names: set[str] | None = None) -> list[str]:
+    """The producers that compute something else at ``target`` (a commit; None: the working tree)
+    than at ``commit``: a file added or removed, or one whose code differs (:func:`code_fingerprint`,
+    across moves, and for a result that records ``names`` without the registry entries it does not
+    name: module docstring). Names are ``target``'s, a removed file's ``commit``'s."""
+    listing = git(root, "diff", "-M", "--name-status", "-z", commit, *([target] if target else []), "--",
+                  *_pathspecs(producers), "*.py")
+    if listing.returncode != 0:
+        raise GitUnavailable(f"git diff {commit[:7]} failed: {listing.stderr.strip()}")
+    fields = listing.stdout.split("\0")
+    entries: list[tuple[str, str, str]] = []
+    while len(fields) > 1:
+        status = fields.pop(0)
+        old = fields.pop(0)
+        new = fields.pop(0) if status[0] in "RC" else old
+        entries.append((status[0], old, new))
+    moves = _renames(root, commit, target)
+    added = {new for status, _, new in entries if status == "A"}
+    paired = {old: moves[old] for status, old, _ in entries if status == "D" and moves.get(old) in added}
+    entries = [entry for entry in entries if not (entry[0] == "D" and entry[1] in paired)
+               and not (entry[0] == "A" and entry[2] in paired.values())]
+    entries += [("R", old, new) for old, new in paired.items()]
+    renamed = {module_name(old): module_name(new) for old, new in moves.items()
+               if old.endswith(".py") and new.endswith(".py")}
+    changed = []
+    for status, old, new in entries:
+        if not (matches_producers(new, producers) or matches_producers(old, producers)):
+            continue
+        if status in "AD" or not _same_code(root, commit, old, target, new, renamed, names):
+            changed.append(old if status == "D" else new)
+    return changed
+
+
+def _same_code(root: Path, commit: str, old: str, target: str | None, new: str, renamed: dict[str, str],
+               names: set[str] | None) -> bool:
+    """Whether ``old`` at ``commit`` computes what ``new`` computes at ``target``: both Python, and the
+    same :func:`code_fingerprint` once moved modules carry their new names."""
+    if not (old.endswith(".py") and new.endswith(".py")):
         return False
-    then = _git(root, "show", f"{commit}:{path}")
-    if then.returncode != 0:
+    then, now = _source(root, commit, old), _source(root, target, new)
+    if then is None or now is None:
         return False
-    fingerprint = code_fingerprint(then.stdout)
-    return fingerprint is not None and fingerprint == code_fingerprint(working.read_text())
+    fingerprint = code_fingerprint(then, module_name(old), renamed, names)
+    return fingerprint is not None and fingerprint == code_fingerprint(now, module_name(new), names=names)
 
 
 class Status(enum.Enum):
@@ -176,49 +348,68 @@ class Status(enum.Enum):
 @dataclass(frozen=True)
 class Freshness:
     """The state of the file ``path`` of a registered result: ``status``, the ``recorded`` commit
-    (None without one) and ``detail``, the reason in words."""
+    (None without one) and ``detail``, the reason in words; ``canary``: the canary that vouched for
+    a fresh result whose producers changed (None: they did not change)."""
 
     result: Result
     path: str
     status: Status
     recorded: Recorded | None
     detail: str
+    canary: str | None = None
+
+
+@dataclass(frozen=True)
+class Vouch:
+    """A canary's answer for a result whose producers changed: ``fresh`` or not, and why."""
+
+    canary: str
+    fresh: bool
+    detail: str
+
+
+CanaryJudge = Callable[[Result, str, Recorded], "Vouch | None"]
+"""Asked about ``(result, path, recorded)`` when the producers changed since the recorded commit:
+the canary's :class:`Vouch`, or None when no canary covers the result (:mod:`ledger.canaries`)."""
 
 
 def _pathspecs(producers: tuple[str, ...]) -> list[str]:
     return [f":(exclude){spec[1:]}" if spec.startswith("!") else spec for spec in producers]
 
 
-def freshness(result: Result, root: Path, path: str | None = None) -> Freshness:
+def freshness(result: Result, root: Path, path: str | None = None, canaries: CanaryJudge | None = None) -> Freshness:
     """Whether ``path`` (default: ``result``'s path; one of its files for a pattern) exists,
-    records a commit, and was made by the code ``result``'s producers now hold (module docstring).
-    Needs git (:func:`require_git` first)."""
+    records a commit, and was made by the code ``result``'s producers now hold (module docstring),
+    or, where they changed, whether ``canaries`` vouches for it. Needs git (:func:`require_git` first)."""
     path = result.path if path is None else path
 
-    def state(status: Status, recorded: Recorded | None, detail: str) -> Freshness:
-        return Freshness(result, path, status, recorded, detail)
+    def state(status: Status, recorded: Recorded | None, detail: str, canary: str | None = None) -> Freshness:
+        return Freshness(result, path, status, recorded, detail, canary)
 
     if not (root / path).is_file():
         return state(Status.MISSING, None, "the file does not exist")
-    recorded = recorded_commit(Doc.load(root, path))
+    doc = Doc.load(root, path)
+    recorded = recorded_commit(doc)
     if recorded is None:
         return state(Status.NO_PROVENANCE, None, "the JSON records no git commit")
-    specs = _pathspecs(result.producers)
-    changed = _git(root, "diff", "--name-only", recorded.commit, "--", *specs)
-    if changed.returncode != 0:
-        if _git(root, "cat-file", "-e", f"{recorded.commit}^{{commit}}").returncode == 0:
-            raise GitUnavailable(f"git diff {recorded.commit[:7]} failed: {changed.stderr.strip()}")
-        shallow = _git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+    if git(root, "cat-file", "-e", f"{recorded.commit}^{{commit}}").returncode != 0:
+        shallow = git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
         hint = "; this is a shallow clone: git fetch --unshallow" if shallow else ""
         return state(Status.UNKNOWN_COMMIT, recorded, f"commit {recorded.commit[:7]} is not in this repository{hint}")
-    files = [name for name in changed.stdout.split() if not _computes_the_same(root, recorded.commit, name)]
-    if files:
-        commits = _git(root, "log", "--no-merges", "--format=%h", f"{recorded.commit}..HEAD", "--", *files).stdout.split()
-        uncommitted = _git(root, "diff", "--quiet", "HEAD", "--", *files).returncode == 1
-        since = ", ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
-        by = " and ".join(part for part in (f"commits {since}" if commits else "", "uncommitted changes" if uncommitted else "")
-                          if part)
-        return state(Status.STALE, recorded, f"made at {recorded.commit[:7]}; since then {by} changed {', '.join(files)}")
-    if recorded.dirty:
+    files = changed_producers(root, result.producers, recorded.commit, names=named_in(doc.data))
+    if not files and recorded.dirty:
         return state(Status.DIRTY, recorded, f"made at {recorded.commit[:7]} from a tree with uncommitted changes")
-    return state(Status.FRESH, recorded, f"made at {recorded.commit[:7]}")
+    if not files:
+        return state(Status.FRESH, recorded, f"made at {recorded.commit[:7]}")
+    commits = git(root, "log", "--no-merges", "--format=%h", f"{recorded.commit}..HEAD", "--", *files).stdout.split()
+    uncommitted = git(root, "diff", "--quiet", "HEAD", "--", *files).returncode == 1
+    since = ", ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
+    by = " and ".join(part for part in (f"commits {since}" if commits else "", "uncommitted changes" if uncommitted else "")
+                      if part)
+    detail = f"made at {recorded.commit[:7]}; since then {by} changed {', '.join(files)}"
+    vouch = canaries(result, path, recorded) if canaries and not recorded.dirty else None
+    if vouch is None:
+        return state(Status.STALE, recorded, detail)
+    if vouch.fresh:
+        return state(Status.FRESH, recorded, f"{detail}; {vouch.detail}", vouch.canary)
+    return state(Status.STALE, recorded, f"{detail}; {vouch.detail}")

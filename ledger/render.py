@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ledger.canaries import CANARIES, COMMON_BLIND_SPOTS, results_of
 from ledger.claims import Section
 from ledger.documents import Doc
 from ledger.outcomes import Row, judge_sections, result_of, verdict_counts
@@ -66,20 +67,35 @@ def _section_table(section: Section, rows: list[Row], root: Path) -> list[str]:
 def _provenance_table(root: Path) -> list[str]:
     lines = ["## Results and the commits that made them", "",
              "The commit each result records (`hmmtf ledger --check` compares it with the code that makes the result "
-             "now; docs/ledger.md).", "",
-             "| result | made at commit | command |", "|---|---|---|"]
+             "now; docs/ledger.md), and the canary that keeps it fresh across a change of its code that moves no "
+             "number (the next table).", "",
+             "| result | made at commit | canary | command |", "|---|---|---|---|"]
     for result in RESULTS:
         command = f"`{result.command}`" if result.command else f"none: {result.needs}"
+        canary = f"`{result.canary}`" if result.canary else "none (a timing)"
         files = result.files(root)
         if not files:
-            lines.append(f"| `{result.path}` | none yet | {_cell(command)} |")
+            lines.append(f"| `{result.path}` | none yet | {canary} | {_cell(command)} |")
         for path in files:
             if (root / path).is_file():
                 commit = recorded_commit(Doc.load(root, path))
                 made = str(commit) if commit else "not recorded"
             else:
                 made = "missing"
-            lines.append(f"| `{path}` | {made} | {_cell(command)} |")
+            lines.append(f"| `{path}` | {made} | {canary} | {_cell(command)} |")
+    return lines
+
+
+def _canary_table() -> list[str]:
+    lines = ["", "## Canaries and what they cannot see", "",
+             "A result whose producers changed stays fresh when its canary, its own command at a tiny size, gives every "
+             "number bit for bit as at a commit where the result was fresh, and the full-size settings the result "
+             "names are unchanged (docs/ledger.md, \"Canaries\"). `hmmtf ledger --check` names each result a canary "
+             f"kept fresh. Every canary is blind to {COMMON_BLIND_SPOTS}; and each to:", "",
+             "| canary | results | blind to |", "|---|---|---|"]
+    for name, canary in CANARIES.items():
+        count = len(results_of(name))
+        lines.append(f"| `{name}` | {count} registered | {_cell(canary.blind_to)} |")
     return lines
 
 
@@ -105,6 +121,7 @@ def claims_page(root: Path, sections: tuple[Section, ...] = SECTIONS) -> str:
     for section, section_rows in judged:
         lines += _section_table(section, section_rows, root)
     lines += _provenance_table(root)
+    lines += _canary_table()
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,7 @@ probabilities do."""
 import numpy as np
 import torch
 
-from empirical.markov.chains import (
+from empirical.studies.markov.chains import (
     check_kernel,
     entropy_rate,
     memory_norm,
@@ -63,7 +63,7 @@ def memory_coordinate_rounding(kernel: np.ndarray, read_back_error: float, expec
 
 
 def stationary_rounding(kernel: np.ndarray) -> float:
-    """Bound on ``max_i |pi_hat_i - pi_i|`` of :func:`empirical.markov.chains.stationary_distribution`
+    """Bound on ``max_i |pi_hat_i - pi_i|`` of :func:`empirical.studies.markov.chains.stationary_distribution`
     (float64) for an ``m``-state ``kernel``: ``(m + 1) F / (1 - m F) + gamma_m + u`` with
     ``F = kappa e / (1 - kappa e)``.
 
@@ -106,7 +106,7 @@ def entropy_perturbation(probabilities: np.ndarray, radius: float) -> float:
 def entropy_rate_rounding(kernel: np.ndarray) -> float:
     """Bound on ``|entropy_rate(kernel) - H_rate|``: ``m F max_i h_i + gamma_{2m+2} H_rate``.
 
-    :func:`empirical.markov.chains.entropy_rate` is ``pi_hat . h`` with ``h_i = sum_j -P_ij log P_ij``.
+    :func:`empirical.studies.markov.chains.entropy_rate` is ``pi_hat . h`` with ``h_i = sum_j -P_ij log P_ij``.
     ``pi_hat`` is within ``F`` (:func:`stationary_rounding`) of ``pi`` in every entry; a term
     ``-P log P`` rounds 3 times (the log within 1 ulp, the product), and the two sums of m
     nonnegative terms and the products with ``pi_hat`` add ``gamma_{m-1} + u + gamma_{m-1}``.

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from empirical.model import RoFormerConfig
+from empirical.training.model import RoFormerConfig
 
 if TYPE_CHECKING:
-    from empirical.train import TrainConfig
+    from empirical.training.train import TrainConfig
 
 
 def unit_roundoff(dtype: torch.dtype = torch.float64) -> float:
@@ -245,7 +245,7 @@ def ridge_residual_rounding(features, targets, ridge: float, solution) -> float:
 
 
 def learning_rate_rounding(config: TrainConfig, step: int) -> float:
-    """Bound on ``|learning_rate(config, step) - lr(step)|`` (:func:`empirical.train.learning_rate`), ``lr``
+    """Bound on ``|learning_rate(config, step) - lr(step)|`` (:func:`empirical.training.train.learning_rate`), ``lr``
     the exact schedule of the stored floats ``M = config.learning_rate`` and ``m = min_lr_ratio * M``:
     ``gamma_2 lr(step)`` in the warm-up, ``3 u M + (M - m) (pi gamma_3 + 4 u) / 2`` after it, first order in u.
 

@@ -1,5 +1,5 @@
 """Comparing two training run folders (``checkpoint/`` and ``metrics.jsonl`` of
-:func:`empirical.train.train`): the tests of a run stopped and resumed against an uninterrupted one."""
+:func:`empirical.training.train.train`): the tests of a run stopped and resumed against an uninterrupted one."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from empirical.checkpoint import load_checkpoint
-from empirical.train import CHECKPOINT_DIR, METRICS_FILE
+from empirical.training.checkpoint import load_checkpoint
+from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
 
 LOGGED = ("step", "loss", "tokens", "lr", "grad_norm")
 """The fields of a log record that a resumed run must repeat (the others are timings)."""

@@ -1,4 +1,4 @@
-"""glibc malloc's training tunables (empirical/allocator.py): how they join the environment's own,
+"""glibc malloc's training tunables (empirical/training/allocator.py): how they join the environment's own,
 when a process restarts with them, and that ``hmmtf`` restarts only as a process's entry point."""
 import platform
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import hmmtf
-from empirical import allocator
+from empirical.training import allocator
 
 GLIBC_LINUX = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
 
@@ -52,7 +52,7 @@ def test_the_restart_runs_the_same_command_line_with_the_tunables_and_says_so(ca
     assert tuned == allocator.with_training_tunables(environ)
     (line,) = capsys.readouterr().err.splitlines()
     assert line == (f"hmmtf: restarting with GLIBC_TUNABLES={tuned['GLIBC_TUNABLES']} (faster CPU training, "
-                    "empirical/allocator.py; HMMTF_MALLOC=system to keep glibc's defaults)")
+                    "empirical/training/allocator.py; HMMTF_MALLOC=system to keep glibc's defaults)")
     allocator.restart_with_training_tunables(command_line, environ=tuned, execve=lambda *call: calls.append(call))
     assert len(calls) == 1
 

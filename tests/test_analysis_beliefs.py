@@ -34,7 +34,7 @@ from empirical.analysis.beliefs import (
     r_squared,
     ridge_path,
 )
-from empirical.regime import oracle_predictor
+from empirical.yardsticks.regime import oracle_predictor
 
 
 def gaussian(*shape: int, seed: int) -> torch.Tensor:

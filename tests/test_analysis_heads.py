@@ -29,8 +29,8 @@ from empirical.analysis.heads import (
     select_heads,
 )
 from empirical.analysis.networks import hand_built_composed_history, hand_built_network, hand_built_weights
-from empirical.evaluate import model_predictor
-from empirical.model import RoFormer, RoFormerConfig
+from empirical.yardsticks.evaluate import model_predictor
+from empirical.training.model import RoFormer, RoFormerConfig
 from recorded_figures import figures_recorded_not_drawn
 from tiny_checkpoints import assert_refused_in_one_line, command_report
 from rounding import gamma, reordered_forward_tolerance, unit_roundoff, sub_blocks_before
@@ -267,7 +267,7 @@ def test_mean_ablation_equals_the_same_ablation_through_transformer_lens_hook_z(
     the reordered sums before them, and the ablated logits then by
     :func:`rounding.reordered_forward_tolerance` (every sub-block and the unembedding). The
     ablation itself moves the logits by far more."""
-    from empirical.transformer_lens_interop import to_hooked_transformer
+    from empirical.interop.transformer_lens_interop import to_hooked_transformer
 
     model = random_roformer(SMALL, torch.float64)
     hooked = to_hooked_transformer(model)

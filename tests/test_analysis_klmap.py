@@ -11,9 +11,9 @@ import torch
 
 import hmmtf
 from empirical.analysis.klmap import MODEL, KLMapSettings, common_rows, kl_matrix, nearest, placement, scope_section
-from empirical.competence import paired, scope_rows
-from empirical.hand_built import served_rows
-from empirical.ngram import scored_rows
+from empirical.yardsticks.competence import paired, scope_rows
+from empirical.yardsticks.hand_built import served_rows
+from empirical.yardsticks.ngram import scored_rows
 from recorded_figures import figures_recorded_not_drawn
 from rounding import gamma
 from test_analysis_heads import FORMAT, MIXTURE, tiny_prompts

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import hmmtf
-from empirical import allocator
+from empirical.training import allocator
 
 # Imported by name from its folder, not from a file spec: the spawned workers unpickle its worker
 # function by module name, and they inherit this sys.path.

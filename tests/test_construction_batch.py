@@ -12,8 +12,8 @@ import torch
 from construction import build_network, forward_batch, parameters_for_prompt
 from construction.batch import scaled_weights, unit_network
 from construction.weights import SCALED_WEIGHTS
-from empirical.data import held_out_prompts
-from empirical.presets import get_preset
+from empirical.training.data import held_out_prompts
+from empirical.training.presets import get_preset
 from test_construction_helpers import hmm_prompt, pass_rounding_bound
 
 P, L, T = 3, 3, 6

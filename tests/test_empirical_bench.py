@@ -1,5 +1,5 @@
 """The training benchmark: its FLOPs formula against torch's FLOP counter, a one-step run, and the
-comparison of the ways to use the CPU's cores (empirical/throughput.py) on the tiny preset, which
+comparison of the ways to use the CPU's cores (empirical/measurement/throughput.py) on the tiny preset, which
 checks what it measures and how, not how fast."""
 import importlib.util
 import json
@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import hmmtf
 from empirical import allocator, throughput
-from empirical.model import RoFormer, RoFormerConfig, forward_flops_per_token, training_flops_per_token
+from empirical.training.model import RoFormer, RoFormerConfig, forward_flops_per_token, training_flops_per_token
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training.py"
 spec = importlib.util.spec_from_file_location("bench_training", BENCH)

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import hmmtf
-from empirical.calibrate import calibrate
+from empirical.yardsticks.calibrate import calibrate
 
 
 def test_sparse_rows_give_a_rising_bayes_curve_and_dense_rows_a_flat_one():

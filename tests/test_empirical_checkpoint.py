@@ -12,8 +12,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_model
 
-from empirical.checkpoint import CONFIG_FILE, MODEL_CONFIG_KEY, MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint
-from empirical.model import RoFormer, RoFormerConfig
+from empirical.training.checkpoint import CONFIG_FILE, MODEL_CONFIG_KEY, MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint
+from empirical.training.model import RoFormer, RoFormerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = RoFormerConfig(vocab_size=5, num_layers=1, num_heads=2, width=8)

@@ -8,7 +8,7 @@ import hmm
 from empirical.analysis.claims import locality_order, peak_interval, previous_token_rules
 from empirical.analysis.networks import hand_built_scores, roformer_scores
 from empirical.analysis.shuffle import random_derangements, shuffle_change
-from empirical.model import RoFormer, RoFormerConfig
+from empirical.training.model import RoFormer, RoFormerConfig
 
 FORMAT = hmm.PROMPT_FORMATS["tiny"]
 MIXTURE = hmm.mixture_preset("tiny")

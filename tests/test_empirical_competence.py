@@ -1,4 +1,4 @@
-"""The competence result (empirical/competence.py): its decision rule, its interval for the gap
+"""The competence result (empirical/yardsticks/competence.py): its decision rule, its interval for the gap
 closed, the command's output on the tiny pipeline, and the committed results' ordering."""
 import dataclasses
 import json
@@ -10,9 +10,9 @@ import torch
 
 import hmm
 import tiny_pipeline
-from empirical.competence import (CACHE_VARIABLE, COMPETENT, NGRAM_ORDERS, VERDICTS, ceiling_estimates,
+from empirical.yardsticks.competence import (CACHE_VARIABLE, COMPETENT, NGRAM_ORDERS, VERDICTS, ceiling_estimates,
                                   competence_verdict, gap_closed, paired, per_prompt_loss, scope_rows)
-from empirical.presets import get_preset
+from empirical.training.presets import get_preset
 from hmm.prior_predictive import SMCSettings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Learning curves on fresh HMMs (empirical/curves.py): chunked training is the uninterrupted run,
+"""Learning curves on fresh HMMs (empirical/yardsticks/curves.py): chunked training is the uninterrupted run,
 a stopped curve resumes without redoing points, a point's statistics are the competence rule's,
 and bad settings are refused."""
 import dataclasses
@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from empirical.checkpoint import load_checkpoint
-from empirical.curves import BASELINES_FILE, CURVE_FILE, train_with_curve, written_points
-from empirical.data import PromptStream
-from empirical.presets import get_preset
-from empirical.train import train
+from empirical.training.checkpoint import load_checkpoint
+from empirical.yardsticks.curves import BASELINES_FILE, CURVE_FILE, train_with_curve, written_points
+from empirical.training.data import PromptStream
+from empirical.training.presets import get_preset
+from empirical.training.train import train
 from hmm.prior_predictive import SMCSettings
 
 TINY = get_preset("tiny")

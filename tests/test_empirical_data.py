@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import hmm
-from empirical.data import (
+from empirical.training.data import (
     EVAL_STREAM,
     TRAIN_STREAM,
     UNIGRAM_STREAM,
@@ -14,7 +14,7 @@ from empirical.data import (
     stream_seed,
     unigram_distribution,
 )
-from empirical.train import IGNORE_INDEX
+from empirical.training.train import IGNORE_INDEX
 from rounding import gamma
 
 MIXTURE = hmm.mixture_preset("tiny")

@@ -9,10 +9,10 @@ import torch
 
 import hmm
 import hmmtf
-from empirical.data import PromptStream, held_out_prompts, unigram_distribution
-from empirical.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
-from empirical.presets import get_preset, preset_from_task
-from empirical.train import train
+from empirical.training.data import PromptStream, held_out_prompts, unigram_distribution
+from empirical.yardsticks.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
+from empirical.training.presets import get_preset, preset_from_task
+from empirical.training.train import train
 from rounding import gamma, unit_roundoff
 import tiny_pipeline
 
@@ -162,7 +162,7 @@ def test_a_curve_point_without_positions_is_refused_not_nan(prompt_format, scope
 
 
 def test_mean_and_stderr_refuses_an_empty_mask():
-    from empirical.evaluate import _mean_and_stderr
+    from empirical.yardsticks.evaluate import _mean_and_stderr
 
     values = torch.ones(3, 5)
     assert _mean_and_stderr(values, torch.tensor([True, False, True, False, False]), "here") == (1.0, 0.0)

@@ -11,9 +11,9 @@ import construction
 import hmm
 from bounds.theorem1 import EIGENVALUE_TOLERANCE
 from construction import reference
-from empirical.data import held_out_prompts
-from empirical.evaluate import bayes_predictor, evaluate_predictors, unigram_predictor
-from empirical.hand_built import (
+from empirical.training.data import held_out_prompts
+from empirical.yardsticks.evaluate import bayes_predictor, evaluate_predictors, unigram_predictor
+from empirical.yardsticks.hand_built import (
     check_format,
     hand_built_outputs,
     hand_built_predictor,
@@ -24,7 +24,7 @@ from empirical.hand_built import (
     task_memory_predictor,
     to_distribution,
 )
-from empirical.presets import get_preset
+from empirical.training.presets import get_preset
 from rounding import gamma, least_squares_rounding, predictive_rounding
 
 PRESET = get_preset("tiny")

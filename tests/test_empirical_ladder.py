@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import hmmtf
-from empirical.ladder import collect_points, point_statistics
+from empirical.studies.ladder import collect_points, point_statistics
 import tiny_pipeline
 
 

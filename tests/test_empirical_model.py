@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from empirical.model import HOOK_NAMES, RoFormer, RoFormerConfig, apply_rotary, rotary_cos_sin
+from empirical.training.model import HOOK_NAMES, RoFormer, RoFormerConfig, apply_rotary, rotary_cos_sin
 from rounding import gamma, reordered_forward_tolerance, sub_blocks_before, unit_roundoff
 
 TINY = RoFormerConfig(vocab_size=5, num_layers=2, num_heads=2, width=16)
@@ -168,16 +168,16 @@ def test_config_round_trips_and_rejects_unknown_keys():
 
 
 def test_rotary_tables_are_computed_once_per_forward_pass(monkeypatch):
-    import empirical.model
+    import empirical.training.model
 
     calls = []
-    real = empirical.model.rotary_cos_sin
+    real = empirical.training.model.rotary_cos_sin
 
     def counting(*args, **kwargs):
         calls.append(args[0].shape)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(empirical.model, "rotary_cos_sin", counting)
+    monkeypatch.setattr(empirical.training.model, "rotary_cos_sin", counting)
     model = RoFormer(RoFormerConfig(vocab_size=5, num_layers=3, num_heads=2, width=16))
     tokens = torch.randint(0, 5, (2, 7))
     model(tokens)

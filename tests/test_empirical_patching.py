@@ -29,7 +29,7 @@ from empirical.analysis.patching import (
 )
 from empirical.analysis.patching_figures import plot_state_forcing
 from empirical.analysis.report import AnalysisConfig
-from empirical.model import ResidualPatch, RoFormer, RoFormerConfig, apply_patches, check_patches
+from empirical.training.model import ResidualPatch, RoFormer, RoFormerConfig, apply_patches, check_patches
 from recorded_figures import figures_recorded_not_drawn
 from rounding import (gamma, least_squares_rounding, reordered_forward_tolerance, row_sum_deviation,
                       sub_blocks_before, unit_roundoff)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import hmm
-from empirical.data import held_out_prompts
-from empirical.evaluate import bayes_predictor, evaluate_predictors, unigram_predictor
-from empirical.presets import get_preset
-from empirical.regime import (
+from empirical.training.data import held_out_prompts
+from empirical.yardsticks.evaluate import bayes_predictor, evaluate_predictors, unigram_predictor
+from empirical.training.presets import get_preset
+from empirical.yardsticks.regime import (
     FRESH_MIXTURE_STREAM,
     MEMORISATION_TOLERANCE,
     REFERENCE_MIXTURE_STREAM,

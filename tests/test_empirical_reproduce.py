@@ -17,16 +17,16 @@ from torch.utils.flop_counter import FlopCounterMode
 import hmm
 import hmmtf
 from empirical.analysis.report import patching_report, probe_mixture
-from empirical.data import PromptStream
-from empirical.evaluate import EVAL_BATCH
-from empirical.model import RoFormer
-from empirical.presets import get_preset
+from empirical.training.data import PromptStream
+from empirical.yardsticks.evaluate import EVAL_BATCH
+from empirical.training.model import RoFormer
+from empirical.training.presets import get_preset
 from empirical.reproduce import commands, plan
 from empirical.reproduce.bundle import write_bundle
 from empirical.reproduce.config import reproduce_config
 from empirical.reproduce.record import read_status
 from empirical.reproduce.stages import STAGE_NAMES, plan_costs
-from empirical.train import learning_rate
+from empirical.training.train import learning_rate
 from recorded_figures import figures_recorded_not_drawn
 from rounding import gamma, learning_rate_rounding
 

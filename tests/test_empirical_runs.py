@@ -8,10 +8,10 @@ import torch
 
 import hmm
 import tiny_pipeline
-from empirical.checkpoint import load_checkpoint
-from empirical.data import held_out_prompts
-from empirical.runs import checkpoint_folder, load_run
-from empirical.train import CHECKPOINT_DIR
+from empirical.training.checkpoint import load_checkpoint
+from empirical.training.data import held_out_prompts
+from empirical.training.runs import checkpoint_folder, load_run
+from empirical.training.train import CHECKPOINT_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "tasks-8192-small"

@@ -1,4 +1,4 @@
-"""The in-context signal of data families (empirical/signal.py, hmm/families.py): the observable
+"""The in-context signal of data families (empirical/yardsticks/signal.py, hmm/families.py): the observable
 family's registration and assumptions, the measurement on a small family, the committed result's
 ordering, and refused input."""
 import json
@@ -10,7 +10,7 @@ import scipy.linalg
 
 import hmm
 import hmmtf
-from empirical.signal import CANDIDATES, emission_gamma, family_signal
+from empirical.yardsticks.signal import CANDIDATES, emission_gamma, family_signal
 from hmm.observability import observability_exact
 from hmm.prior_predictive import SMCSettings
 

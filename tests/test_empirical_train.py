@@ -19,10 +19,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from empirical.checkpoint import load_checkpoint
-from empirical.model import RoFormer, RoFormerConfig
-from empirical.run_control import LOCK_FILE, RunFolderLocked, run_folder_lock, stop_on_signals
-from empirical.train import (
+from empirical.training.checkpoint import load_checkpoint
+from empirical.training.model import RoFormer, RoFormerConfig
+from empirical.training.run_control import LOCK_FILE, RunFolderLocked, run_folder_lock, stop_on_signals
+from empirical.training.train import (
     CHECKPOINT_DIR,
     IGNORE_INDEX,
     METRICS_FILE,
@@ -233,7 +233,7 @@ def test_a_stop_request_ends_the_run_with_a_checkpoint_that_resumes_bit_for_bit(
 
 LOCK_HOLDER = """
 import sys
-from empirical.run_control import run_folder_lock
+from empirical.training.run_control import run_folder_lock
 with run_folder_lock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.read()
@@ -285,7 +285,7 @@ WORKER_TIMEOUT_S = 120
 """Wall-clock limit of a group of DDP worker processes (they need about 5 s on 2 cores)."""
 
 
-RANK_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "empirical.train", __name__]
+RANK_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "empirical.training.train", __name__]
 """What the forkserver imports once, before it forks the ranks: torch, the optimizer's first step's
 import of ``torch._dynamo`` (3 s on 2 cores), the training loop and this module (the ranks' target).
 A spawned rank imported all of it again: 5-6 s of CPU each."""

@@ -1,4 +1,4 @@
-"""``hmmtf train``: a preset overridden by a config file and by flags (:mod:`empirical.overrides`),
+"""``hmmtf train``: a preset overridden by a config file and by flags (:mod:`empirical.training.overrides`),
 the run's folder and its lock, refused values, a run with overrides evaluated by path, and an
 interruption by a real SIGINT resumed to the uninterrupted run bit for bit."""
 import dataclasses
@@ -15,12 +15,12 @@ import pytest
 
 import hmm
 import hmmtf
-from empirical.allocator import needs_restart
-from empirical.checkpoint import load_checkpoint
-from empirical.overrides import SECTIONS, TrainingRun, flag_overrides, read_config_file, resolve, training_run
-from empirical.presets import get_preset, preset_from_task
-from empirical.run_control import LOCK_FILE, run_folder_lock
-from empirical.train import CHECKPOINT_DIR
+from empirical.training.allocator import needs_restart
+from empirical.training.checkpoint import load_checkpoint
+from empirical.training.overrides import SECTIONS, TrainingRun, flag_overrides, read_config_file, resolve, training_run
+from empirical.training.presets import get_preset, preset_from_task
+from empirical.training.run_control import LOCK_FILE, run_folder_lock
+from empirical.training.train import CHECKPOINT_DIR
 from recorded_figures import figures_recorded_not_drawn
 from run_folders import assert_same_runs
 
@@ -278,7 +278,7 @@ def test_a_run_interrupted_by_sigint_resumes_to_the_uninterrupted_run_bit_for_bi
     """A real SIGINT to ``hmmtf train`` in a subprocess, sent once its lock file names it (its
     handlers are installed by then, so the stop comes at a step boundary): one line, exit code 130,
     a checkpoint; the same command resumes it to the uninterrupted run's weights, AdamW state and log.
-    The subprocess restarts itself with glibc's training tunables (empirical/allocator.py), under the
+    The subprocess restarts itself with glibc's training tunables (empirical/training/allocator.py), under the
     same process id; the runs in this process do not, so the bits are also the same under both."""
     steps = 20
     argv = ["--preset", "tiny", "--steps", str(steps), "--threads", "1", "--no-progress"]

@@ -16,9 +16,9 @@ from fresh_imports import project_imported_afresh
 
 import construction
 import hmmtf
-from empirical.checkpoint import save_checkpoint
-from empirical.model import HOOK_NAMES, ResidualPatch, RoFormer, RoFormerConfig
-from empirical.transformer_lens_interop import (
+from empirical.training.checkpoint import save_checkpoint
+from empirical.training.model import HOOK_NAMES, ResidualPatch, RoFormer, RoFormerConfig
+from empirical.interop.transformer_lens_interop import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     export_hooked_transformer,
@@ -182,10 +182,10 @@ def test_project_imports_without_transformer_lens():
     one module tries to import it (:mod:`fresh_imports`)."""
     with project_imported_afresh(hidden=("transformer_lens",)) as imports:
         importlib.import_module("hmmtf").build_parser()
-        importlib.import_module("empirical.transformer_lens_interop")
+        importlib.import_module("empirical.interop.transformer_lens_interop")
         imported = set(sys.modules)
     assert imports.attempts == []
-    assert {"empirical.transformer_lens_interop", "empirical.model", "bounds.commands"} <= imported
+    assert {"empirical.interop.transformer_lens_interop", "empirical.training.model", "bounds.commands"} <= imported
 
 
 def hand_built_traces() -> list[construction.Trace]:

@@ -6,7 +6,7 @@ import torch
 from recorded_figures import figures_kept
 
 from empirical.analysis.figures import plot_pattern_comparison
-from empirical.plots import plot_calibration, plot_in_context, plot_regime
+from empirical.cli.plots import plot_calibration, plot_in_context, plot_regime
 
 DEMONSTRATIONS = [0, 1, 2]
 """Few points: matplotlib's default locator ticks such an axis at 0, 0.25, 0.5, ..."""

@@ -15,11 +15,11 @@ import pytest
 
 import hmmtf
 from empirical.analysis.report import AnalysisConfig
-from empirical.checkpoint import CONFIG_FILE, MODEL_FILE, save_checkpoint
-from empirical.markov.config import MarkovSweepConfig
-from empirical.markov.incontext import InContextConfig
-from empirical.model import RoFormer, RoFormerConfig
-from empirical.overrides import SECTIONS
+from empirical.training.checkpoint import CONFIG_FILE, MODEL_FILE, save_checkpoint
+from empirical.studies.markov.config import MarkovSweepConfig
+from empirical.studies.markov.incontext import InContextConfig
+from empirical.training.model import RoFormer, RoFormerConfig
+from empirical.training.overrides import SECTIONS
 from hmmtf_options import config_from_command_line, non_negative_int, positive_float, positive_int
 from ledger.results import RESULTS
 
@@ -32,7 +32,7 @@ prompt format once it is loaded, the Markov sweep's data seed (a seed, not a cou
 COMMANDS = list(hmmtf.SUBCOMMAND_MODULES)
 TRAIN_OVERRIDES = {f"{section}.{field}" for section, fields in SECTIONS.items() for field in fields}
 """``hmmtf train``'s and ``hmmtf curve``'s override options (their ``dest``), validated when the run is resolved
-(:func:`empirical.overrides.resolve`; tests/test_empirical_train_command.py)."""
+(:func:`empirical.training.overrides.resolve`; tests/test_empirical_train_command.py)."""
 
 
 def error_line(capsys, command: str) -> str:
@@ -152,12 +152,12 @@ def test_debug_shows_the_traceback_of_a_user_error_before_or_after_the_subcomman
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch, tmp_path):
-    import empirical.commands
+    import empirical.cli.commands
 
     def broken(args):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(empirical.commands, "run_evaluate", broken)
+    monkeypatch.setattr(empirical.cli.commands, "run_evaluate", broken)
     with pytest.raises(KeyError, match="a bug"):
         hmmtf.main(["evaluate", str(tmp_path)])
 

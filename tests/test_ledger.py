@@ -389,7 +389,7 @@ def test_the_command_refuses_a_root_without_figures(tmp_path, capsys):
 
 
 def _competence(competent: bool) -> dict:
-    """A competence.json (empirical/competence.py's layout) whose model beats the in-context bigram or not."""
+    """A competence.json (empirical/yardsticks/competence.py's layout) whose model beats the in-context bigram or not."""
     losses = {"ngram 1": 1.95, "ngram 2": 1.93 if competent else 1.90, "ngram 3": 1.92, "model": 1.91, "ceiling": 1.88,
               "oracle": 1.66}
     beaten = {"ngram 1": True, "ngram 2": competent, "ngram 3": False}

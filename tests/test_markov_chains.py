@@ -1,4 +1,4 @@
-"""Markov-chain data and exact reference losses (:mod:`empirical.markov.chains`).
+"""Markov-chain data and exact reference losses (:mod:`empirical.studies.markov.chains`).
 
 Oracles: the binary closed forms, and brute-force enumeration of every sequence of a small chain
 (joint entropies, marginals, exact variance of a mean log-loss). The stationary distribution of
@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from empirical.markov.chains import (
+from empirical.studies.markov.chains import (
     bigram_loss_variance,
     binary_kernel,
     check_kernel,

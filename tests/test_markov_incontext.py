@@ -1,4 +1,4 @@
-"""In-context Markov chains (:mod:`empirical.markov.incontext`) and ``hmmtf markov-incontext``.
+"""In-context Markov chains (:mod:`empirical.studies.markov.incontext`) and ``hmmtf markov-incontext``.
 
 Oracles: the Bayes predictor against two-dimensional quadrature of the posterior (K = 2, no use of
 conjugacy) and against self-normalised importance sampling from the prior with its delta-method
@@ -15,10 +15,10 @@ import torch
 from scipy import integrate
 
 import hmmtf
-from empirical.checkpoint import load_checkpoint
-from empirical.competence import per_prompt_loss
-from empirical.evaluate import model_predictor
-from empirical.markov.incontext import (InContextConfig, bayes_predictive, held_out_chains, oracle_predictive,
+from empirical.training.checkpoint import load_checkpoint
+from empirical.yardsticks.competence import per_prompt_loss
+from empirical.yardsticks.evaluate import model_predictor
+from empirical.studies.markov.incontext import (InContextConfig, bayes_predictive, held_out_chains, oracle_predictive,
                                         sample_chains, unigram_counter)
 from ledger.claims import Verdict
 from ledger.documents import Doc

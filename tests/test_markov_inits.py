@@ -1,4 +1,4 @@
-"""Initialisations of the Markov study (:mod:`empirical.markov.inits`): exact rank, singular values
+"""Initialisations of the Markov study (:mod:`empirical.studies.markov.inits`): exact rank, singular values
 and Frobenius norms of the low-rank matrices, their shared residual basis, the signs of the MLP and
 value/output paths, the residual stream staying in the basis through the LayerNorms, agreement of
 the Gaussian arm with the training loop's own model, the step-0 checkpoint the loop resumes, and
@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from empirical.markov.config import MarkovSweepConfig
-from empirical.markov.inits import apply_low_rank, check_init, initial_model, orthonormal_columns
-from empirical.markov.runs import write_initial_checkpoint
-from empirical.model import RoFormer, RoFormerConfig
-from empirical.train import TrainConfig, train
+from empirical.studies.markov.config import MarkovSweepConfig
+from empirical.studies.markov.inits import apply_low_rank, check_init, initial_model, orthonormal_columns
+from empirical.studies.markov.runs import write_initial_checkpoint
+from empirical.training.model import RoFormer, RoFormerConfig
+from empirical.training.train import TrainConfig, train
 from rounding import gamma, unit_roundoff
 
 WIDTH, STD = 12, 0.05
@@ -304,7 +304,7 @@ def layer_norm_complement(norm: torch.nn.LayerNorm, stream: torch.Tensor, bound:
 def test_residual_stream_and_its_layer_norms_lie_in_the_basis_at_initialisation(init):
     """Every residual stream the blocks and the unembedding read, and its LayerNorm, is in
     ``span(B)``: LayerNorm maps ``span(B)`` into itself because ``1^T B = 0`` (module docstring of
-    :mod:`empirical.markov.inits`). Up to rounding: each stream and LayerNorm within its bound on
+    :mod:`empirical.studies.markov.inits`). Up to rounding: each stream and LayerNorm within its bound on
     ``||v Pi||_2`` (:func:`stream_complements`, :func:`layer_norm_complement`), which the computed
     ``v C_hat`` exceeds by at most ``||C_hat - Pi||_2 ||v||`` (:func:`complement_rounding`) and its own
     rounding, ``gamma_d |v| |C_hat|``."""

@@ -1,4 +1,4 @@
-"""The Markov sweep (:mod:`empirical.markov`): the decision rule and the censoring of escape steps
+"""The Markov sweep (:mod:`empirical.studies.markov`): the decision rule and the censoring of escape steps
 on planted loss curves and planted predictors, the read-back kernel of a RoFormer set to output the
 true kernel, Wilson intervals against SciPy, aggregation of planted runs, the verdict counts (Wilson
 intervals in closed form) and tables of planted runs, docs/markov.md holding the tables of the
@@ -13,7 +13,7 @@ import pytest
 import torch
 from scipy.stats import binomtest, norm
 
-from empirical.markov.aggregate import (
+from empirical.studies.markov.aggregate import (
     WILSON_Z,
     aggregate_cells,
     aggregate_sides,
@@ -24,17 +24,17 @@ from empirical.markov.aggregate import (
     verdict_counts,
     wilson_interval,
 )
-from empirical.markov.attention import attention_scores, induction_targets
-from empirical.markov.chains import (
+from empirical.studies.markov.attention import attention_scores, induction_targets
+from empirical.studies.markov.chains import (
     bigram_loss_variance,
     binary_kernel,
     is_memoryless,
     reference_losses,
     stationary_distribution,
 )
-from empirical.markov.commands import VERDICT_SWEEPS, verdict_markdown, write_sweep
-from empirical.markov.config import ARCHITECTURES, MarkovSweepConfig
-from empirical.markov.criterion import (
+from empirical.studies.markov.commands import VERDICT_SWEEPS, verdict_markdown, write_sweep
+from empirical.studies.markov.config import ARCHITECTURES, MarkovSweepConfig
+from empirical.studies.markov.criterion import (
     TRAP_Z,
     escape_step,
     is_trapped,
@@ -42,8 +42,8 @@ from empirical.markov.criterion import (
     trap_tolerance,
     unigram_bigram_gap,
 )
-from empirical.markov.runs import MarkovStream, evaluate_run, held_out_sequences, train_and_evaluate
-from empirical.model import RoFormer, RoFormerConfig
+from empirical.studies.markov.runs import MarkovStream, evaluate_run, held_out_sequences, train_and_evaluate
+from empirical.training.model import RoFormer, RoFormerConfig
 from markov_oracles import (
     bigram_log_probs,
     constant_read_back_rounding,
@@ -527,7 +527,7 @@ def test_every_architecture_builds():
 def test_config_is_a_json_config_with_the_results_keys():
     import dataclasses
 
-    from empirical.configs import JSONConfig
+    from empirical.training.configs import JSONConfig
 
     config = MarkovSweepConfig(p_values=(0.2, 0.7), seeds=2)
     assert isinstance(config, JSONConfig)

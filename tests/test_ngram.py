@@ -1,4 +1,4 @@
-"""In-context n-gram predictors (empirical/ngram.py) against a brute-force count written as loops."""
+"""In-context n-gram predictors (empirical/yardsticks/ngram.py) against a brute-force count written as loops."""
 import numpy as np
 import pytest
 import torch
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hmm
-from empirical.ngram import InContextNGram, context_counts, fit_concentrations, interpolate, mean_loss
+from empirical.yardsticks.ngram import InContextNGram, context_counts, fit_concentrations, interpolate, mean_loss
 
 EPS = np.finfo(np.float64).eps
 

@@ -1,4 +1,4 @@
-"""The n-gram verdict on many prompts (empirical/ngram_verdict.py): its clustered standard error
+"""The n-gram verdict on many prompts (empirical/analysis/ngram_verdict.py): its clustered standard error
 against closed forms, and the command on a tiny checkpoint."""
 import math
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 from tiny_checkpoints import assert_refused_in_one_line, command_report
 
-from empirical.competence import VERDICTS, competence_verdict
-from empirical.ngram_verdict import clustered_interval
-from empirical.regime import Z_95
+from empirical.yardsticks.competence import VERDICTS, competence_verdict
+from empirical.analysis.ngram_verdict import clustered_interval
+from empirical.yardsticks.regime import Z_95
 
 
 def test_with_one_prompt_per_hmm_the_clustered_error_is_the_naive_one_without_bessels_correction():

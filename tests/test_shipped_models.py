@@ -7,12 +7,12 @@ import pytest
 import torch
 
 import hmm
-from empirical.checkpoint import load_checkpoint
-from empirical.competence import per_prompt_loss, scope_rows
-from empirical.data import stream_seed
-from empirical.evaluate import model_predictor
-from empirical.presets import preset_from_task
-from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, unseen_mixture
+from empirical.training.checkpoint import load_checkpoint
+from empirical.yardsticks.competence import per_prompt_loss, scope_rows
+from empirical.training.data import stream_seed
+from empirical.yardsticks.evaluate import model_predictor
+from empirical.training.presets import preset_from_task
+from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, unseen_mixture
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = sorted(path.parent for path in (ROOT / "models").glob("*/model.safetensors"))

@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 
 import hmmtf
-from empirical.checkpoint import save_checkpoint
-from empirical.model import RoFormer
-from empirical.presets import get_preset
+from empirical.training.checkpoint import save_checkpoint
+from empirical.training.model import RoFormer
+from empirical.training.presets import get_preset
 
 
 def tiny_checkpoint(folder) -> None:

@@ -2,9 +2,9 @@
 Bayesian belief, and of the prior-predictive next-token distribution, a linear map reads from the
 residual stream of each layer, on prompts of HMMs the network never saw.
 
-**Rows.** Prompts of fresh HMMs (:func:`empirical.curves.fresh_prompts`, the prompts of ``hmmtf
+**Rows.** Prompts of fresh HMMs (:func:`empirical.yardsticks.curves.fresh_prompts`, the prompts of ``hmmtf
 curve``'s probe and of ``hmmtf heads``). A row is a position t whose next token is an HMM token
-(:func:`empirical.ngram.scored_rows`, the rows every loss is taken over) and whose own token is one
+(:func:`empirical.yardsticks.ngram.scored_rows`, the rows every loss is taken over) and whose own token is one
 too (:func:`probe_rows`): a delimiter holds no hidden state, so its belief is undefined. The
 features of a row are the residual stream at t after a layer: ``embedding`` (``hook_embed``) and
 ``layer l`` (``blocks.{l-1}.hook_resid_post``), :func:`empirical.analysis.networks.roformer_streams`.
@@ -19,7 +19,7 @@ features of a row are the residual stream at t after a layer: ``embedding`` (``h
   both. Two coordinates that mean the same thing in every HMM stand in for it:
 
   - ``belief next-token``: the next-token distribution the belief implies, ``b_t A B``
-    (:func:`implied_next_token`), the oracle's prediction (:func:`empirical.regime.oracle_predictor`).
+    (:func:`implied_next_token`), the oracle's prediction (:func:`empirical.yardsticks.regime.oracle_predictor`).
     Tokens are shared by every HMM, so this is one simplex for all prompts. It keeps all of the
     belief when ``b -> b A B`` is injective, that is when ``A B`` has rank S (needs ``p >= S``: the
     observable family's 4 states and 8 tokens; not the paper family's 16 states and 8 tokens,
@@ -32,8 +32,8 @@ features of a row are the residual stream at t after a layer: ``embedding`` (``h
 
 * The prior-predictive next-token distribution ``ceiling``: the posterior predictive under the
   generator's prior, the best any predictor of the prompt alone can do, the mean of
-  :func:`empirical.competence.ceiling_estimates` (SMC; optional, costly). For comparison the
-  in-context n-grams ``ngram 1..3`` (:func:`empirical.competence.fitted_ngrams`), which a network
+  :func:`empirical.yardsticks.competence.ceiling_estimates` (SMC; optional, costly). For comparison the
+  in-context n-grams ``ngram 1..3`` (:func:`empirical.yardsticks.competence.fitted_ngrams`), which a network
   that counts tokens represents.
 
 **Fit.** Prompts are split by prompt, never by position (:func:`prompt_split`): the last
@@ -83,14 +83,14 @@ from empirical.analysis.networks import roformer_streams
 from empirical.analysis.probes import CONFIDENCE, bootstrap_ratio_interval, standardise
 from empirical.analysis.report import random_init_like
 from empirical.analysis.shuffle import random_derangements
-from empirical.competence import CEILING_SETTINGS, ceiling_estimates, fitted_ngrams
-from empirical.configs import check_integers, option
-from empirical.curves import fresh_prompts
-from empirical.hand_built import segments
-from empirical.model import RoFormer
-from empirical.ngram import scored_rows
-from empirical.presets import ExperimentPreset
-from empirical.regime import FRESH_PROMPT_STREAM
+from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_estimates, fitted_ngrams
+from empirical.training.configs import check_integers, option
+from empirical.yardsticks.curves import fresh_prompts
+from empirical.yardsticks.hand_built import segments
+from empirical.training.model import RoFormer
+from empirical.yardsticks.ngram import scored_rows
+from empirical.training.presets import ExperimentPreset
+from empirical.yardsticks.regime import FRESH_PROMPT_STREAM
 
 HELD_OUT_FRACTION = 0.25
 """Fraction of the prompts (the last ones) on which the probes are scored."""
@@ -311,7 +311,7 @@ class BeliefSettings:
     """What :func:`beliefs_report` measures on (the options of ``hmmtf beliefs``); each field at
     least its :data:`MINIMUMS` entry, checked on construction."""
 
-    prompts: int = option(256, f"fresh-HMM prompts (empirical.curves.fresh_prompts), at least {MIN_PROMPTS}; the last "
+    prompts: int = option(256, f"fresh-HMM prompts (empirical.yardsticks.curves.fresh_prompts), at least {MIN_PROMPTS}; the last "
                                f"quarter is held out, and the last quarter of the others chooses the ridge penalty")
     fresh_tasks: int = option(1024, "fresh HMMs of the prompts; as many others, of other seed streams, fit the "
                                     "in-context n-grams' concentrations")

@@ -26,9 +26,9 @@ from empirical.analysis.figures import (
 )
 from empirical.analysis.patching_figures import plot_history_patching, plot_state_forcing
 from empirical.analysis.report import Analysis, AnalysisConfig, analyze
-from empirical.checkpoint import Checkpoint, load_checkpoint
-from empirical.configs import add_config_options
-from empirical.presets import ExperimentPreset, preset_from_task
+from empirical.training.checkpoint import Checkpoint, load_checkpoint
+from empirical.training.configs import add_config_options
+from empirical.training.presets import ExperimentPreset, preset_from_task
 from hmmtf_options import config_from_command_line, non_negative_int, positive_int
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
@@ -68,7 +68,7 @@ def write_patching_figures(patching: dict, out: Path) -> None:
 
 def load_on_device(args) -> tuple[torch.device, Checkpoint, ExperimentPreset]:
     """The device of ``--device`` (CUDA if available when not given), the checkpoint ``args.checkpoint``
-    on it and the preset of its task (:func:`empirical.presets.preset_from_task`)."""
+    on it and the preset of its task (:func:`empirical.training.presets.preset_from_task`)."""
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     saved = load_checkpoint(Path(args.checkpoint), device)
     return device, saved, preset_from_task(saved.config["task"])
@@ -81,7 +81,7 @@ def add_measure_command(subparsers, name: str, help: str, settings_class: type, 
     checkpoint with the settings dataclass ``settings_class`` (:func:`measure_checkpoint`) and
     prints ``--out``, the runtime and ``summarise(report)`` as JSON. Its options: the checkpoint,
     ``--out`` (the folder of ``report_file`` and ``figure_file``), one ``--field-name`` per field
-    (:func:`empirical.configs.option`'s help; type :data:`hmmtf_options.non_negative_int` for the
+    (:func:`empirical.training.configs.option`'s help; type :data:`hmmtf_options.non_negative_int` for the
     fields of ``counts_from_zero``, else :data:`hmmtf_options.positive_int`), ``--device`` and
     ``--threads``."""
     parser = subparsers.add_parser(name, help=help)

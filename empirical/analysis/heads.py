@@ -19,11 +19,11 @@ prompts b and the query positions i that the score is defined at:
       score  = mean over (b, i) with M_n(i) nonempty of  sum_{j in M_n(i)} A[b, i, j]
 
   the mass on the positions that followed an earlier occurrence of the n tokens ending at i: the
-  events an in-context (n+1)-gram counts for row i (``ngram n+1`` of :mod:`empirical.ngram`, whose
+  events an in-context (n+1)-gram counts for row i (``ngram n+1`` of :mod:`empirical.yardsticks.ngram`, whose
   order counts the predicted token too). A delimiter in a context never matches: a query whose
   last n tokens hold a delimiter (or reach before the prompt's start) has no key, and a key whose
   preceding n tokens hold one, or which is itself a delimiter (not an HMM token, never counted as
-  an event), is no key. So a context never crosses a segment boundary, as in :mod:`empirical.ngram`,
+  an event), is no key. So a context never crosses a segment boundary, as in :mod:`empirical.yardsticks.ngram`,
   except that the segment-start contexts padded with ``BOS`` there are not matched here.
 
 Beside each score its *chance level*: attention spread uniformly over the causal keys,
@@ -36,16 +36,16 @@ RoFormer of the same config freshly initialised with a fixed seed (the *random-i
 of the input of ``blocks[l].attn.out`` (the heads' outputs concatenated before the output
 projection), is replaced at every position t by its mean at position t over reference prompts.
 Implemented with forward pre-hooks on ``attn.out`` (:func:`mean_ablation`), so
-:mod:`empirical.model` is unchanged; the means come from a recording pre-hook on the same module
+:mod:`empirical.training.model` is unchanged; the means come from a recording pre-hook on the same module
 (:func:`mean_head_outputs`) over the unablated model.
 
 **Causal test** (:func:`ablation_effects`): per prompt b, the mean over its scored rows (the next
-token an HMM token, :func:`empirical.ngram.scored_rows`, within a scope of
-:func:`empirical.competence.scope_rows`) of ``KL(r || q) = sum_o r(o) log(r(o) / q(o))`` from a
+token an HMM token, :func:`empirical.yardsticks.ngram.scored_rows`, within a scope of
+:func:`empirical.yardsticks.competence.scope_rows`) of ``KL(r || q) = sum_o r(o) log(r(o) / q(o))`` from a
 reference predictor ``r`` (in-context n-grams, the prior-predictive ceiling, the unablated model)
-to the model ``q`` (:func:`empirical.evaluate.model_predictor`: softmax over the HMM tokens),
+to the model ``q`` (:func:`empirical.yardsticks.evaluate.model_predictor`: softmax over the HMM tokens),
 before and after ablating a head set, and after ablating as many heads drawn at random from the
-other heads; differences are paired over prompts (:func:`empirical.competence.paired`: mean,
+other heads; differences are paired over prompts (:func:`empirical.yardsticks.competence.paired`: mean,
 standard error, 95% interval).
 
 Heads are ``(layer, head)``, both 0-based, in the functions; the JSON names layers 1-based, as in
@@ -65,15 +65,15 @@ import hmm
 from empirical.analysis.networks import roformer_patterns
 from empirical.analysis.offsets import offset_sums
 from empirical.analysis.report import random_init_like
-from empirical.competence import CEILING_SETTINGS, ceiling_estimates, fitted_ngrams, paired, scope_rows
-from empirical.configs import check_integers, option
-from empirical.curves import fresh_prompts
-from empirical.data import stream_seed
-from empirical.evaluate import model_predictor
-from empirical.model import RoFormer, RoFormerConfig
-from empirical.ngram import scored_rows
-from empirical.presets import ExperimentPreset
-from empirical.regime import FRESH_PROMPT_STREAM
+from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_estimates, fitted_ngrams, paired, scope_rows
+from empirical.training.configs import check_integers, option
+from empirical.yardsticks.curves import fresh_prompts
+from empirical.training.data import stream_seed
+from empirical.yardsticks.evaluate import model_predictor
+from empirical.training.model import RoFormer, RoFormerConfig
+from empirical.yardsticks.ngram import scored_rows
+from empirical.training.presets import ExperimentPreset
+from empirical.yardsticks.regime import FRESH_PROMPT_STREAM
 from hmm.model import check_tokens
 
 PREVIOUS_TOKEN_OFFSETS = (1, 2)
@@ -285,7 +285,7 @@ def mean_ablation(model: RoFormer, heads: Sequence[Head], means: torch.Tensor) -
 
 def ablated_probabilities(model: RoFormer, tokens: torch.Tensor, num_tokens: int, heads: Sequence[Head],
                           means: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
-    """``(B, N, p)`` float64: :func:`empirical.evaluate.model_predictor` of ``model`` with ``heads``
+    """``(B, N, p)`` float64: :func:`empirical.yardsticks.evaluate.model_predictor` of ``model`` with ``heads``
     mean-ablated (:func:`mean_ablation`)."""
     with mean_ablation(model, heads, means):
         return model_predictor(model, num_tokens, device)(tokens)
@@ -326,13 +326,13 @@ def ablation_effects(model: RoFormer, tokens: torch.Tensor, prompt_format: hmm.P
                      draws: int, seed: int, device: torch.device | str = "cpu") -> dict:
     """The causal test (module docstring) as a JSON-ready dict. ``references``: ``{name: (B, N, p)}``
     next-token distributions on the prompts ``tokens`` (of ``prompt_format``), to which
-    :data:`UNABLATED` is added. For every scope of :func:`empirical.competence.scope_rows` and
+    :data:`UNABLATED` is added. For every scope of :func:`empirical.yardsticks.competence.scope_rows` and
     reference: ``before`` (the unablated model's KL);
     per group, ``after`` and ``change = after - before``, the same for ``draws`` random sets of as
     many heads outside the group (:func:`random_head_sets`, ``seed``; ``random_change`` of their
     mean KL and ``random_change_by_draw``), and ``minus_random = after - mean of the random sets'
     after``: above 0 when ablating the group moves the model further from the reference than
-    ablating random heads. All per-prompt, :func:`empirical.competence.paired`."""
+    ablating random heads. All per-prompt, :func:`empirical.yardsticks.competence.paired`."""
     before = model_predictor(model, num_tokens, device)(tokens)
     references = {**references, UNABLATED: before}
     scopes = scope_rows(prompt_format)
@@ -398,7 +398,7 @@ class HeadsSettings:
     """What :func:`heads_report` measures on (the options of ``hmmtf heads``); validated on
     construction (``top_heads`` against the model, where it is used)."""
 
-    prompts: int = option(256, "fresh-HMM prompts scored and ablated (empirical.curves.fresh_prompts, the prompts "
+    prompts: int = option(256, "fresh-HMM prompts scored and ablated (empirical.yardsticks.curves.fresh_prompts, the prompts "
                                "of hmmtf curve's probe)")
     reference_prompts: int = option(256, "other prompts of the same fresh HMMs, whose mean head outputs replace an "
                                          "ablated head")
@@ -421,8 +421,8 @@ class HeadsSettings:
 def heads_report(model: RoFormer, preset: ExperimentPreset, settings: HeadsSettings,
                  device: torch.device | str = "cpu") -> dict:
     """Scores of every head of ``model`` and of its random-init twin, the selected groups and the
-    causal test against the in-context n-grams (:func:`empirical.competence.fitted_ngrams`), the
-    ceiling (averaged :func:`empirical.competence.ceiling_estimates`, unless
+    causal test against the in-context n-grams (:func:`empirical.yardsticks.competence.fitted_ngrams`), the
+    ceiling (averaged :func:`empirical.yardsticks.competence.ceiling_estimates`, unless
     ``ceiling_particles`` is 0) and the unablated model, on fresh-HMM prompts of ``preset``
     (the checkpoint's); JSON-ready."""
     if settings.top_heads > model.config.num_layers * model.config.num_heads // 2:

@@ -4,24 +4,24 @@ between every predictor of the next token on the same prompts of fresh HMMs (iss
 **Predictors** (each ``(B, N, p)`` next-token distributions over the HMM tokens, in the order of
 the map):
 
-* ``model``: the trained RoFormer (:func:`empirical.evaluate.model_predictor`);
+* ``model``: the trained RoFormer (:func:`empirical.yardsticks.evaluate.model_predictor`);
 * ``hand-built L=l``, l in :data:`HISTORY_LENGTHS`: the paper's construction with history length
-  l and T gradient-descent layers (:func:`empirical.hand_built.hand_built_predictor`; T is the
-  competence ladder's, :data:`empirical.competence.HAND_BUILT_NETWORK`, unless given);
+  l and T gradient-descent layers (:func:`empirical.yardsticks.hand_built.hand_built_predictor`; T is the
+  competence ladder's, :data:`empirical.yardsticks.competence.HAND_BUILT_NETWORK`, unless given);
 * ``P_L L=l``: the exact l-memory predictor of each prompt's own HMM
-  (:func:`empirical.hand_built.task_memory_predictor`), the target of Theorem 1's guarantee: in
+  (:func:`empirical.yardsticks.hand_built.task_memory_predictor`), the target of Theorem 1's guarantee: in
   the theory's (observable) family ``KL(P_L || hand-built)`` is what the theorem bounds;
-* ``ngram 1..3``: the in-context n-grams (:func:`empirical.competence.fitted_ngrams`);
-* ``ceiling``: the prior-predictive ceiling, :data:`empirical.competence.CEILING_REPLICATES` SMC
-  runs averaged (:func:`empirical.competence.ceiling_estimates`), unless skipped;
-* ``oracle``: each prompt's own HMM, exactly filtered (:func:`empirical.regime.oracle_predictor`).
+* ``ngram 1..3``: the in-context n-grams (:func:`empirical.yardsticks.competence.fitted_ngrams`);
+* ``ceiling``: the prior-predictive ceiling, :data:`empirical.yardsticks.competence.CEILING_REPLICATES` SMC
+  runs averaged (:func:`empirical.yardsticks.competence.ceiling_estimates`), unless skipped;
+* ``oracle``: each prompt's own HMM, exactly filtered (:func:`empirical.yardsticks.regime.oracle_predictor`).
 
 **Rows.** Row t of prompt b predicts token t + 1. A row is *common* when its next token is an HMM
-token (:func:`empirical.ngram.scored_rows`) and every predictor serves it: the hand-built network
+token (:func:`empirical.yardsticks.ngram.scored_rows`) and every predictor serves it: the hand-built network
 serves only the rows of segments ``k >= 1`` at offset ``>= L - 1`` of their segment
-(:func:`empirical.hand_built.served_rows`), the largest L the fewest, and every other predictor
+(:func:`empirical.yardsticks.hand_built.served_rows`), the largest L the fewest, and every other predictor
 serves every row, so the common rows are the scored rows within ``served_rows(format, max L)``.
-Each scope of :func:`empirical.competence.scope_rows` (test sequence, all positions) intersects
+Each scope of :func:`empirical.yardsticks.competence.scope_rows` (test sequence, all positions) intersects
 them with its own rows: ``R_b`` below.
 
 **The map.** For a row predictor r and a column predictor q, per prompt b::
@@ -29,9 +29,9 @@ them with its own rows: ``R_b`` below.
     KL_b(r || q) = (1 / |R_b|) sum_{t in R_b} sum_o r_t(o) log(r_t(o) / q_t(o))      (0 log 0 = 0)
 
 (:func:`empirical.analysis.heads.kl_per_prompt`), and the cell is its mean over prompts with the
-standard error and 95% interval of :func:`empirical.competence.paired`. The diagonal is 0
+standard error and 95% interval of :func:`empirical.yardsticks.competence.paired`. The diagonal is 0
 exactly. Beside the map, each predictor's loss ``mean_{t in R_b} -log q_t(o_{t+1})`` per prompt
-(:func:`empirical.competence.per_prompt_loss`), paired likewise, so the map reads beside the
+(:func:`empirical.yardsticks.competence.per_prompt_loss`), paired likewise, so the map reads beside the
 competence result (whose hand-built table uses the rows of L = 2, not 3).
 
 **Placing the model** (:func:`nearest`), in both directions of the divergence: the predictor q
@@ -50,24 +50,24 @@ import torch
 
 import hmm
 from empirical.analysis.heads import kl_per_prompt
-from empirical.competence import (CEILING_SETTINGS, HAND_BUILT_NETWORK, ceiling_estimates, fitted_ngrams, paired,
+from empirical.yardsticks.competence import (CEILING_SETTINGS, HAND_BUILT_NETWORK, ceiling_estimates, fitted_ngrams, paired,
                                   per_prompt_loss, scope_rows)
-from empirical.configs import check_integers, option
-from empirical.curves import fresh_prompts
-from empirical.evaluate import model_predictor
-from empirical.hand_built import SMOOTHING, hand_built_predictor, served_rows, task_memory_predictor
-from empirical.model import RoFormer
-from empirical.ngram import scored_rows
-from empirical.presets import ExperimentPreset
-from empirical.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
+from empirical.training.configs import check_integers, option
+from empirical.yardsticks.curves import fresh_prompts
+from empirical.yardsticks.evaluate import model_predictor
+from empirical.yardsticks.hand_built import SMOOTHING, hand_built_predictor, served_rows, task_memory_predictor
+from empirical.training.model import RoFormer
+from empirical.yardsticks.ngram import scored_rows
+from empirical.training.presets import ExperimentPreset
+from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
 
 HISTORY_LENGTHS = (1, 2, 3)
 """History lengths L of the hand-built network and of ``P_L`` on the map."""
 MODEL = "model"
 """The trained network's name on the map."""
 ROWS_RULE = ("rows whose next token is an HMM token and that every predictor serves: those of segments k >= 1 at "
-             "offset >= L - 1 of their segment for the largest L (empirical.hand_built.served_rows), within the "
-             "scope's rows (empirical.competence.scope_rows)")
+             "offset >= L - 1 of their segment for the largest L (empirical.yardsticks.hand_built.served_rows), within the "
+             "scope's rows (empirical.yardsticks.competence.scope_rows)")
 """The module docstring's common rows, recorded in every result."""
 KL_DEFINITION = ("kl[row][column]: per prompt, the mean over its common rows of KL(row || column) = sum_o row(o) "
                  "log(row(o) / column(o)); mean over prompts with its standard error and 95% interval")
@@ -79,7 +79,7 @@ def hand_built_name(history_length: int) -> str:
 
 
 def task_memory_name(history_length: int) -> str:
-    """``P_L``'s name on the map (as in :func:`empirical.hand_built.side_by_side_predictors`)."""
+    """``P_L``'s name on the map (as in :func:`empirical.yardsticks.hand_built.side_by_side_predictors`)."""
     return f"P_L L={history_length}"
 
 
@@ -91,7 +91,7 @@ COUNTS_FROM_ZERO = ("ceiling_particles",)
 class KLMapSettings:
     """What :func:`klmap_report` measures on (the options of ``hmmtf klmap``); validated on construction."""
 
-    prompts: int = option(256, "fresh-HMM prompts of the map (empirical.curves.fresh_prompts, the prompts of hmmtf "
+    prompts: int = option(256, "fresh-HMM prompts of the map (empirical.yardsticks.curves.fresh_prompts, the prompts of hmmtf "
                                "heads and of hmmtf curve's probe); the hand-built network costs about 1 s per prompt "
                                "and history length on a core")
     fresh_tasks: int = option(1024, "fresh HMMs the prompts come from (as many, of other streams, fit the n-grams)")
@@ -126,7 +126,7 @@ def common_rows(probabilities: dict[str, torch.Tensor], tokens: torch.Tensor, nu
 
 def outside_uniform(probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``probs (B, N, p)`` with the rows outside ``mask (B, N)`` set to the uniform distribution.
-    Those rows are never averaged, but :func:`empirical.competence.per_prompt_loss` weights them
+    Those rows are never averaged, but :func:`empirical.yardsticks.competence.per_prompt_loss` weights them
     by 0, and ``0 * NaN`` (the hand-built network's unserved rows) is NaN."""
     return torch.where(mask[..., None], probs, 1.0 / probs.shape[-1])
 
@@ -171,7 +171,7 @@ def scope_section(probabilities: dict[str, torch.Tensor], tokens: torch.Tensor, 
                   rows: torch.Tensor) -> dict:
     """One scope of the report: the number of common rows per prompt (``rows (N,)``: the scope's
     within the served ones), every predictor's loss, the ``kl`` map (``kl[row][column]``) and the
-    model's :func:`placement`, all :func:`empirical.competence.paired` over prompts."""
+    model's :func:`placement`, all :func:`empirical.yardsticks.competence.paired` over prompts."""
     mask = common_rows(probabilities, tokens, num_tokens, rows)
     probabilities = {name: outside_uniform(probs, mask) for name, probs in probabilities.items()}
     names = list(probabilities)
@@ -189,7 +189,7 @@ def map_predictions(model: RoFormer, fresh: hmm.Mixture, prompts: hmm.Prompts, p
                     settings: KLMapSettings, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
     """``{name: (B, N, p)}`` float64 of every predictor of the module docstring on ``prompts`` (of
     the fresh HMMs ``fresh``), in the map's order, and their costs: ``{"seconds": {name: seconds},
-    "ceiling": the ceiling's record (:meth:`empirical.competence.Ceiling.record`), None when skipped}``."""
+    "ceiling": the ceiling's record (:meth:`empirical.yardsticks.competence.Ceiling.record`), None when skipped}``."""
     fmt, p, tokens = preset.prompt_format, fresh.num_tokens, prompts.tokens
     predictors = {MODEL: model_predictor(model, p, device)}
     predictors.update({hand_built_name(L): hand_built_predictor(fmt, p, L, settings.gd_steps) for L in HISTORY_LENGTHS})

@@ -21,7 +21,7 @@ from tqdm import tqdm
 import construction
 from empirical.analysis.offsets import composed_history_attention, offset_profile, offset_sums
 from empirical.analysis.shuffle import ScoresFunction
-from empirical.model import RoFormer
+from empirical.training.model import RoFormer
 
 HAND_BUILT_STEPS = 2
 """Gradient-descent layers of the hand-built network used for comparison."""

@@ -6,7 +6,7 @@ known exactly.
 Conventions (:mod:`hmm`): ``T[s, s'] = P(s_{t+1} = s' | s_t = s)``, ``O[s, o] = P(o_t = o | s_t = s)``;
 segments of a prompt are independent runs of its task's HMM. A network's next-token distribution
 ``q`` at a position is its softmax over the p HMM tokens (the delimiter logit dropped:
-:func:`empirical.evaluate.hmm_token_probs`, as in every evaluation). ``KL(p || q) = sum_o p_o log(p_o / q_o)``.
+:func:`empirical.yardsticks.evaluate.hmm_token_probs`, as in every evaluation). ``KL(p || q) = sum_o p_o log(p_o / q_o)``.
 
 **State forcing** (RoFormer). At test position t of a prompt of task k the filtered posterior is
 ``b_t = P(s_t | o_1..o_t, task k)`` (the test sequence only: it is an independent run). Position t
@@ -65,8 +65,8 @@ import construction
 import hmm
 from empirical.analysis.networks import HAND_BUILT_STEPS, hand_built_network, roformer_layer_name, roformer_streams
 from empirical.analysis.probes import bootstrap_interval, bootstrap_ratio_interval
-from empirical.evaluate import hmm_token_probs
-from empirical.model import ResidualPatch, RoFormer
+from empirical.yardsticks.evaluate import hmm_token_probs
+from empirical.training.model import ResidualPatch, RoFormer
 from hmm.memory import memory_predictor
 
 MIN_CENTROID_POSITIONS = 5

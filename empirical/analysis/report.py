@@ -39,10 +39,10 @@ from empirical.analysis.offsets import best_matching_heads, offset_profile
 from empirical.analysis.patching import check_threshold, history_patching, state_forcing
 from empirical.analysis.probes import decoding_ceilings, probe_accuracy, probe_positions, probe_targets
 from empirical.analysis.shuffle import ScoresFunction, random_derangements, shuffle_change
-from empirical.configs import check_integers, option
-from empirical.data import stream_seed
-from empirical.model import RoFormer
-from empirical.presets import ExperimentPreset
+from empirical.training.configs import check_integers, option
+from empirical.training.data import stream_seed
+from empirical.training.model import RoFormer
+from empirical.training.presets import ExperimentPreset
 
 PROBE_TRAIN_STREAM = 3
 PROBE_TEST_STREAM = 4

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from empirical.presets import PRESETS
+from empirical.training.presets import PRESETS
 from empirical.reproduce import plan
 from empirical.reproduce.config import reproduce_config
 from empirical.reproduce.record import (

@@ -1,4 +1,4 @@
-"""What ``hmmtf reproduce`` runs: a preset of :mod:`empirical.presets`, the analysis settings that
+"""What ``hmmtf reproduce`` runs: a preset of :mod:`empirical.training.presets`, the analysis settings that
 go with it, the device, and the two rehearsal switches (``torch.compile`` and bf16 autocast on
 the CPU) that make a CPU run take the code paths of the GPU run.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from empirical.analysis.report import AnalysisConfig
-from empirical.presets import ExperimentPreset, get_preset
+from empirical.training.presets import ExperimentPreset, get_preset
 
 ANALYZE_SECTIONS = ("shuffle", "probes", "offsets")
 """The sections of ``empirical.analysis`` the ``analyze`` stage runs. The fourth, ``patching``, is

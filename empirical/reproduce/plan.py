@@ -3,7 +3,7 @@ time they should take on the chosen device, from rates measured on that device a
 the run (or assumed, for a device this machine does not have).
 
 Rates (:func:`measure_rates`): the best ``n x n`` matrix product in the training dtype, in
-float32 and in float64, and the read bandwidth of device memory (``empirical.roofline``). Host
+float32 and in float64, and the read bandwidth of device memory (``empirical.measurement.roofline``). Host
 work (generating the mixture, sampling prompts, the hand-built network) runs on this machine's
 CPU whatever the device; :func:`measure_host` times a scaled-down piece of each here.
 
@@ -29,10 +29,10 @@ import hmm
 from empirical.analysis.networks import hand_built_network
 from empirical.analysis.patching import CONTROLS, confident_states
 from empirical.analysis.probes import PROBE_MAX_ITERATIONS, probe_positions
-from empirical.evaluate import EVAL_BATCH
-from empirical.model import RoFormer, forward_flops_per_token, training_flops_per_token
+from empirical.yardsticks.evaluate import EVAL_BATCH
+from empirical.training.model import RoFormer, forward_flops_per_token, training_flops_per_token
 from empirical.reproduce.config import ReproduceConfig
-from empirical.roofline import STREAMED_BYTES, matmul_peak, read_bandwidth, timed
+from empirical.measurement.roofline import STREAMED_BYTES, matmul_peak, read_bandwidth, timed
 
 PLANNED_EFFICIENCY = 0.4
 """Fraction of the matmul peak the stages' matrix products are planned to reach (40%: the
@@ -229,7 +229,7 @@ def train_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> Stag
 def bayes_flops(num_tasks: int, num_states: int, num_tokens: int, num_prompts: int,
                 prompt_format: hmm.PromptFormat, batch: int = EVAL_BATCH) -> int:
     """Matrix-product FLOPs of :func:`hmm.bayes_predictive` over ``num_prompts`` prompts in calls
-    of ``batch`` (as :func:`empirical.evaluate.bayes_predictor` makes them). Per call of ``B``
+    of ``batch`` (as :func:`empirical.yardsticks.evaluate.bayes_predictor` makes them). Per call of ``B``
     prompts and per task: ``T O`` (``2 S^2 p``) and ``initial O`` (``2 S p``) once; at each of the
     ``N - n`` non-delimiter positions ``filtered @ [T | T O]`` (``2 B S (S + p)``); at all ``N``
     positions the weighted sum of predictions (``2 B p``)."""

@@ -3,15 +3,15 @@
 Each stage writes into its own folder ``OUT/<stage>/`` and returns what it measured; the loop
 (:func:`run_stages`) times it, records it in ``record.json`` and skips it in a later invocation
 once it is done. A stage cut off in the middle runs again from its start, except training,
-which resumes from its last checkpoint (``empirical.train``: every ``checkpoint_every`` steps).
+which resumes from its last checkpoint (``empirical.training.train``: every ``checkpoint_every`` steps).
 
     mixture   the preset's K HMMs, generated on the host from the preset's seed (the generator is
               seeded numpy, so this is the mixture ``hmmtf evaluate`` rebuilds from a checkpoint;
               the stages that compute with it move it to the device), and their SHA-256
-    train     ``empirical.train.train`` on fresh prompts every step (bf16 autocast on CUDA, fused
+    train     ``empirical.training.train.train`` on fresh prompts every step (bf16 autocast on CUDA, fused
               attention, ``torch.compile`` as the preset says), checkpoints in ``train/checkpoint``
     evaluate  in-context loss / accuracy of the model, the exact Bayes-optimal predictor over all
-              K HMMs (float64, on the device) and the unigram (``empirical.evaluate``)
+              K HMMs (float64, on the device) and the unigram (``empirical.yardsticks.evaluate``)
     analyze   ``empirical.analysis``: shuffle test, probes with the random-init baseline, offset
               profiles, attention maps, hand-built vs trained
     patching  ``empirical.analysis.patching``: state forcing of the trained RoFormer (four
@@ -40,12 +40,12 @@ import torch
 import hmm
 from empirical.analysis.commands import REPORT_FILE, write_figures, write_patching_figures
 from empirical.analysis.report import analyze, patching_report
-from empirical.checkpoint import CONFIG_FILE, load_checkpoint
-from empirical.commands import EVALUATION_FILE
-from empirical.data import PromptStream, held_out_prompts
-from empirical.evaluate import Predictor, evaluate_predictors, in_context_predictors
-from empirical.model import training_flops_per_token
-from empirical.plots import plot_in_context, plot_training_loss
+from empirical.training.checkpoint import CONFIG_FILE, load_checkpoint
+from empirical.cli.commands import EVALUATION_FILE
+from empirical.training.data import PromptStream, held_out_prompts
+from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
+from empirical.training.model import training_flops_per_token
+from empirical.cli.plots import plot_in_context, plot_training_loss
 from empirical.reproduce import plan
 from empirical.reproduce.bundle import write_bundle
 from empirical.reproduce.config import ReproduceConfig
@@ -58,8 +58,8 @@ from empirical.reproduce.record import (
     read_json,
     write_json,
 )
-from empirical.roofline import synchronize, timed
-from empirical.train import CHECKPOINT_DIR, METRICS_FILE, train
+from empirical.measurement.roofline import synchronize, timed
+from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, train
 
 MIXTURE_FILE = "mixture.json"
 PATCHING_FILE = "patching.json"

@@ -1,0 +1,174 @@
+"""``hmmtf ngram-verdict CHECKPOINT --out DIR``: the competence rule's comparison with the in-context
+n-grams, decided on many more prompts than the competence result, without its SMC ceiling.
+
+**Why.** On the paper's family the whole in-context signal is about 0.05 nats per token and the
+in-context trigram already takes about 0.81 of it, so a network that infers more than the trigram
+does is ahead of it by about 0.001 nats over all positions. The competence result's 512 prompts
+resolve differences of about 0.0013 nats (two standard errors); most of its cost is the ceiling's
+SMC, which the n-gram comparison does not need. So the comparison is made again here on
+:data:`NgramVerdictSettings.prompts` prompts, fresh and independent of the competence result's.
+
+**Decision rule** (fixed before any result; the competence rule of :mod:`empirical.yardsticks.competence`
+with a standard error clustered by HMM). Per prompt b, ``d_b = loss_model(b) - loss_n(b)`` (mean
+over the scope's rows). Prompts that share an HMM are not independent, so the standard error of
+``mean(d)`` is the cluster-robust one over the HMMs g::
+
+    se^2 = sum_g (sum_{b in g} (d_b - mean(d)))^2 / B^2
+
+The model beats order n in a scope when ``mean(d) + 1.96 se < 0``; the scopes (test sequence, all
+positions) and the verdict are :func:`empirical.yardsticks.competence.competence_verdict`'s.
+
+**Power** (from the learning curves' 256-prompt probe, where model minus trigram has a standard
+error of about 0.0011 nats over all positions and 0.003 on the test sequence): 4096 prompts shrink
+them to about 0.0003 and 0.0008, so a true margin of 0.001 and 0.003 nats is detected with power
+above 0.9.
+
+**Data.** :data:`VERDICT_MIXTURE_STREAM` draws the fresh HMMs (the preset's generator, another
+seed stream than the training, competence and fitting HMMs), :data:`VERDICT_PROMPT_STREAM` the
+prompts. The n-grams are :func:`empirical.yardsticks.competence.fitted_ngrams`, fitted on the competence
+result's fitting prompts of as many other fresh HMMs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import torch  # noqa: E402
+
+import hmm  # noqa: E402
+from empirical.analysis.commands import add_measure_command  # noqa: E402
+from empirical.yardsticks.competence import (  # noqa: E402
+    NGRAM_ORDERS, RULE, competence_verdict, fitted_ngrams, paired, per_prompt_loss, scope_rows)
+from empirical.training.configs import check_integers, option  # noqa: E402
+from empirical.training.data import stream_seed  # noqa: E402
+from empirical.yardsticks.evaluate import model_predictor  # noqa: E402
+from empirical.yardsticks.ngram import scored_rows  # noqa: E402
+from empirical.training.model import RoFormer  # noqa: E402
+from empirical.training.presets import ExperimentPreset  # noqa: E402
+from empirical.yardsticks.regime import Z_95, oracle_predictor, unseen_mixture  # noqa: E402
+
+VERDICT_MIXTURE_STREAM = 13
+"""Seed stream of the fresh HMMs of the verdict's prompts."""
+VERDICT_PROMPT_STREAM = 14
+"""Seed stream of the verdict's prompts."""
+CLUSTERED_RULE = RULE + ("; the standard error of mean(d) is clustered by HMM "
+                         "(se^2 = sum_g (sum_{b in g} (d_b - mean d))^2 / B^2)")
+"""The module docstring's decision rule, recorded in every result."""
+REPORT_FILE = "ngram-verdict.json"
+FIGURE_FILE = "ngram-verdict.png"
+HELP = ("the model against the in-context 1/2/3-grams on thousands of fresh-HMM prompts (the competence rule, "
+        "standard errors clustered by HMM, no SMC ceiling)")
+
+
+@dataclasses.dataclass(frozen=True)
+class NgramVerdictSettings:
+    """What :func:`ngram_verdict_report` measures on (the options of ``hmmtf ngram-verdict``)."""
+
+    prompts: int = option(4096, "fresh-HMM prompts (streams independent of the competence result's)")
+    fresh_tasks: int = option(8192, "fresh HMMs the prompts come from (as many, of other streams, fit the n-grams)")
+
+    def __post_init__(self) -> None:
+        check_integers(self, ("prompts", "fresh_tasks"), minimum=1)
+
+
+def clustered_interval(differences: torch.Tensor, clusters: torch.Tensor) -> dict:
+    """Mean of per-prompt ``differences``, its standard error clustered by ``clusters`` (the
+    module docstring's ``se``), the 95% interval, and beside it the naive standard error that
+    :func:`empirical.yardsticks.competence.paired` gives (prompts independent)."""
+    mean = differences.mean()
+    centred = differences - mean
+    _, cluster_index = torch.unique(clusters, return_inverse=True)
+    sums = torch.zeros(int(cluster_index.max()) + 1, dtype=differences.dtype).index_add_(0, cluster_index, centred)
+    stderr = (sums.square().sum().sqrt() / differences.numel()).item()
+    return {"mean": mean.item(), "stderr": stderr,
+            "interval_95": [mean.item() - Z_95 * stderr, mean.item() + Z_95 * stderr],
+            "naive_stderr": paired(differences)["stderr"]}
+
+
+def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: NgramVerdictSettings,
+                         device: torch.device | str = "cpu") -> dict:
+    """The module docstring's comparison as a JSON-ready dict: each predictor's mean loss and
+    top-1 accuracy (over the scope's scored rows) per scope, the clustered intervals of model
+    minus each n-gram (and minus the oracle), which orders the model beats, and the verdict."""
+    fresh = unseen_mixture(preset, settings.fresh_tasks, VERDICT_MIXTURE_STREAM)
+    prompts = hmm.sample_prompts(fresh, settings.prompts, preset.prompt_format,
+                                 seed=stream_seed(preset.data_seed, VERDICT_PROMPT_STREAM, 0))
+    tokens, p = prompts.tokens, fresh.num_tokens
+    predictors = {**fitted_ngrams(preset, settings.fresh_tasks), "model": model_predictor(model, p, device),
+                  "oracle": oracle_predictor(fresh, prompts)}
+    probabilities = {name: predictor(tokens) for name, predictor in predictors.items()}
+    ngrams = [f"ngram {n}" for n in NGRAM_ORDERS]
+    scored, targets = scored_rows(tokens, p)
+    losses, accuracy, comparisons, beats = {}, {}, {}, {}
+    for scope, rows in scope_rows(preset.prompt_format).items():
+        per_prompt = {name: per_prompt_loss(probs, tokens, p, rows) for name, probs in probabilities.items()}
+        losses[scope] = {name: values.mean().item() for name, values in per_prompt.items()}
+        in_scope = scored & rows
+        accuracy[scope] = {name: ((probs.argmax(-1) == targets) & in_scope).sum().item() / in_scope.sum().item()
+                           for name, probs in probabilities.items()}
+        comparisons[scope] = {f"model - {name}": clustered_interval(per_prompt["model"] - per_prompt[name],
+                                                                    prompts.task_ids)
+                              for name in (*ngrams, "oracle")}
+        beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in ngrams}
+    return {
+        "rule": CLUSTERED_RULE,
+        "settings": dataclasses.asdict(settings),
+        "streams": {"mixture": VERDICT_MIXTURE_STREAM, "prompts": VERDICT_PROMPT_STREAM},
+        "distinct_hmms": int(torch.unique(prompts.task_ids).numel()),
+        "losses": losses,
+        "accuracy": accuracy,
+        "comparisons": comparisons,
+        "beats": beats,
+        "verdict": competence_verdict(beats),
+    }
+
+
+def plot_ngram_verdict(report: dict, path: Path) -> None:
+    """Model minus each in-context n-gram with its 95% clustered interval: one panel per scope
+    (rows) and order (columns), each on its own scale with 0 marked, so that the trigram's margin of
+    a thousandth of a nat is as readable as the unigram's tenth; the title gives the verdict."""
+    scopes = list(report["comparisons"])
+    names = [name for name in report["comparisons"][scopes[0]] if "ngram" in name]
+    figure, axes = plt.subplots(len(scopes), len(names), figsize=(3.6 * len(names), 1.9 * len(scopes)),
+                                constrained_layout=True, squeeze=False)
+    for row, scope in enumerate(scopes):
+        for column, name in enumerate(names):
+            axis, interval = axes[row, column], report["comparisons"][scope][name]
+            low, high = interval["interval_95"]
+            axis.errorbar(interval["mean"], 0, xerr=[[interval["mean"] - low], [high - interval["mean"]]], fmt="o",
+                          color="tab:green" if high < 0 else "tab:gray", capsize=5)
+            axis.axvline(0, color="black", linewidth=0.8)
+            margin = 0.15 * (max(high, 0) - min(low, 0))
+            axis.set_xlim(min(low, 0) - margin, max(high, 0) + margin)
+            axis.set_yticks([])
+            axis.xaxis.set_major_locator(plt.MaxNLocator(4))
+            axis.set_title(f"{scope.replace('_', ' ')}: {name}\n{interval['mean']:+.4f} [{low:+.4f}, {high:+.4f}]",
+                           fontsize=9)
+            axis.grid(alpha=0.3)
+        axes[row, 0].set_ylabel(scope.replace("_", " "))
+    for axis in axes[-1]:
+        axis.set_xlabel("loss difference (nats/token)")
+    settings = report["settings"]
+    figure.suptitle(f"{report.get('checkpoint', '')}: {report['verdict']} ({settings['prompts']} prompts of "
+                    f"{report['distinct_hmms']} distinct fresh HMMs; 95% intervals clustered by HMM, green: below 0)",
+                    fontsize=10)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def summary(report: dict) -> dict:
+    """What the command prints: the verdict and the intervals of model minus each n-gram."""
+    return {"verdict": report["verdict"],
+            "model_minus": {scope: {name.removeprefix("model - "): [round(v, 5) for v in value["interval_95"]]
+                                    for name, value in by_name.items()}
+                            for scope, by_name in report["comparisons"].items()}}
+
+
+def register(subparsers) -> None:
+    """Add ``ngram-verdict`` to the ``hmmtf`` parser."""
+    add_measure_command(subparsers, "ngram-verdict", HELP, NgramVerdictSettings, (), ngram_verdict_report,
+                        plot_ngram_verdict, summary, REPORT_FILE, FIGURE_FILE)

@@ -1,0 +1,275 @@
+"""Subcommands of the ``empirical`` package (registered in :mod:`hmmtf`):
+
+``hmmtf train --preset PRESET [--config FILE] [--FIELD VALUE ...]`` trains a RoFormer (also under
+``torchrun --nproc_per_node=G hmmtf.py train ...``; the overrides: :mod:`empirical.training.overrides`),
+``hmmtf evaluate CHECKPOINT`` writes the in-context metrics (JSON) and figures, and ``hmmtf
+calibrate --preset PRESET`` the Bayes-optimal in-context signal of the preset's mixture vs its
+Dirichlet concentration.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import hmm
+from empirical.yardsticks.calibrate import DEFAULT_CONCENTRATIONS, calibrate
+from empirical.training.checkpoint import load_checkpoint
+from empirical.yardsticks.competence import CEILING_SETTINGS, competence_section
+from empirical.training.data import PromptStream, held_out_prompts
+from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
+from empirical.yardsticks.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
+from empirical.cli.plots import (plot_calibration, plot_competence, plot_in_context, plot_regime, plot_side_by_side,
+                             plot_training_loss)
+from empirical.training.overrides import add_override_options, flag_overrides, training_run
+from empirical.training.presets import PRESETS, preset_from_task
+from empirical.yardsticks.regime import oracle_predictor, regime_section
+from empirical.training.run_control import stop_on_signals
+from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
+from hmm.prior_predictive import SMCSettings
+from hmmtf_options import non_negative_int, positive_float, positive_int
+
+TRAIN_SUMMARY_FILE = "train_summary.json"
+EVALUATION_FILE = "evaluation.json"
+COMPETENCE_FILE = "competence.json"
+SIDE_BY_SIDE_FILE = "hand_built.json"
+
+
+def run_train(args) -> int:
+    """``hmmtf train``: the resolved run (:mod:`empirical.training.overrides`) trained in its run folder,
+    stopped by SIGINT or SIGTERM at a step boundary with a checkpoint (exit code 128 + the signal)."""
+    run = training_run(args.preset, args.config, flag_overrides(args))
+    preset = run.preset
+    run_dir = Path(args.run_dir) if args.run_dir else run.default_run_dir()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    default_device = init_distributed()
+    device = torch.device(args.device) if args.device else default_device
+    mixture = preset.build_mixture()
+    stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
+    checkpoint = run_dir / CHECKPOINT_DIR
+    started = time.perf_counter()
+    with stop_on_signals() as stop:
+        result = train(
+            run.model,
+            preset.train,
+            stream,
+            run_dir,
+            task=preset.task(),
+            command=args.command_line,
+            stop_requested=stop,
+            on_resume=lambda step: print(f"resumed from step {step} of {preset.train.steps} ({checkpoint})",
+                                         file=sys.stderr),
+            device=device,
+            progress=not args.no_progress,
+        )
+    context = distributed_context()
+    if result.interrupted:
+        if context.rank == 0:
+            signal_name = stop.signal.name if stop() else "a signal to another rank"
+            print(f"hmmtf train: interrupted by {signal_name} at step {result.step} of {preset.train.steps}; "
+                  f"checkpoint written to {checkpoint}; rerun the same command to resume", file=sys.stderr)
+        shutdown_distributed()
+        return stop.exit_code
+    if context.rank == 0:
+        summary = {
+            "command": args.command_line,
+            "preset": preset.name,
+            "changed_from_preset": dict(run.changes),
+            "run_dir": str(run_dir),
+            "steps": result.step,
+            "wall_time_s": time.perf_counter() - started,
+            "last_logged_loss": result.last_loss,
+            "world_size": context.world_size,
+            "device": str(device),
+            "torch": torch.__version__,
+            "num_threads": torch.get_num_threads(),
+            "parameters": result.model.num_parameters(),
+        }
+        (run_dir / TRAIN_SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        print(json.dumps(summary, indent=2))
+    shutdown_distributed()
+    return 0
+
+
+def run_evaluate(args) -> int:
+    torch.set_num_threads(args.threads)
+    checkpoint_dir = Path(args.checkpoint)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    saved = load_checkpoint(checkpoint_dir, device)
+    preset = preset_from_task(saved.config["task"])
+    num_prompts = preset.eval_prompts if args.num_prompts is None else args.num_prompts
+    mixture = preset.build_mixture()
+    prompts = held_out_prompts(mixture, preset.prompt_format, num_prompts, preset.data_seed)
+    predictors = in_context_predictors(saved.model, mixture, preset, num_prompts, device)
+    started = time.perf_counter()
+    evaluation = evaluate_predictors({**predictors, "oracle": oracle_predictor(mixture, prompts)}, prompts,
+                                     mixture.num_tokens, pairs=(("model", "oracle"),))
+    if args.fresh_tasks:
+        evaluation["regime"] = regime_section(predictors, mixture, preset, evaluation, num_prompts,
+                                              args.fresh_tasks, args.reference_tasks, device)
+    run_dir = checkpoint_dir.parent
+    out = Path(args.out) if args.out else run_dir / "evaluation"
+    out.mkdir(parents=True, exist_ok=True)
+    train_summary = run_dir / TRAIN_SUMMARY_FILE
+    report = {
+        "command": args.command_line,
+        "git_commit": args.git_commit,
+        "checkpoint": str(checkpoint_dir),
+        "step": saved.config["step"],
+        "task": saved.config["task"],
+        "model": saved.config["model"],
+        "train": saved.config["train"],
+        "train_summary": json.loads(train_summary.read_text()) if train_summary.is_file() else None,
+        "evaluation_time_s": time.perf_counter() - started,
+        **evaluation,
+    }
+    (out / EVALUATION_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    plot_in_context(evaluation, out / "in_context.png")
+    if "regime" in evaluation:
+        plot_regime(evaluation, out / "regime.png")
+    metrics = run_dir / METRICS_FILE
+    if metrics.is_file():
+        (out / METRICS_FILE).write_text(metrics.read_text())
+        plot_training_loss(metrics, evaluation, out / "training_loss.png")
+    regime = {scope: {key: result[key] for key in ("fraction_of_gap", "verdict")}
+              for scope, result in evaluation.get("regime", {}).get("memorisation", {}).items()}
+    summary = {"out": str(out), "test_sequence": evaluation["excess_test_sequence"], "regime": regime,
+               "accuracy_by_demonstrations": {name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]]
+                                              for name in predictors}}
+    if args.hand_built_prompts:
+        summary["hand_built"] = write_side_by_side(args, predictors, mixture, prompts, report, out)
+    if args.fresh_tasks and args.ceiling_particles:
+        summary["competence"] = write_competence(args, predictors, preset, num_prompts, report, out)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: dict, out: Path) -> dict:
+    """The competence result (:func:`empirical.yardsticks.competence.competence_section`) on the regime
+    section's fresh-HMM prompts: ``competence.json`` and ``competence.png``; returns its summary
+    for the command's output."""
+    settings = SMCSettings(particles=args.ceiling_particles, moves=args.ceiling_moves, seed=args.ceiling_seed)
+    started = time.perf_counter()
+    competence = competence_section(predictors["model"], predictors["unigram"], preset, num_prompts, args.fresh_tasks,
+                                    settings)
+    result = {"command": args.command_line, "git_commit": args.git_commit, "checkpoint": report["checkpoint"],
+              "step": report["step"], "task": report["task"], "model": report["model"],
+              "evaluation_time_s": time.perf_counter() - started, **competence}
+    (out / COMPETENCE_FILE).write_text(json.dumps(result, indent=2) + "\n")
+    plot_competence(result, out / "competence.png")
+    return {"out": str(out / COMPETENCE_FILE), "verdict": competence["verdict"], "gap_closed": competence["gap_closed"],
+            "loss": {name: round(value["loss"], 4) for name, value in competence["ladder"]["all_positions"].items()}}
+
+
+def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixture, prompts: hmm.Prompts,
+                       report: dict, out: Path) -> dict:
+    """The hand-built network, P_L and least squares beside ``predictors`` (model, Bayes, unigram)
+    on the first ``--hand-built-prompts`` prompts (all of them if there are fewer), for every
+    ``--hand-built-L`` and ``--hand-built-T``, on the rows every one of them serves:
+    ``hand_built.json`` and ``hand_built_in_context.png``; returns its summary for the command's output."""
+    count = min(args.hand_built_prompts, len(prompts.tokens))
+    subset = hmm.Prompts(prompts.tokens[:count], prompts.task_ids[:count], prompts.states[:count], prompts.format)
+    history_lengths, gd_steps = sorted(args.hand_built_L), sorted(args.hand_built_T)
+    started = time.perf_counter()
+    evaluation = evaluate_predictors(
+        {**predictors, **side_by_side_predictors(mixture, subset, history_lengths, gd_steps, HAND_BUILT_BATCH)},
+        subset, mixture.num_tokens, rows=served_rows(prompts.format, max(history_lengths)))
+    side_by_side = {
+        "command": args.command_line,
+        "git_commit": args.git_commit,
+        "checkpoint": report["checkpoint"],
+        "step": report["step"],
+        "history_lengths": history_lengths,
+        "gd_steps": gd_steps,
+        "rows": f"row t predicts token t+1; t in segments 1..n at offset >= {max(history_lengths) - 1} (an L-history "
+                f"inside the segment, at least one demonstration before it), for every predictor",
+        "distribution_rule": f"q = (1 - eps) max(v, 0) / sum max(v, 0) + eps / p, eps = {SMOOTHING} (uniform where "
+                             f"no entry of v is positive), for the raw outputs v of least squares and hand-built",
+        "evaluation_time_s": time.perf_counter() - started,
+        **evaluation,
+    }
+    (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(side_by_side, indent=2) + "\n")
+    plot_side_by_side(evaluation, history_lengths, gd_steps, out / "hand_built_in_context.png")
+    at = evaluation["by_demonstrations"]
+    return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": at["num_demonstrations"],
+            "accuracy": {name: [round(a, 3) for a in at[name]["accuracy"]] for name in at if name != "num_demonstrations"}}
+
+
+def run_calibrate(args) -> int:
+    start = time.perf_counter()
+    report = calibrate(args.preset, args.concentrations, args.num_prompts, args.seed)
+    report["command"] = args.command_line
+    report["git_commit"] = args.git_commit
+    report["seconds"] = time.perf_counter() - start
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.preset}.json").write_text(json.dumps(report, indent=2))
+    plot_calibration(report, out / f"{args.preset}.png")
+    print(f"{'concentration':>13} | Bayes accuracy after 0 .. n demonstrations")
+    for entry in report["results"]:
+        print(f"{entry['concentration']:>13g} | " + " ".join(f"{value:.3f}" for value in entry["bayes_accuracy"]))
+    print(f"wrote {out / (args.preset + '.json')} and .png in {report['seconds']:.1f} s")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``train``, ``evaluate`` and ``calibrate`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser(
+        "train", help="train a RoFormer on a mixture of HMMs (also under torchrun)",
+        description="Train a RoFormer: a preset's values, overridden by --config's, overridden by the flags "
+                    "below (docs/empirical.md, 'Commands'). SIGINT or SIGTERM stops at the next step with a "
+                    "checkpoint (exit code 130 or 143); the same command resumes it.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="the named defaults (or `preset` in --config)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML or JSON file of [data], [model] and [train] values (and a `preset`), between the "
+                             "preset's and the flags'")
+    parser.add_argument("--run-dir", help="checkpoint and metrics folder, resumed if it holds a checkpoint (default: "
+                                          "runs/PRESET, or runs/PRESET-field=value-... for each value that differs "
+                                          "from the preset's)")
+    parser.add_argument("--device", help="default: this rank's CUDA device, else CPU")
+    parser.add_argument("--threads", type=positive_int, help="torch CPU threads (1 is fastest on a shared machine)")
+    parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    add_override_options(parser)
+    parser.set_defaults(run=run_train)
+
+    parser = subparsers.add_parser("evaluate", help="in-context accuracy/loss of a checkpoint vs Bayes-optimal")
+    parser.add_argument("checkpoint", help="a checkpoint folder (RUN_DIR/%s)" % CHECKPOINT_DIR)
+    parser.add_argument("--out", help="folder for evaluation.json and figures (default RUN_DIR/evaluation)")
+    parser.add_argument("--num-prompts", type=positive_int, help="held-out prompts (default: the preset's)")
+    parser.add_argument("--device", help="default: CUDA if available, else CPU")
+    parser.add_argument("--hand-built-prompts", type=non_negative_int, default=256,
+                        help="held-out prompts (the first ones; all of them if there are fewer) for the hand-built "
+                             "network, P_L and least squares beside the model; 0 skips them")
+    parser.add_argument("--hand-built-L", type=positive_int, nargs="+", default=[1, 2, 3], help="history lengths L")
+    parser.add_argument("--hand-built-T", type=positive_int, nargs="+", default=[2, 32],
+                        help="gradient-descent layers T")
+    parser.add_argument("--fresh-tasks", type=non_negative_int, default=1024,
+                        help="HMMs never seen in training for the regime diagnostic (0: no regime section)")
+    parser.add_argument("--reference-tasks", type=positive_int, default=16384,
+                        help="HMMs of the reference mixture bounding the fresh-HMM ceiling")
+    parser.add_argument("--ceiling-particles", type=non_negative_int, default=CEILING_SETTINGS.particles,
+                        help="SMC particles per replicate of the prior-predictive ceiling on the fresh HMMs' prompts "
+                             "(competence.json); 0 skips the competence result")
+    parser.add_argument("--ceiling-moves", type=positive_int, default=CEILING_SETTINGS.moves,
+                        help="Gibbs sweeps per SMC rejuvenation of the ceiling")
+    parser.add_argument("--ceiling-seed", type=non_negative_int, default=CEILING_SETTINGS.seed,
+                        help="seed of the ceiling's SMC")
+    parser.add_argument("--threads", type=positive_int, default=1,
+                        help="torch CPU threads (1 is fastest on a shared machine)")
+    parser.set_defaults(run=run_evaluate)
+
+    parser = subparsers.add_parser("calibrate", help="Bayes-optimal in-context signal of a mixture preset vs Dirichlet concentration")
+    parser.add_argument("--preset", default="cpu-small", choices=sorted(PRESETS))
+    parser.add_argument("--concentrations", type=positive_float, nargs="+", default=list(DEFAULT_CONCENTRATIONS),
+                        help="Dirichlet concentrations of the transition and emission rows (default: %(default)s)")
+    parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts (default: %(default)s)")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of the mixtures and prompts (default: %(default)s)")
+    parser.add_argument("--out", default="runs/calibration",
+                        help="folder of PRESET.json and PRESET.png (default: %(default)s; the committed result is "
+                             "written with --out figures/calibration)")
+    parser.set_defaults(run=run_calibrate)

@@ -1,0 +1,161 @@
+"""Subcommands of the studies that choose and train the regime networks (registered in :mod:`hmmtf`):
+
+``hmmtf signal`` measures the in-context signal of data families (:mod:`empirical.yardsticks.signal`),
+``hmmtf family-calibration`` chooses the paper-scale family (:mod:`empirical.yardsticks.family_calibration`),
+``hmmtf curve`` trains with a learning curve on fresh HMMs (:mod:`empirical.yardsticks.curves`) and
+``hmmtf curves`` puts a study's runs in one JSON and figure. The computations live in those
+modules; this one parses, writes and draws.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import hmm
+from empirical.yardsticks.competence import CEILING_SETTINGS
+from empirical.yardsticks.curves import BASELINES_FILE, baseline_means, run_summary, train_with_curve
+from empirical.training.overrides import add_override_options, flag_overrides, training_run
+from empirical.yardsticks.family_calibration import GRID, calibration_report, grid_specs
+from empirical.cli.plots import plot_curve, plot_curves, plot_family_calibration, plot_signal
+from empirical.training.presets import PRESETS
+from empirical.yardsticks.signal import CANDIDATES, signal_report
+from hmm.prior_predictive import SMCSettings
+from hmmtf_options import non_negative_int, positive_int
+
+SIGNAL_FILE = "signal.json"
+FAMILY_CALIBRATION_FILE = "family_calibration.json"
+STUDY_FILE = "curves.json"
+
+
+def run_signal(args) -> int:
+    torch.set_num_threads(args.threads)
+    unknown = sorted(set(args.families) - set(CANDIDATES))
+    if unknown:
+        raise ValueError(f"--families: {unknown}; expected names of {sorted(CANDIDATES)}")
+    settings = SMCSettings(particles=args.particles, moves=args.moves, seed=args.seed)
+    started = time.perf_counter()
+    report = signal_report({name: CANDIDATES[name] for name in args.families}, hmm.PROMPT_FORMATS["tasks-8192"],
+                           args.num_prompts, args.fresh_tasks, settings)
+    report = {"command": args.command_line, "git_commit": args.git_commit, "seconds": time.perf_counter() - started,
+              **report}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SIGNAL_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    plot_signal(report, out / "signal.png")
+    print(json.dumps({name: {"signal": round(family["scopes"]["all_positions"]["signal"]["mean"], 4),
+                             "bigram_share": round(family["scopes"]["all_positions"]["bigram_share"], 3)}
+                      for name, family in report["families"].items()}, indent=1))
+    return 0
+
+
+def run_family_calibration(args) -> int:
+    """``hmmtf family-calibration``: the grid's measurements and the rule's choice in
+    ``family_calibration.json``, the maps in ``family_calibration.png``."""
+    torch.set_num_threads(args.threads)
+    specs = grid_specs(args.concentrations)
+    started = time.perf_counter()
+
+    def progress(name: str, seconds: float) -> None:
+        print(f"{name}: {seconds:.1f} s", flush=True)
+
+    report = calibration_report(specs, hmm.PROMPT_FORMATS["paper"], args.num_prompts, args.fresh_tasks, progress)
+    report = {"command": args.command_line, "git_commit": args.git_commit, "threads": args.threads,
+              "seconds": time.perf_counter() - started, **report}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / FAMILY_CALIBRATION_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    plot_family_calibration(report, out / "family_calibration.png")
+    print(f"choice: {report['choice']}")
+    return 0
+
+
+def run_curve(args) -> int:
+    torch.set_num_threads(args.threads)
+    run = training_run(args.preset, args.config, flag_overrides(args))
+    run_dir = Path(args.run_dir)
+    settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles)
+    points = train_with_curve(run.preset, run.model, run_dir, args.every, args.curve_prompts, args.fresh_tasks,
+                              settings, command=args.command_line, branch_from=args.branch_from)
+    baselines = json.loads((run_dir / BASELINES_FILE).read_text())
+    plot_curve(points, baseline_means(baselines), run_dir / "curve.png")
+    return 0
+
+
+def run_curves(args) -> int:
+    """``hmmtf curves``: the runs' summaries in ``curves.json`` and their curves in ``curves.png``."""
+    runs = [run_summary(Path(run_dir)) for run_dir in args.run_dirs]
+    for run in runs[1:]:
+        if (run["mixture"], run["probe"]) != (runs[0]["mixture"], runs[0]["probe"]):
+            raise ValueError(f"run_dirs: {run['run']!r} was scored on {run['mixture']!r} with {run['probe']}, "
+                             f"{runs[0]['run']!r} on {runs[0]['mixture']!r} with {runs[0]['probe']}; expected one "
+                             f"mixture and one probe per study")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    study = {"command": args.command_line, "git_commit": args.git_commit, "title": args.title, "runs": runs}
+    (out / STUDY_FILE).write_text(json.dumps(study, indent=1) + "\n")
+    plot_curves(study, out / "curves.png")
+    for run in runs:
+        last = run["points"][-1]["all_positions"]
+        print(f"{run['run']}: step {run['points'][-1]['step']}, model - bigram {last['model_minus']['ngram 2']['mean']:+.4f}, "
+              f"gap closed {last['gap_closed']['fraction']:.2f}")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``signal``, ``family-calibration``, ``curve`` and ``curves`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser("signal", help="in-context signal of data families: in-context n-grams, the "
+                                                  "prior-predictive ceiling and the oracle on fresh HMMs")
+    parser.add_argument("--families", nargs="+", default=list(CANDIDATES), metavar="NAME",
+                        help=f"families to measure (default: all of {list(CANDIDATES)})")
+    parser.add_argument("--num-prompts", type=positive_int, default=128, help="prompts per family")
+    parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
+    parser.add_argument("--particles", type=positive_int, default=CEILING_SETTINGS.particles,
+                        help="SMC particles per replicate of the ceiling")
+    parser.add_argument("--moves", type=positive_int, default=CEILING_SETTINGS.moves,
+                        help="Gibbs sweeps per rejuvenation")
+    parser.add_argument("--seed", type=non_negative_int, default=CEILING_SETTINGS.seed, help="seed of the ceiling's SMC")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    parser.add_argument("--out", default="runs/families",
+                        help="folder of signal.json and signal.png (the committed result: --out figures/families)")
+    parser.set_defaults(run=run_signal)
+
+    parser = subparsers.add_parser("family-calibration", help="the paper-scale family: oracle, in-context n-grams "
+                                   "and uniform on fresh 128-state HMMs over a grid of Dirichlet concentrations, and the "
+                                   "rule's choice")
+    parser.add_argument("--concentrations", nargs="+", type=float, default=list(GRID), metavar="C",
+                        help=f"the grid, for transition and emission rows alike (default {list(GRID)})")
+    parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts per family")
+    parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    parser.add_argument("--out", default="runs/families/paper-scale",
+                        help="folder of family_calibration.json and .png (the committed result: --out "
+                             "figures/families/paper-scale)")
+    parser.set_defaults(run=run_family_calibration)
+
+    parser = subparsers.add_parser("curve", help="train with a learning curve on fresh HMMs against the in-context "
+                                                 "n-grams and the prior-predictive ceiling")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="the named defaults (or `preset` in --config)")
+    parser.add_argument("--config", metavar="FILE", help="TOML or JSON overrides, as hmmtf train reads them")
+    add_override_options(parser)
+    parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present)")
+    parser.add_argument("--every", type=positive_int, required=True, help="steps between curve points (divides --steps)")
+    parser.add_argument("--branch-from", metavar="RUN_DIR",
+                        help="start a new --run-dir from this curve run's checkpoint, whose steps took the same "
+                             "rates (a constant-rate run into its final decay: --decay-steps)")
+    parser.add_argument("--curve-prompts", type=positive_int, default=256, help="fresh-HMM prompts of every point")
+    parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
+    parser.add_argument("--ceiling-particles", type=positive_int, default=CEILING_SETTINGS.particles,
+                        help="SMC particles per replicate of the ceiling")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    parser.set_defaults(run=run_curve)
+
+    parser = subparsers.add_parser("curves", help="a study: several runs' learning curves (of hmmtf curve) in one "
+                                                  "JSON and figure")
+    parser.add_argument("run_dirs", nargs="+", help="run folders of hmmtf curve")
+    parser.add_argument("--title", required=True, help="what the study compares (the figure's title)")
+    parser.add_argument("--out", required=True, help="folder of curves.json and curves.png")
+    parser.set_defaults(run=run_curves)

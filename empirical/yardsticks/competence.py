@@ -1,0 +1,296 @@
+"""How good a trained network is on HMMs it never saw, before anything is said about its mechanism.
+
+``hmmtf evaluate``'s competence result (``competence.json`` beside ``evaluation.json``;
+``docs/empirical.md``, "Competence"). On prompts of fresh HMMs (the regime section's: the
+preset's generator, :data:`empirical.yardsticks.regime.FRESH_MIXTURE_STREAM`, prompts of
+:data:`empirical.yardsticks.regime.FRESH_PROMPT_STREAM`) it scores a ladder of predictors:
+
+* ``unigram``: the training mixture's token frequencies (context-free);
+* ``ngram 1``, ``ngram 2``, ``ngram 3``: in-context n-grams (:mod:`empirical.yardsticks.ngram`) whose
+  concentrations are fitted on :data:`FIT_PROMPTS` prompts of *other* fresh HMMs
+  (:data:`FIT_MIXTURE_STREAM`, prompts :data:`FIT_PROMPT_STREAM`): no evaluated prompt and no
+  evaluated HMM is used to fit them;
+* ``model``: the network;
+* ``hand-built``: the paper's construction (:func:`empirical.yardsticks.hand_built.hand_built_predictor`) on
+  the rows it serves (a separate table, as it skips each segment's first L - 1 rows);
+* ``ceiling``: the posterior predictive under the generator's prior (:mod:`hmm.prior_predictive`),
+  the best any predictor of the prompt alone can do; computed as :data:`CEILING_REPLICATES`
+  independent SMC runs whose predictive distributions are averaged, their spread giving the
+  Monte-Carlo error;
+* ``oracle``: each prompt's own HMM (not reachable from the prompt).
+
+**Decision rule** (fixed before any result). Per prompt b, ``d_b = loss_model(b) - loss_n(b)``
+(mean over the scope's rows of that prompt); the model *beats* the in-context n-gram of order n in
+a scope when the 95% interval ``mean(d) +- 1.96 s.e.`` lies below 0. The scopes are the test
+sequence and all positions. The verdict is
+
+* ``beats every in-context n-gram``: it beats orders 1, 2 and 3 in both scopes;
+* ``beats the in-context bigram``: orders 1 and 2 in both scopes, not order 3;
+* ``beats the in-context unigram``: order 1 in both scopes, not order 2;
+* ``at the in-context-unigram level``: otherwise.
+
+A model is **competent** for mechanism claims (:mod:`ledger.ladder`) when it beats the in-context
+bigram in both scopes. Beside the verdict, the fraction of the gap from the in-context unigram
+to the ceiling that the model closes::
+
+    closed = mean_b(loss_1(b) - loss_model(b)) / mean_b(loss_1(b) - loss_ceiling(b))
+
+with a delta-method 95% interval over prompts (the ceiling's own Monte-Carlo error is reported
+next to it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+import hmm
+from empirical.training.data import stream_seed
+from empirical.yardsticks.evaluate import Predictor, evaluate_predictors
+from empirical.yardsticks.hand_built import hand_built_predictor, served_rows
+from empirical.yardsticks.ngram import InContextNGram, scored_rows
+from empirical.training.presets import ExperimentPreset
+from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, Z_95, oracle_predictor, unseen_mixture
+from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
+
+NGRAM_ORDERS = (1, 2, 3)
+"""Orders of the in-context n-gram baselines."""
+FIT_MIXTURE_STREAM = 11
+"""Seed stream of the fresh HMMs whose prompts fit the n-grams' concentrations."""
+FIT_PROMPT_STREAM = 12
+"""Seed stream of the fitting prompts."""
+FIT_PROMPTS = 512
+"""Prompts the n-grams' concentrations are fitted on."""
+CEILING_REPLICATES = 2
+"""Independent SMC runs averaged into the ceiling (their differences give its Monte-Carlo error)."""
+CEILING_SETTINGS = SMCSettings(particles=256, moves=2)
+"""Each replicate's SMC: 256 particles, two Gibbs sweeps per rejuvenation. The sweeps matter as
+much as the particles: on the first 32 prompts, a replicate of 128 particles and one sweep lost
+0.0056 nats more than the average of two (twice the Jensen term of averaging estimates inside a
+log), one of 256 particles and four sweeps 0.0017. Its convergence check (doubling both) is in
+``figures/competence/prior_predictive.json``; ``docs/empirical.md``, "Competence numbers"."""
+HAND_BUILT_NETWORK = {"history_length": 2, "gd_steps": 32}
+"""The hand-built network on the ladder: L = 2 (the in-context bigram's history), T = 32."""
+RULE = ("per prompt, d = loss(model) - loss(in-context n-gram), each the mean over the scope's rows; the model beats "
+        "order n in a scope when the 95% interval of mean(d) lies below 0 (scopes: test sequence, all positions); "
+        "verdict: 'beats every in-context n-gram' (orders 1, 2, 3 in both scopes), else 'beats the in-context bigram' "
+        "(orders 1, 2), else 'beats the in-context unigram' (order 1), else 'at the in-context-unigram level'; "
+        "competent for mechanism claims: beats the in-context bigram")
+"""The module docstring's decision rule, recorded in every result."""
+COMPETENT = "beats the in-context bigram"
+VERDICTS = ("at the in-context-unigram level", "beats the in-context unigram", COMPETENT,
+            "beats every in-context n-gram")
+"""The verdicts in increasing order; ``VERDICTS[k]``: beats orders ``1..k`` in both scopes."""
+
+
+def fitted_ngrams(preset: ExperimentPreset, fresh_tasks: int, orders=NGRAM_ORDERS) -> dict[str, InContextNGram]:
+    """``{"ngram n": ...}`` with concentrations fitted on :data:`FIT_PROMPTS` prompts of
+    ``fresh_tasks`` HMMs of the fitting streams (module docstring)."""
+    fitting = unseen_mixture(preset, fresh_tasks, FIT_MIXTURE_STREAM)
+    tokens = hmm.sample_prompts(fitting, FIT_PROMPTS, preset.prompt_format,
+                                seed=stream_seed(preset.data_seed, FIT_PROMPT_STREAM, 0)).tokens
+    return {f"ngram {n}": InContextNGram.fitted(n, fitting.num_tokens, tokens) for n in orders}
+
+
+def cached(predictor: Predictor) -> Predictor:
+    """``predictor`` computed once for the last tokens it saw (the SMC is costly; the same prompts
+    are scored in more than one table)."""
+    memory: dict[str, torch.Tensor] = {}
+
+    def predict(tokens: torch.Tensor) -> torch.Tensor:
+        if "tokens" not in memory or not torch.equal(memory["tokens"], tokens):
+            memory["tokens"], memory["output"] = tokens, predictor(tokens)
+        return memory["output"]
+
+    return predict
+
+
+class Ceiling(NamedTuple):
+    """The ceiling on some prompts: independent SMC replicates and what they cost."""
+
+    replicates: list[torch.Tensor]
+    """Each ``(B, N, p)``: one SMC estimate of the prior predictive."""
+    settings: SMCSettings
+    """The first replicate's settings (replicate r has seed ``settings.seed + r``)."""
+    seconds: float
+    """Wall time of the SMC runs that computed them (also when read back from the cache)."""
+    cached: bool
+    """Read from :data:`CACHE_VARIABLE`'s directory rather than computed in this process."""
+
+    @property
+    def probabilities(self) -> torch.Tensor:
+        """``(B, N, p)``: the replicates averaged, the ceiling the results use."""
+        return torch.stack(self.replicates).mean(0)
+
+    def record(self) -> dict:
+        """The settings, replicate count, seconds and cache flag, as results record them."""
+        return {**dataclasses.asdict(self.settings), "replicates": len(self.replicates), "seconds": self.seconds,
+                "cached": self.cached}
+
+
+CACHE_VARIABLE = "HMMTF_CEILING_CACHE"
+"""Environment variable naming a directory where :func:`ceiling_estimates` keeps what it computes, by content."""
+SMC_SOURCES = ("hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py")
+"""The modules the SMC's numbers come from; their bytes are part of the cache key."""
+
+
+def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spec: hmm.MixtureSpec, settings: SMCSettings,
+               replicates: int) -> str:
+    """SHA-256 of everything the replicates depend on: the prompts, the format, the prior, the SMC
+    settings, the replicate count, the SMC's source files and the numpy and torch versions."""
+    digest = hashlib.sha256(tokens.numpy().astype("int64").tobytes())
+    prior = DirichletHMMPrior.from_spec(spec)
+    digest.update(repr((tuple(tokens.shape), dataclasses.asdict(prompt_format), dataclasses.asdict(prior),
+                        dataclasses.asdict(settings), replicates, np.__version__, torch.__version__)).encode())
+    root = Path(hmm.__file__).resolve().parents[1]
+    for source in SMC_SOURCES:
+        digest.update((root / source).read_bytes())
+    return digest.hexdigest()
+
+
+def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spec: hmm.MixtureSpec,
+                      settings: SMCSettings = CEILING_SETTINGS, replicates: int = CEILING_REPLICATES) -> Ceiling:
+    """``replicates`` independent SMC estimates of the prior predictive of ``spec``'s prior on
+    ``tokens (B, N)`` (seeds ``settings.seed + r``).
+
+    With :data:`CACHE_VARIABLE` set to a directory, the replicates are read from it when the same
+    computation (:func:`_cache_key`) was done before, and written to it otherwise: every result
+    on one family's prompts then pays for its SMC once. Unset, nothing is read or written."""
+    prior = DirichletHMMPrior.from_spec(spec)
+    directory = os.environ.get(CACHE_VARIABLE)
+    path = None
+    if directory:
+        path = Path(directory) / f"{_cache_key(tokens, prompt_format, spec, settings, replicates)}.npz"
+        if path.is_file():
+            with np.load(path) as stored:
+                return Ceiling(list(torch.from_numpy(stored["replicates"])), settings, float(stored["seconds"]), True)
+    started = time.perf_counter()
+    estimates = [prior_predictive(tokens, prompt_format, prior, dataclasses.replace(settings, seed=settings.seed + r)
+                                  ).next_token for r in range(replicates)]
+    result = Ceiling(estimates, settings, time.perf_counter() - started, False)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial.npz")
+        np.savez(partial, replicates=torch.stack(estimates).numpy(), seconds=result.seconds)
+        partial.replace(path)
+    return result
+
+
+def per_prompt_loss(probabilities: torch.Tensor, tokens: torch.Tensor, num_tokens: int,
+                    rows: torch.Tensor) -> torch.Tensor:
+    """``(B,)``: each prompt's mean ``-log q(o_{t+1})`` over the scored rows selected by ``rows (N,)``."""
+    mask, targets = scored_rows(tokens, num_tokens)
+    mask = mask & rows
+    losses = -probabilities.gather(-1, targets[..., None]).squeeze(-1).log()
+    return (losses * mask).sum(-1) / mask.sum(-1)
+
+
+def scope_rows(prompt_format: hmm.PromptFormat) -> dict[str, torch.Tensor]:
+    """``{"test_sequence", "all_positions"}``: ``(N,)`` rows whose target lies in the test sequence,
+    and every row (scored rows are those whose target is an HMM token)."""
+    target_segment = torch.cat([prompt_format.segment_index[1:], torch.tensor([-1])])
+    return {"test_sequence": target_segment == prompt_format.num_demos,
+            "all_positions": torch.ones(prompt_format.length, dtype=torch.bool)}
+
+
+def paired(differences: torch.Tensor) -> dict:
+    """Mean of per-prompt ``differences``, its standard error and 95% interval."""
+    mean = differences.mean().item()
+    stderr = differences.std().item() / math.sqrt(differences.numel())
+    return {"mean": mean, "stderr": stderr, "interval_95": [mean - Z_95 * stderr, mean + Z_95 * stderr]}
+
+
+def gap_closed(unigram: torch.Tensor, model: torch.Tensor, ceiling: torch.Tensor) -> dict:
+    """The module docstring's ``closed`` from per-prompt losses, with its delta-method interval:
+    for ``a = loss_1 - loss_model``, ``c = loss_1 - loss_ceiling`` and ``F = mean(a) / mean(c)``,
+    ``Var(F) ~ (Var(a) - 2 F Cov(a, c) + F^2 Var(c)) / (B mean(c)^2)``."""
+    a, c = unigram - model, unigram - ceiling
+    fraction = (a.mean() / c.mean()).item()
+    covariance = torch.cov(torch.stack([a, c]))
+    variance = (covariance[0, 0] - 2 * fraction * covariance[0, 1] + fraction**2 * covariance[1, 1]) / (
+        a.numel() * c.mean() ** 2)
+    stderr = variance.clamp_min(0).sqrt().item()
+    return {"fraction": fraction, "stderr": stderr, "interval_95": [fraction - Z_95 * stderr, fraction + Z_95 * stderr],
+            "gap_nats": c.mean().item()}
+
+
+def competence_verdict(beats: dict[str, dict[str, bool]]) -> str:
+    """:data:`VERDICTS` entry of the module docstring's rule from ``beats[scope]["ngram n"]``."""
+    level = 0
+    for n in NGRAM_ORDERS:
+        if all(scope[f"ngram {n}"] for scope in beats.values()):
+            level = n
+        else:
+            break
+    return VERDICTS[level]
+
+
+def ceiling_error(replicates: list[torch.Tensor], tokens: torch.Tensor, num_tokens: int,
+                  rows: torch.Tensor) -> float:
+    """Monte-Carlo standard error of the averaged ceiling's mean loss, from the replicates'
+    per-prompt losses ``L_r(b)``: ``sqrt(sum_b Var_r(L_r(b)) / R) / B`` (independent runs; the
+    average's error is the single run's over R)."""
+    losses = torch.stack([per_prompt_loss(r, tokens, num_tokens, rows) for r in replicates])  # (R, B)
+    return (losses.var(0).sum() / len(replicates)).sqrt().item() / losses.shape[1]
+
+
+def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentPreset, num_prompts: int,
+                       fresh_tasks: int, settings: SMCSettings = CEILING_SETTINGS) -> dict:
+    """The competence result (module docstring) as a JSON-ready dict: the ladder on fresh HMMs
+    (:func:`empirical.yardsticks.evaluate.evaluate_predictors`, reference = the ceiling, baseline = the
+    in-context unigram), the hand-built network on its rows, the paired differences, the verdict
+    and the fraction of the gap closed."""
+    fresh = unseen_mixture(preset, fresh_tasks, FRESH_MIXTURE_STREAM)
+    prompts = hmm.sample_prompts(fresh, num_prompts, preset.prompt_format,
+                                 seed=stream_seed(preset.data_seed, FRESH_PROMPT_STREAM, 0))
+    tokens, p, fmt = prompts.tokens, fresh.num_tokens, preset.prompt_format
+    ngrams = fitted_ngrams(preset, fresh_tasks)
+    estimates = ceiling_estimates(tokens, fmt, preset.mixture_spec, settings)
+    averaged = estimates.probabilities
+    predictors = {name: cached(predictor) for name, predictor in {
+        "unigram": unigram, **ngrams, "model": model, "ceiling": lambda _: averaged,
+        "oracle": oracle_predictor(fresh, prompts)}.items()}
+    ladder = evaluate_predictors(predictors, prompts, p, reference="ceiling", baseline="ngram 1")
+    L, T = HAND_BUILT_NETWORK["history_length"], HAND_BUILT_NETWORK["gd_steps"]
+    hand_built = evaluate_predictors({**predictors, "hand-built": hand_built_predictor(fmt, p, L, T)}, prompts, p,
+                                     reference="ceiling", baseline="ngram 1", rows=served_rows(fmt, L))
+    probabilities = {name: predictor(tokens) for name, predictor in predictors.items()}
+    scopes = scope_rows(fmt)
+    comparisons, beats, closed, ceiling_stderr = {}, {}, {}, {}
+    for scope, rows in scopes.items():
+        losses = {name: per_prompt_loss(probs, tokens, p, rows) for name, probs in probabilities.items()}
+        comparisons[scope] = {f"model - {name}": paired(losses["model"] - losses[name])
+                              for name in (*ngrams, "ceiling", "oracle")}
+        comparisons[scope]["ceiling - oracle"] = paired(losses["ceiling"] - losses["oracle"])
+        beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in ngrams}
+        closed[scope] = gap_closed(losses["ngram 1"], losses["model"], losses["ceiling"])
+        ceiling_stderr[scope] = ceiling_error(estimates.replicates, tokens, p, rows)
+    verdict = competence_verdict(beats)
+    return {
+        "rule": RULE,
+        "fresh_tasks": fresh_tasks,
+        "num_prompts": num_prompts,
+        "ngram_concentrations": {name: list(ngram.concentrations) for name, ngram in ngrams.items()},
+        "ngram_fit": {"prompts": FIT_PROMPTS, "mixture_stream": FIT_MIXTURE_STREAM, "prompt_stream": FIT_PROMPT_STREAM,
+                      "fresh_tasks": fresh_tasks},
+        "ceiling": {"method": "resample-move SMC (IBIS) over (T, O), FFBS Gibbs moves, MH for the stationary start",
+                    "particles": settings.particles, "moves": settings.moves, "replicates": CEILING_REPLICATES,
+                    "ess_threshold": settings.ess_threshold, "seed": settings.seed, "seconds": estimates.seconds,
+                    "cached": estimates.cached, "prompts_per_minute": num_prompts * 60 / estimates.seconds,
+                    "monte_carlo_stderr": ceiling_stderr},
+        "hand_built_network": HAND_BUILT_NETWORK,
+        "ladder": ladder,
+        "hand_built": hand_built,
+        "comparisons": comparisons,
+        "beats": beats,
+        "gap_closed": closed,
+        "verdict": verdict,
+        "competent": VERDICTS.index(verdict) >= VERDICTS.index(COMPETENT),
+    }
