@@ -185,6 +185,16 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return (wide * paired_cos + swapped * paired_sin).to(x.dtype)
 
 
+def rotary_by_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rotary`'s formula as written, pair by pair: the strided halves ``x_{2i}`` and
+    ``x_{2i+1}``, four products, and a copy that interleaves the rotated pairs. The reference its
+    contiguous form must equal bit for bit (tests/test_empirical_model.py), and the baseline of
+    ``benchmarks/bench_rotary.py``."""
+    even, odd = x[..., 0::2].to(cos.dtype), x[..., 1::2].to(cos.dtype)
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2).to(x.dtype)
+
+
 class RotarySelfAttention(nn.Module):
     """Multi-head causal self-attention with rotary queries and keys."""
 
