@@ -182,6 +182,13 @@ def test_relative_imports_are_read_as_the_absolute_ones():
     assert code_fingerprint("from ..b import f\n", "a.c.m") == code_fingerprint("from a.b import f\n", "x")
 
 
+@pytest.mark.parametrize("key, volatile", [("load_average_at_start", True), ("smc_seconds", True), ("wall_s", True),
+                                           ("tokens_per_s", True), ("learning_rate", False), ("rate_over_gamma4", False),
+                                           ("num_steps", False), ("particles", False)])
+def test_what_says_how_a_command_ran_is_volatile_and_what_it_computed_with_is_not(key, volatile):
+    assert bool(canaries.VOLATILE_KEY.fullmatch(key)) is volatile
+
+
 def test_the_digest_leaves_out_what_says_where_and_when_and_keeps_every_bit():
     assert canaries._canonical({"seconds": 1.0, "git_commit": "abc", "loss": 0.1, "out": "/w/x"}, "/w") == {
         "loss": (0.1).hex(), "out": "<workshop>/x"}
