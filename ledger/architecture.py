@@ -24,27 +24,30 @@ class Package:
 
 
 PACKAGES: tuple[Package, ...] = (
-    Package("hmmtf_options", 0, "option types of the command line (positive integers, ...), shared by every command"),
     Package("hmm", 0, "the HMM engine: HMMs, exact filtering, sampling, prompts, mixtures and their presets, the "
                       "Bayes-optimal predictor, the prior-predictive SMC and its bounds"),
-    Package("construction", 1, "the hand-wired transformer of the paper, as weight tensors"),
-    Package("bounds", 2, "Lemma 1, Theorem 1 and Theorem 2, measured on the construction (`hmmtf main`)"),
-    Package("empirical.training", 3, "the RoFormer, its training loop, checkpoints, presets, prompt streams, run "
+    Package("empirical.training.configs", 0, "config dataclasses and their command-line options (a utility: it "
+                                             "imports nothing of the project)"),
+    Package("hmmtf_options", 1, "option types of the command line (positive integers, a config from options), "
+                                "shared by every command"),
+    Package("construction", 2, "the hand-wired transformer of the paper, as weight tensors"),
+    Package("bounds", 3, "Lemma 1, Theorem 1 and Theorem 2, measured on the construction (`hmmtf main`)"),
+    Package("empirical.training", 4, "the RoFormer, its training loop, checkpoints, presets, prompt streams, run "
                                      "folders"),
-    Package("empirical.measurement", 4, "the machine: matmul peaks, training throughput"),
-    Package("empirical.interop", 4, "export of a checkpoint to TransformerLens"),
-    Package("empirical.yardsticks", 5, "what a network is judged against: Bayes, the in-context n-grams, the oracle, "
+    Package("empirical.measurement", 5, "the machine: matmul peaks, training throughput"),
+    Package("empirical.interop", 5, "export of a checkpoint to TransformerLens"),
+    Package("empirical.yardsticks", 6, "what a network is judged against: Bayes, the in-context n-grams, the oracle, "
                                        "the ceiling, the hand-built network, competence, regime, learning curves, "
                                        "family signal"),
-    Package("empirical.analysis", 6, "inside one trained network: shuffle, probes, offsets, patching, heads, KL map, "
+    Package("empirical.analysis", 7, "inside one trained network: shuffle, probes, offsets, patching, heads, KL map, "
                                      "belief probes, the n-gram verdict"),
-    Package("empirical.studies", 7, "studies over many networks: the regime ladder, the Markov-chain traps"),
-    Package("empirical.cli", 8, "the commands of training and the yardsticks, and their figures"),
-    Package("empirical.reproduce", 9, "`hmmtf reproduce`: the paper's experiment as resumable, planned stages"),
-    Package("empirical", 10, "the package's own docstring (imports nothing)"),
-    Package("hmmtf", 11, "the command line"),
-    Package("ledger", 11, "the claims ledger, provenance and canaries, this map"),
-    Package("benchmarks", 11, "timings against baselines and the machine's bound"),
+    Package("empirical.studies", 8, "studies over many networks: the regime ladder, the Markov-chain traps"),
+    Package("empirical.cli", 9, "the commands of training and the yardsticks, and their figures"),
+    Package("empirical.reproduce", 10, "`hmmtf reproduce`: the paper's experiment as resumable, planned stages"),
+    Package("empirical", 11, "the package's own docstring (imports nothing)"),
+    Package("hmmtf", 12, "the command line"),
+    Package("ledger", 12, "the claims ledger, provenance and canaries, this map"),
+    Package("benchmarks", 12, "timings against baselines and the machine's bound"),
 )
 """Every package, lowest layer first."""
 

@@ -18,8 +18,9 @@ from ledger.documents import Doc
 @dataclass(frozen=True)
 class Target:
     """A generated text: the file (from the repository root), the block inside it (None: the whole
-    file), the result it needs (None: several, handled by ``render``) and the function of the root
-    that writes it."""
+    file), the file it needs (a result; for the package map, its module, which copies of the results
+    alone lack; None: several results, handled by ``render``) and the function of the root that
+    writes it."""
 
     path: str
     block: str | None
@@ -36,7 +37,7 @@ TARGETS: tuple[Target, ...] = (
     Target("README.md", render.README_BLOCK, None, render.readme_block),
     Target("README.md", "bench:hmm", bench_text.RESULTS, _bench(bench_text.readme_paragraph)),
     Target("docs/hmm.md", "bench:hmm-table", bench_text.RESULTS, _bench(bench_text.docs_table)),
-    Target("docs/ARCHITECTURE.md", "architecture:packages", None, architecture.import_table),
+    Target("docs/ARCHITECTURE.md", "architecture:packages", "ledger/architecture.py", architecture.import_table),
 )
 
 

@@ -14,7 +14,7 @@ into ``figures/ladder/ladder.json``. The claims below read:
 
 Competence before mechanism (``docs/empirical.md``, "Competence"): a claim about the regime
 model's layers, heads, probes or patching is judged only when that model's ``competence.json``
-says it beats the in-context bigram on fresh HMMs (:data:`empirical.competence.COMPETENT`).
+says it beats the in-context bigram on fresh HMMs (:data:`empirical.yardsticks.competence.COMPETENT`).
 Otherwise the claim is **not judged**: its number is still shown, with what its rule would have
 said, but a verdict on a network that only counts tokens says nothing about the paper's network.
 """
@@ -86,7 +86,7 @@ def competent(competence: Doc) -> Outcome:
 
 
 BEATS_EVERY_NGRAM = "beats every in-context n-gram"
-"""The highest verdict of empirical.competence.VERDICTS (the ledger reads results, it does not import their code)."""
+"""The highest verdict of empirical.yardsticks.competence.VERDICTS (the ledger reads results, it does not import their code)."""
 
 
 def beats_every_ngram(verdict: Doc) -> Outcome:
@@ -159,7 +159,7 @@ def regime_claims(model: RegimeModel) -> tuple[Claim, ...]:
               phrase + "loss on fresh HMMs against the in-context 1/2/3-grams, paired per prompt, beside the "
               "prior-predictive ceiling", sources=gate, judge=competent, figure=figures["competence"],
               rule="holds when competence.json's verdict beats the in-context bigram (95% paired intervals below 0 "
-                   "on the test sequence and all positions, empirical/competence.py); otherwise not reproduced"),
+                   "on the test sequence and all positions, empirical/yardsticks/competence.py); otherwise not reproduced"),
         Claim(f"{model.prefix}-F1-in-context", "Figure 1's network learns in context (the paper's regime).",
               phrase + "the regime diagnostic", sources=(model.evaluation,), judge=in_context,
               figure=figures["regime"], rule="memorisation_verdict: 'in context' holds; otherwise not reproduced"),
@@ -207,7 +207,7 @@ def regime_claims(model: RegimeModel) -> tuple[Claim, ...]:
               "prompt, standard errors clustered by HMM", sources=(model.ngram_verdict,), judge=beats_every_ngram,
               figure=model.ngram_verdict.replace(".json", ".png"),
               rule="holds when ngram-verdict.json's verdict is 'beats every in-context n-gram' (95% intervals of "
-                   "model minus each n-gram below 0 in both scopes, empirical/ngram_verdict.py); otherwise not "
+                   "model minus each n-gram below 0 in both scopes, empirical/analysis/ngram_verdict.py); otherwise not "
                    "reproduced"),
     ))
 
@@ -252,7 +252,7 @@ LADDER = Section("The paper's regime: 8192 tasks inferred in context (the regime
           "the regime diagnostic (fresh minus training excess over the oracle) of every ladder point",
           sources=(LADDER_JSON,), judge=regime_change, figure="figures/ladder/ladder_regime.png",
           rule="holds when every model is 'memorising' at its fewest tasks and 'in context' at its most "
-               "(memorisation_verdict, empirical/regime.py)"),
+               "(memorisation_verdict, empirical/yardsticks/regime.py)"),
     *regime_claims(LADDER_MODEL),
 ))
 

@@ -9,7 +9,7 @@ the default initialisation (``gaussian``, as in the companion paper); the other 
 appear in the numbers and turn a pass into a caveat when they disagree.
 
 M7, the in-context variant (a fresh kernel per sequence), is judged from ``hmmtf
-markov-incontext``'s ``results.json`` (:mod:`empirical.markov.incontext`).
+markov-incontext``'s ``results.json`` (:mod:`empirical.studies.markov.incontext`).
 """
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ DECISIONS = {
     "untestable": Verdict.UNTESTED,
 }
 """The decisions ``hmmtf analyze`` (empirical/analysis/claims.py) and ``hmmtf evaluate``
-(empirical/regime.py) record, in the ledger's vocabulary: "partly" is a caveat; "undetermined"
+(empirical/yardsticks/regime.py) record, in the ledger's vocabulary: "partly" is a caveat; "undetermined"
 does not show the claim; "untestable" (fewer than two distances the probes can tell from chance)
 says the model is too small to test it."""
 
@@ -249,7 +249,7 @@ FIGURE1 = Section("Section 2, Figure 1: in-context accuracy", "Fig. 1", (
           "the regime diagnostic of docs/empirical.md: the model's excess loss over each prompt's oracle on fresh "
           "HMMs minus that on the training HMMs, as a fraction of the training unigram-to-Bayes gap",
           sources=(EVALUATION,), judge=in_context, figure="figures/cpu-small/regime.png",
-          rule="the decision rule memorisation_verdict (empirical/regime.py): 'in context' holds; 'memorising' or "
+          rule="the decision rule memorisation_verdict (empirical/yardsticks/regime.py): 'in context' holds; 'memorising' or "
                "'undetermined' is not reproduced"),
 ))
 
