@@ -54,19 +54,19 @@ class Result:
 
 HMM_ENGINE = ("hmm/model.py", "hmm/filtering.py", "hmm/prompts.py", "hmm/generators.py")
 """The HMM engine under every result: the HMM type, exact filtering, sampling, random HMMs."""
-MIXTURE = (*HMM_ENGINE, "hmm/bayes.py", "hmm/presets.py", "empirical/training/presets.py", "empirical/training/data.py")
+MIXTURE = (*HMM_ENGINE, "hmm/bayes.py", "hmm/presets.py", "empirical/presets.py", "empirical/data.py")
 """A preset's mixture, its prompts and the Bayes-optimal predictor."""
 CONSTRUCTION = ("construction/", "!construction/export.py", "!construction/commands.py")
 """The hand-built network (its export and CLI do not compute anything a result reads)."""
-ROFORMER = ("empirical/training/model.py",)
+ROFORMER = ("empirical/model.py",)
 """The trained network's forward pass."""
-TRAINING_BENCHMARK = ("benchmarks/bench_training.py", "empirical/measurement/throughput.py", "empirical/training/train.py",
-                      "empirical/measurement/roofline.py", "empirical/training/allocator.py", *ROFORMER)
+TRAINING_BENCHMARK = ("benchmarks/bench_training.py", "empirical/throughput.py", "empirical/train.py",
+                      "empirical/roofline.py", "empirical/allocator.py", *ROFORMER)
 """The training benchmark: its timed step and its ways of using the cores, the training step's
 gradient code, the matmul peak, the malloc tunables of the tuned ways and the network."""
-MARKOV = ("empirical/studies/markov/chains.py", "empirical/studies/markov/runs.py", "empirical/studies/markov/criterion.py",
-          "empirical/studies/markov/inits.py", "empirical/studies/markov/config.py", "empirical/studies/markov/attention.py",
-          "empirical/training/configs.py", "hmm/model.py", "hmm/prompts.py")
+MARKOV = ("empirical/markov/chains.py", "empirical/markov/runs.py", "empirical/markov/criterion.py",
+          "empirical/markov/inits.py", "empirical/markov/config.py", "empirical/markov/attention.py",
+          "empirical/configs.py", "hmm/model.py", "hmm/prompts.py")
 """The Markov-chain study's own computation: chains, one run, the trap criterion, the
 initialisations, the sweep's config, the attention scores. Not listed, each guarded by a test
 instead: the aggregation into the stored cells and sides (tests/test_markov_sweep.py recomputes
@@ -83,45 +83,44 @@ BELIEF_MODULES = ("empirical/analysis/beliefs.py", "empirical/analysis/belief_fi
                   "empirical/analysis/belief_commands.py")
 """``hmmtf beliefs``, which ``hmmtf analyze`` does not run either."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
-            "!empirical/analysis/commands.py", "!empirical/analysis/ngram_verdict.py",
+            "!empirical/analysis/commands.py",
             *(f"!{module}" for module in (*HEAD_MODULES, *KLMAP_MODULES, *BELIEF_MODULES)),
-            *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/training/configs.py")
+            *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/configs.py")
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
 its command module, which parses the options into the sections' config (``AnalysisConfig``, in
 ``report.py``) and writes what they computed, as the Markov study's is not listed either."""
-FRESH_HMM_REFERENCES = ("empirical/yardsticks/curves.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py",
-                        "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py",
+FRESH_HMM_REFERENCES = ("empirical/curves.py", "empirical/competence.py", "empirical/ngram.py",
+                        "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "empirical/evaluate.py", "empirical/regime.py",
                         "hmm/families.py", *ROFORMER, *MIXTURE)
 """What the one-checkpoint commands (``hmmtf heads``, ``klmap``, ``beliefs``) share: the fresh-HMM
 prompts of ``hmmtf curve``'s probe, the model's predictions and the in-context references (the
 n-grams, the ceiling, the oracle)."""
-CURVE_STUDY = ("empirical/yardsticks/curves.py", "models/curves/", "!models/curves/*/checkpoint/*.safetensors")
+CURVE_STUDY = ("empirical/curves.py", "models/curves/")
 """``hmmtf curves``: it computes nothing but summaries of recorded data, each run folder's curve
 points and baselines (``curve.jsonl``, ``curve_baselines.json``), which ``hmmtf curve`` measured
 while the run trained, with the code of that time and the probe settings each run records. So
 its producers are the summarising code and the run folders: rerunning it after a change to the
 model, the n-grams or the SMC would rewrite the same numbers, and calling the result fresh then
 would claim a recomputation that did not happen. What a run's recorded numbers were measured
-with is in its ``curve_baselines.json`` (the probe and the ceiling's SMC settings). Not the run
-folders' tensors, which it does not read (they left the tree: ``hmmtf restore-checkpoint``)."""
-NGRAM_VERDICT = ("empirical/analysis/ngram_verdict.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/evaluate.py",
-                 "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", "hmm/memory.py", "hmm/families.py", *ROFORMER,
+with is in its ``curve_baselines.json`` (the probe and the ceiling's SMC settings)."""
+NGRAM_VERDICT = ("empirical/ngram_verdict.py", "empirical/competence.py", "empirical/ngram.py", "empirical/evaluate.py",
+                 "empirical/regime.py", "empirical/hand_built.py", "hmm/memory.py", "hmm/families.py", *ROFORMER,
                  *MIXTURE)
 """``hmmtf ngram-verdict``: its prompts, the model's predictions, the in-context n-grams (fitted as
 the competence result fits them) and the oracle."""
 HEADS = ("empirical/analysis/heads.py", "empirical/analysis/offsets.py", "empirical/analysis/networks.py",
          *FRESH_HMM_REFERENCES)
 """``hmmtf heads``: the head scores, the mean-ablation and the in-context references it compares with."""
-KLMAP = ("empirical/analysis/klmap.py", "empirical/analysis/heads.py", "empirical/yardsticks/hand_built.py", *CONSTRUCTION,
+KLMAP = ("empirical/analysis/klmap.py", "empirical/analysis/heads.py", "empirical/hand_built.py", *CONSTRUCTION,
          "hmm/memory.py", *FRESH_HMM_REFERENCES)
 """``hmmtf klmap``: the map, its predictors (the model, the hand-built network, ``P_L``, the in-context
 n-grams, the ceiling, the oracle) and the per-prompt KL of ``hmmtf heads`` (``heads.py``)."""
 BELIEFS = ("empirical/analysis/beliefs.py", "empirical/analysis/networks.py", "empirical/analysis/probes.py",
-           "empirical/analysis/shuffle.py", "empirical/analysis/report.py", "empirical/yardsticks/hand_built.py",
-           "empirical/training/configs.py", *FRESH_HMM_REFERENCES)
+           "empirical/analysis/shuffle.py", "empirical/analysis/report.py", "empirical/hand_built.py",
+           "empirical/configs.py", *FRESH_HMM_REFERENCES)
 """``hmmtf beliefs``: the probes (their streams, standardisation, bootstrap, derangements and random-init twin from
 the modules of ``hmmtf analyze``), the beliefs (exact filtering, in :data:`MIXTURE`, per segment of
-``empirical/yardsticks/hand_built.py``) and the in-context references."""
+``empirical/hand_built.py``) and the in-context references."""
 
 CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
@@ -143,11 +142,11 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
     needs = f"the model's checkpoint ({model})"
     return (
         Result(f"{folder}/evaluation.json", evaluate,
-               ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE), needs=needs,
+               ("empirical/evaluate.py", "empirical/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE), needs=needs,
                canary="evaluate"),
         Result(f"{folder}/competence.json", evaluate,
-               ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
-                "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", "hmm/families.py", *ROFORMER,
+               ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
+                "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", "hmm/families.py", *ROFORMER,
                 *MIXTURE, *CONSTRUCTION), needs=needs + "; 10 (observable) to 40 (paper) minutes on a core",
                canary="evaluate"),
         Result(f"{folder}/analysis.json", f"hmmtf analyze {model} --out figures/{family}/POINT --sections shuffle "
@@ -171,11 +170,11 @@ RESULTS: tuple[Result, ...] = (
             "hmm/undercomplete.py", "hmm/presets.py"),
            needs="about 1 minute on 2 cores", canary="verification"),
     Result("figures/calibration/cpu-small.json", "hmmtf calibrate --preset cpu-small --out figures/calibration",
-           ("empirical/yardsticks/calibrate.py", "empirical/yardsticks/evaluate.py", *MIXTURE), needs="seconds", canary="calibrate"),
+           ("empirical/calibrate.py", "empirical/evaluate.py", *MIXTURE), needs="seconds", canary="calibrate"),
     Result("figures/cpu-small/evaluation.json", "hmmtf evaluate runs/cpu-small/checkpoint --out figures/cpu-small",
-           ("empirical/yardsticks/evaluate.py", *ROFORMER, *MIXTURE), needs=CPU_SMALL_CHECKPOINT, canary="evaluate"),
+           ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=CPU_SMALL_CHECKPOINT, canary="evaluate"),
     Result("figures/cpu-small/hand_built.json", "hmmtf evaluate runs/cpu-small/checkpoint --out figures/cpu-small",
-           ("empirical/yardsticks/hand_built.py", "empirical/yardsticks/evaluate.py", *ROFORMER, *MIXTURE,
+           ("empirical/hand_built.py", "empirical/evaluate.py", *ROFORMER, *MIXTURE,
             *CONSTRUCTION, "hmm/memory.py"), needs=CPU_SMALL_CHECKPOINT, canary="evaluate"),
     Result("figures/cpu-small/benchmark_threads1.json",
            "python benchmarks/bench_training.py --preset cpu-small --threads 1 --steps 30 --out figures/cpu-small/benchmark_threads1.json",
@@ -191,12 +190,8 @@ RESULTS: tuple[Result, ...] = (
            "python benchmarks/bench_training.py --compare --preset tasks-8192-small --steps 50 --warmup 5 --rounds 16 "
            "--ways independent-2x1-tuned-malloc --out figures/benchmarks/training_target.json",
            TRAINING_BENCHMARK, needs="idle cores (a timing); about 40 s a round on 2 cores, 16 rounds"),
-    Result("figures/benchmarks/rotary.json",
-           "python benchmarks/bench_rotary.py --preset tasks-8192-small --rounds 8 --out figures/benchmarks/rotary.json",
-           ("benchmarks/bench_rotary.py", "empirical/measurement/throughput.py", "empirical/training/train.py", *ROFORMER),
-           needs="idle cores (a timing); about 3 minutes"),
     Result("figures/benchmarks/malloc.json", "python benchmarks/bench_malloc.py --pairs 4 --out figures/benchmarks/malloc.json",
-           ("benchmarks/bench_malloc.py", "empirical/training/allocator.py", "empirical/measurement/throughput.py", "empirical/training/train.py",
+           ("benchmarks/bench_malloc.py", "empirical/allocator.py", "empirical/throughput.py", "empirical/train.py",
             *ROFORMER), needs="idle cores (a timing); about 2 minutes"),
     Result("figures/analysis/analysis.json", "hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis",
            ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes", canary="analyze"),
@@ -218,70 +213,63 @@ RESULTS: tuple[Result, ...] = (
                                 ("1.0", " --inits gaussian", "about 9 minutes on 2 loaded cores"))),
     Result("figures/markov/incontext/results.json",
            "hmmtf markov-incontext --out figures/markov/incontext --runs models/markov-incontext --workers 1",
-           ("empirical/studies/markov/incontext.py", "empirical/analysis/heads.py", "empirical/analysis/offsets.py",
-            "empirical/analysis/networks.py", "empirical/analysis/report.py", "empirical/yardsticks/ngram.py",
-            "empirical/yardsticks/competence.py", "empirical/yardsticks/evaluate.py", "empirical/training/train.py", "empirical/training/data.py",
+           ("empirical/markov/incontext.py", "empirical/analysis/heads.py", "empirical/analysis/offsets.py",
+            "empirical/analysis/networks.py", "empirical/analysis/report.py", "empirical/ngram.py",
+            "empirical/competence.py", "empirical/evaluate.py", "empirical/train.py", "empirical/data.py",
             "hmm/model.py", "hmm/prompts.py", *ROFORMER),
            needs="the committed runs in models/markov-incontext (else about 35 minutes of a core to train them)",
            canary="markov-incontext"),
     Result("figures/benchmarks/hmm.json", "python benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json",
-           ("benchmarks/bench_hmm.py", "empirical/measurement/roofline.py", "hmm/particle_filter.py", *MIXTURE),
+           ("benchmarks/bench_hmm.py", "empirical/roofline.py", "hmm/particle_filter.py", *MIXTURE),
            needs="`make bench` (the bench extra: hmmlearn, jax, dynamax) and idle cores (a timing)"),
     Result("figures/benchmarks/hand_built.json",
            "python benchmarks/bench_hand_built.py --preset cpu-small --prompts 1024 --L 3 --T 10 --out figures/benchmarks/hand_built.json",
-           ("benchmarks/bench_hand_built.py", "empirical/yardsticks/hand_built.py", *CONSTRUCTION, *MIXTURE),
+           ("benchmarks/bench_hand_built.py", "empirical/hand_built.py", *CONSTRUCTION, *MIXTURE),
            needs="idle cores (a timing)"),
     Result("figures/ladder/*/evaluation.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
-           ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", *ROFORMER, *MIXTURE),
+           ("empirical/evaluate.py", "empirical/regime.py", *ROFORMER, *MIXTURE),
            needs="the point's checkpoint: models/POINT copied to runs/POINT/checkpoint, and beside it "
                  "figures/ladder/POINT/metrics.jsonl and the evaluation.json's train_summary as train_summary.json "
                  "(or hmmtf train --preset POINT)", canary="evaluate"),
     Result("figures/ladder/*/competence.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
-           ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
-            "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", *ROFORMER, *MIXTURE,
+           ("empirical/competence.py", "empirical/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
+            "empirical/evaluate.py", "empirical/regime.py", "empirical/hand_built.py", *ROFORMER, *MIXTURE,
             *CONSTRUCTION), needs="the point's checkpoint (as for evaluation.json); the SMC ceiling takes 11-40 "
                                   "minutes on a core", canary="evaluate"),
     Result("figures/competence/prior_predictive.json",
            "python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 32 --out "
            "figures/competence/prior_predictive.json",
            ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/bidirectional.py", "hmm/markov.py",
-            "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py", *MIXTURE),
+            "empirical/competence.py", "empirical/regime.py", *MIXTURE),
            needs="about 30 minutes on a core (a timing: idle cores)", canary="prior-predictive"),
     Result("figures/families/signal.json", "hmmtf signal --out figures/families",
-           ("empirical/yardsticks/signal.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/regime.py",
-            "empirical/yardsticks/hand_built.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/observability.py",
+           ("empirical/signal.py", "empirical/competence.py", "empirical/ngram.py", "empirical/regime.py",
+            "empirical/hand_built.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/observability.py",
             "hmm/families.py", "hmm/memory.py", *MIXTURE),
            needs="about 25 minutes on a loaded core (the paper family's ceiling is most of it)", canary="signal"),
-    Result("figures/families/paper-scale/family_calibration.json",
-           "hmmtf family-calibration --out figures/families/paper-scale --threads 1",
-           ("empirical/yardsticks/family_calibration.py", "empirical/yardsticks/signal.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py",
-            "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", "hmm/memory.py", *MIXTURE),
-           needs="about 17 minutes of a core (25 families x 512 prompts; 30 minutes of wall time on 2 shared cores)",
-           canary="family-calibration"),
     *(result for family in REGIME_MODEL_FAMILIES for result in regime_model_results(family)),
     Result("figures/curves/*/curves.json",
            "hmmtf curves models/curves/RUN ... --title TITLE --out figures/curves/POINT (POINT: the family; the command is in the JSON)",
            CURVE_STUDY,
-           needs="the runs' folders (models/curves/RUN; to extend a run, first `hmmtf restore-checkpoint "
-                 "models/curves/RUN/checkpoint`, then its recorded hmmtf curve command)",
+           needs="the runs' folders (models/curves/RUN, resumable by their recorded hmmtf curve commands)",
            canary="curves"),
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
            ANALYSIS, needs="the point's checkpoint", canary="analyze"),
-    Result("figures/ladder/ladder.json", "hmmtf ladder figures/ladder --out figures/ladder", ("empirical/studies/ladder.py",),
+    Result("figures/ladder/ladder.json", "hmmtf ladder figures/ladder --out figures/ladder", ("empirical/ladder.py",),
            needs="the points' JSONs (tests/test_empirical_ladder.py checks that it is what they give)", canary="ladder"),
     Result("figures/regime/analysis.json",
            "hmmtf analyze runs/tasks-8192-deep/checkpoint --out figures/regime --sections offsets patching "
            "--probe-tasks 64", ANALYSIS, needs=REGIME_CHECKPOINT, canary="analyze"),
     Result("figures/regime/evaluation.json",
            "hmmtf evaluate runs/tasks-8192-deep/checkpoint --out figures/regime --num-prompts 512 --fresh-tasks 0 "
-           "--hand-built-prompts 256", ("empirical/yardsticks/evaluate.py", *ROFORMER, *MIXTURE), needs=REGIME_CHECKPOINT,
+           "--hand-built-prompts 256", ("empirical/evaluate.py", *ROFORMER, *MIXTURE), needs=REGIME_CHECKPOINT,
            canary="evaluate"),
     Result("figures/regime/hand_built.json",
            "hmmtf evaluate runs/tasks-8192-deep/checkpoint --out figures/regime --num-prompts 512 --fresh-tasks 0 "
-           "--hand-built-prompts 256", ("empirical/yardsticks/hand_built.py", "empirical/yardsticks/evaluate.py", *ROFORMER, *MIXTURE,
+           "--hand-built-prompts 256", ("empirical/hand_built.py", "empirical/evaluate.py", *ROFORMER, *MIXTURE,
                                         *CONSTRUCTION, "hmm/memory.py"), needs=REGIME_CHECKPOINT, canary="evaluate"),
 )
 """Every result JSON under figures/, in the order the provenance table of docs/claims.md lists them."""
