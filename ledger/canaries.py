@@ -331,7 +331,8 @@ def _constant_text(value) -> str | None:
 def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
     """The full-size settings: the option defaults of its command (``option:NAME``) and the
     module-level constants (upper-case names) of ``modules`` by name, a dict's entries one by one
-    (``NAME[key]``), each as a digest of its text."""
+    (``NAME[key]``), each as a digest of its values' texts (a constant that modules import from one
+    another is one value)."""
     entries: dict[str, list[str]] = {}
     for name in modules:
         module = importlib.import_module(name)
@@ -350,7 +351,7 @@ def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
     if canary.subcommand:
         for option, default in option_defaults(canary.subcommand).items():
             entries[f"option:{option}"] = [default]
-    return {key: _digest(sorted(values)) for key, values in entries.items()}
+    return {key: _digest(sorted(set(values))) for key, values in entries.items()}
 
 
 def results_of(canary: str, results: tuple[Result, ...] = RESULTS) -> tuple[Result, ...]:
@@ -425,12 +426,13 @@ def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries
 
 
 def _settings_that_differ(then: dict[str, str], now: dict[str, str], names: set[str]) -> list[str]:
-    """The settings of ``then`` and ``now`` that differ, among those a result naming ``names`` uses: every
-    plain one, and a dict's entry when the result names its key."""
+    """The settings both ``then`` and ``now`` have whose values differ, among those a result naming
+    ``names`` uses: every plain one, and a dict's entry when the result names its key. A constant
+    that one side lacks was added or removed with the code that reads it, which the digest judges."""
     def used(entry: str) -> bool:
         keyed = re.fullmatch(r"[A-Z0-9_]+\[(.*)\]", entry)
         return keyed is None or keyed.group(1) in names
-    return sorted(entry for entry in set(then) | set(now) if used(entry) and then.get(entry) != now.get(entry))
+    return sorted(entry for entry in set(then) & set(now) if used(entry) and then[entry] != now[entry])
 
 
 class CanaryBook:

@@ -191,6 +191,10 @@ RESULTS: tuple[Result, ...] = (
            "python benchmarks/bench_training.py --compare --preset tasks-8192-small --steps 50 --warmup 5 --rounds 16 "
            "--ways independent-2x1-tuned-malloc --out figures/benchmarks/training_target.json",
            TRAINING_BENCHMARK, needs="idle cores (a timing); about 40 s a round on 2 cores, 16 rounds"),
+    Result("figures/benchmarks/rotary.json",
+           "python benchmarks/bench_rotary.py --preset tasks-8192-small --rounds 8 --out figures/benchmarks/rotary.json",
+           ("benchmarks/bench_rotary.py", "empirical/measurement/throughput.py", "empirical/training/train.py", *ROFORMER),
+           needs="idle cores (a timing); about 3 minutes"),
     Result("figures/benchmarks/malloc.json", "python benchmarks/bench_malloc.py --pairs 4 --out figures/benchmarks/malloc.json",
            ("benchmarks/bench_malloc.py", "empirical/training/allocator.py", "empirical/measurement/throughput.py", "empirical/training/train.py",
             *ROFORMER), needs="idle cores (a timing); about 2 minutes"),
