@@ -63,7 +63,7 @@ def _toy_canary(root: Path) -> Canary:
         namespace: dict = {}
         exec(compile((root / "toy/make.py").read_text(), "toy/make.py", "exec"), namespace)
         (shop.folder / "out.json").write_text(json.dumps({"values": namespace["compute"]([0.1, 3.0], "small"),
-                                                          "seconds": 0.5}))
+                                                          "seconds": 0.5, **namespace.get("REPORTED_TOO", {})}))
     return Canary("toy", run, ("out.json",), None, "nothing")
 
 
@@ -225,3 +225,13 @@ def test_a_registry_entry_the_result_does_not_name_is_no_change(repository):
 def test_producers_are_read_as_git_pathspecs(path, producers, matches):
     from ledger.provenance import matches_producers
     assert matches_producers(path, producers) is matches
+
+
+def test_a_key_the_code_now_adds_to_its_output_leaves_the_old_numbers_to_judge(repository):
+    """What a result holds is what the old code wrote: a number the code now writes besides (a new
+    key) is not compared, a number under an old key is."""
+    root, canary = repository
+    _commit(root, {"toy/make.py": REFACTORED + 'REPORTED_TOO = {"added_later": 3.0}\n'}, "a new output")
+    assert _state(root, canary).status is Status.FRESH
+    _commit(root, {"toy/make.py": REFACTORED + 'REPORTED_TOO = {"values": [1.0]}\n'}, "an old key, other numbers")
+    assert "differs: the numbers moved" in _state(root, canary).detail
