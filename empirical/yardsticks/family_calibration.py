@@ -10,7 +10,7 @@ states, 16 tokens, the ``paper`` prompt format of 263 tokens):
 * the **oracle**: each prompt's own HMM, filtered exactly (:func:`empirical.yardsticks.regime.oracle_predictor`);
 * the **in-context 1/2/3-grams** (:mod:`empirical.yardsticks.ngram`), their concentrations fitted on prompts of
   other fresh HMMs of the same family, as the competence result fits them
-  (:func:`empirical.yardsticks.signal.streams_of_seed_zero` with the fitting streams of :mod:`empirical.yardsticks.competence`);
+  (:func:`empirical.yardsticks.signal.fresh_prompts_and_ngrams` with the fitting streams of :mod:`empirical.yardsticks.competence`);
 * the **uniform** guess: loss ``log p`` and expected top-1 accuracy ``1 / p`` exactly.
 
 Loss (nats/token) and top-1 accuracy (``argmax q = o_{t+1}``, ties to the lowest token), per
@@ -58,11 +58,10 @@ import time
 import torch
 
 import hmm
-from empirical.yardsticks.competence import (FIT_MIXTURE_STREAM, FIT_PROMPT_STREAM, FIT_PROMPTS, NGRAM_ORDERS, paired,
-                                  per_prompt_loss, scope_rows)
-from empirical.yardsticks.ngram import InContextNGram, scored_rows
-from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
-from empirical.yardsticks.signal import streams_of_seed_zero
+from empirical.yardsticks.competence import FIT_PROMPTS, NGRAM_ORDERS, paired, per_prompt_loss, scope_rows
+from empirical.yardsticks.ngram import scored_rows
+from empirical.yardsticks.regime import oracle_predictor
+from empirical.yardsticks.signal import fresh_prompts_and_ngrams
 
 PAPER_SCALE_STATES = 128
 PAPER_SCALE_TOKENS = 16
@@ -109,14 +108,8 @@ def calibrate_family(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num
     """The module docstring's measurements for one family, as a JSON-ready dict: per scope each
     predictor's loss and accuracy (mean, s.e., 95% interval), the paired differences the rule
     reads, and the n-grams' fitted concentrations."""
-    if num_prompts < 2:
-        raise ValueError(f"num_prompts: {num_prompts!r}; expected an integer >= 2 (paired intervals need two)")
-    fresh, prompts = streams_of_seed_zero(spec, prompt_format, num_prompts, fresh_tasks, FRESH_MIXTURE_STREAM,
-                                          FRESH_PROMPT_STREAM)
-    _, fitting = streams_of_seed_zero(spec, prompt_format, FIT_PROMPTS, fresh_tasks, FIT_MIXTURE_STREAM,
-                                      FIT_PROMPT_STREAM)
+    fresh, prompts, ngrams = fresh_prompts_and_ngrams(spec, prompt_format, num_prompts, fresh_tasks)
     tokens, p = prompts.tokens, spec.num_tokens
-    ngrams = {f"ngram {n}": InContextNGram.fitted(n, p, fitting.tokens) for n in NGRAM_ORDERS}
     probabilities = {name: ngram(tokens) for name, ngram in ngrams.items()}
     probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
     scopes = {}

@@ -71,19 +71,29 @@ def streams_of_seed_zero(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat,
                           stream_seed(0, prompt_stream, 0))
 
 
-def family_signal(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_prompts: int, fresh_tasks: int,
-                  settings: SMCSettings) -> dict:
-    """The module docstring's measurements for one family, as a JSON-ready dict: per scope (test
-    sequence, all positions) each predictor's mean loss and standard error, the signal and the
-    n-grams' steps as paired differences, the ceiling's Monte-Carlo error; gamma's quartiles."""
+def fresh_prompts_and_ngrams(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_prompts: int,
+                             fresh_tasks: int) -> tuple[hmm.Mixture, hmm.Prompts, dict[str, InContextNGram]]:
+    """A family's ``fresh_tasks`` fresh HMMs with ``num_prompts`` of their prompts, and the in-context
+    n-grams fitted on :data:`FIT_PROMPTS` prompts of the fitting streams (:func:`streams_of_seed_zero`:
+    for the paper family, the competence result's)."""
     if num_prompts < 2:
         raise ValueError(f"num_prompts: {num_prompts!r}; expected an integer >= 2 (paired intervals need two)")
     fresh, prompts = streams_of_seed_zero(spec, prompt_format, num_prompts, fresh_tasks, FRESH_MIXTURE_STREAM,
                                           FRESH_PROMPT_STREAM)
     _, fitting = streams_of_seed_zero(spec, prompt_format, FIT_PROMPTS, fresh_tasks, FIT_MIXTURE_STREAM,
                                       FIT_PROMPT_STREAM)
+    return fresh, prompts, {f"ngram {n}": InContextNGram.fitted(n, spec.num_tokens, fitting.tokens)
+                            for n in NGRAM_ORDERS}
+
+
+def family_signal(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_prompts: int, fresh_tasks: int,
+                  settings: SMCSettings) -> dict:
+    """The module docstring's measurements for one family, as a JSON-ready dict: per scope (test
+    sequence, all positions) each predictor's mean loss and standard error, the signal and the
+    n-grams' steps as paired differences, the ceiling's Monte-Carlo error; gamma's quartiles."""
+    fresh, prompts, ngrams = fresh_prompts_and_ngrams(spec, prompt_format, num_prompts, fresh_tasks)
     tokens, p = prompts.tokens, spec.num_tokens
-    probabilities = {f"ngram {n}": InContextNGram.fitted(n, p, fitting.tokens)(tokens) for n in NGRAM_ORDERS}
+    probabilities = {name: ngram(tokens) for name, ngram in ngrams.items()}
     estimates = ceiling_estimates(tokens, prompt_format, spec, settings)
     probabilities["ceiling"] = estimates.probabilities
     probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
