@@ -14,7 +14,8 @@ change of the ``paper`` mixture leaves results on other mixtures fresh).
 Why this is sound. Let a result be made at commit C. ``hmmtf ledger`` recorded the canary's digest
 at a commit B, from a clean tree (:func:`record_baselines`). If the result's producers compute the
 same at B as at C (:func:`ledger.provenance.changed_producers`: their syntax trees across moves),
-the digest of B is the digest of the code that made the result. If the canary now gives that digest,
+the digest of B is the digest of the code that made the result. If the canary now gives that digest
+(within the key names B's outputs used: a field the code now writes besides is not in the result),
 and the full-size settings the result names are those of B, the code now computes, on everything
 the canary exercises, bit for bit what it computed then. The result is then fresh, "verified by
 canary"; otherwise stale. A canary whose own code changed is not the same witness: its source
@@ -46,6 +47,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ledger.documents import LedgerError
 from ledger.provenance import (GitUnavailable, Recorded, Vouch, changed_producers, code_fingerprint, git,
@@ -58,9 +60,10 @@ verification (digest at the producers' present code)."""
 
 VOLATILE_KEY = re.compile(r"command|git|git_commit|git_dirty|commit|torch|numpy|python|device|num_threads|threads|"
                           r"cpus|backend|verbose|debug|cached|host|hostname|platform|load.*|.*_seconds|seconds|.*_s|"
-                          r".*_time|.*per_minute|.*per_second|.*per_s")
+                          r".*_time|.*per_minute|.*per_second|.*per_s|smc_over_exact_filter")
 """JSON keys, and command options, that say where, when, on what, how chattily and how fast a
-command ran, not what it computed: left out of a canary's digest (matched whole)."""
+command ran (``smc_over_exact_filter``: a ratio of two timings), not what it computed: left out of
+a canary's digest (matched whole)."""
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 """The checkout the canaries run in: its path in an output is read as ``<repository>``."""
@@ -319,13 +322,13 @@ def option_defaults(subcommand: str) -> dict[str, str]:
 
 
 def _constant_text(value) -> str | None:
-    """A full-size setting's value as text, the repository's path as ``<repository>`` (None: not a
-    setting: a function, class, module)."""
+    """A full-size setting's value as text, the repository's path as ``<repository>`` and the
+    project's module names as their last name (None: not a setting: a function, class, module)."""
     if callable(value) or inspect.ismodule(value):
         return None
     if hasattr(value, "tobytes"):
         return hashlib.sha256(value.tobytes()).hexdigest()
-    return repr(value).replace(str(REPOSITORY), "<repository>")
+    return MODULE_PATH.sub(r"\1", repr(value).replace(str(REPOSITORY), "<repository>"))
 
 
 def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
@@ -375,8 +378,46 @@ def code_now(root: Path, canary: Canary, results: tuple[Result, ...] = RESULTS) 
     return _digest(parts)
 
 
-def sing(canary: Canary, root: Path, results: tuple[Result, ...] = RESULTS) -> dict:
-    """Run ``canary`` now: its digest (outputs, option defaults, own code) and its settings."""
+def _keys_of(value) -> set[str]:
+    """Every key of the parsed JSON ``value``, at any depth."""
+    if isinstance(value, dict):
+        return set(value).union(*(_keys_of(item) for item in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys_of(item) for item in value))
+    return set()
+
+
+def _pruned(value, keys: set[str]):
+    """``value`` without the dict entries whose key is not in ``keys``, at any depth."""
+    if isinstance(value, dict):
+        return {key: _pruned(item, keys) for key, item in value.items() if key in keys}
+    if isinstance(value, list):
+        return [_pruned(item, keys) for item in value]
+    return value
+
+
+class Song(NamedTuple):
+    """What a canary gave: its canonical ``outputs`` and its command's option ``defaults``."""
+
+    canary: Canary
+    outputs: dict
+    defaults: dict[str, str]
+
+    def keys(self) -> list[str]:
+        """The key names the outputs use, and the options (``option:NAME``)."""
+        return sorted(_keys_of(self.outputs) | {f"option:{name}" for name in self.defaults})
+
+    def digest(self, keys: set[str] | None = None) -> str:
+        """The digest of the outputs and defaults (only those under ``keys``, a baseline's: what a
+        later version adds is not what the result holds), and the canary's own code."""
+        outputs = self.outputs if keys is None else _pruned(self.outputs, keys)
+        defaults = {name: value for name, value in self.defaults.items() if keys is None or f"option:{name}" in keys}
+        return _digest({"outputs": outputs, "defaults": defaults, "code": _canary_source(self.canary)})
+
+
+def sing(canary: Canary, root: Path, results: tuple[Result, ...] = RESULTS) -> tuple[Song, dict]:
+    """Run ``canary`` now: what it gave, and its record: digest (outputs, option defaults, own
+    code), the key names it used, its settings and the software it ran on."""
     modules = [module_name(path) for path in producer_files(root, canary.name, results)
                if path.endswith(".py") and not path.startswith(("benchmarks/", "tests/"))]
     with tempfile.TemporaryDirectory(prefix=f"canary-{canary.name}-") as folder:
@@ -384,9 +425,9 @@ def sing(canary: Canary, root: Path, results: tuple[Result, ...] = RESULTS) -> d
         canary.run(shop)
         outputs = {output: _canonical(json.loads((shop.folder / output).read_text()), folder)
                    for output in canary.outputs}
-    defaults = option_defaults(canary.subcommand) if canary.subcommand else {}
-    return {"digest": _digest({"outputs": outputs, "defaults": defaults, "code": _canary_source(canary)}),
-            "settings": settings(canary, modules), "environment": environment()}
+    song = Song(canary, outputs, option_defaults(canary.subcommand) if canary.subcommand else {})
+    return song, {"digest": song.digest(), "keys": song.keys(), "settings": settings(canary, modules),
+                  "environment": environment()}
 
 
 def load_record(root: Path) -> dict:
@@ -417,10 +458,12 @@ def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries
         if dirty:
             raise LedgerError(f"canary {name}: uncommitted changes ({dirty.splitlines()[0].strip()} ...); "
                               "expected a clean tree, since a baseline stands for a commit")
-        sung = sing(canary, root, results)
+        song, sung = sing(canary, root, results)
         baselines = [entry for entry in record["baselines"].get(name, []) if entry["commit"] != head]
         record["baselines"][name] = [*baselines, {"commit": head, **sung}]
-        record["verified"][name] = {"code": code_now(root, canary, results), **sung}
+        record["verified"][name] = {"code": code_now(root, canary, results), **sung,
+                                    "within": {entry["commit"]: song.digest(set(entry["keys"]))
+                                               for entry in record["baselines"][name]}}
         write_record(root, record)
     return names or list(canaries)
 
@@ -450,19 +493,21 @@ class CanaryBook:
         self.sung: dict[str, dict] = {}
         self.ran: set[str] = set()
 
-    def now(self, name: str) -> dict:
-        """The canary's digest and settings for the present code: from the record's verification when it
-        is of this code and environment, else by running it."""
-        if name not in self.sung:
-            canary = self.canaries[name]
-            verified = self.record["verified"].get(name)
-            code = code_now(self.root, canary, self.results)
-            if not self.rerun and verified and verified["code"] == code and verified["environment"] == environment():
-                self.sung[name] = verified
-            else:
-                self.sung[name] = {"code": code, **sing(canary, self.root, self.results)}
-                self.ran.add(name)
-        return self.sung[name]
+    def now(self, name: str, baseline: dict) -> dict:
+        """The canary's record for the present code, with its digest ``within`` the key names of
+        ``baseline``: from the record's verification when it is of this code and environment and
+        has that digest, else by running it (the digest within each of its baselines' keys)."""
+        canary = self.canaries[name]
+        kept = self.sung.get(name) or self.record["verified"].get(name)
+        code = code_now(self.root, canary, self.results) if name not in self.sung else self.sung[name]["code"]
+        if (kept is None or kept["code"] != code or kept["environment"] != environment()
+                or baseline["commit"] not in kept.get("within", {}) or (self.rerun and name not in self.ran)):
+            song, sung = sing(canary, self.root, self.results)
+            within = {entry["commit"]: song.digest(set(entry["keys"])) for entry in self.record["baselines"][name]}
+            kept = {"code": code, **sung, "within": within}
+            self.ran.add(name)
+        self.sung[name] = kept
+        return kept
 
     def __call__(self, result: Result, path: str, recorded: Recorded) -> Vouch | None:
         if result.canary is None:
@@ -472,12 +517,12 @@ class CanaryBook:
         if baseline is None:
             return Vouch(name, False, f"canary {name} has no baseline at a commit where this result was fresh "
                                       f"(hmmtf ledger --record-canaries at the commit that made it)")
-        now = self.now(name)
+        now = self.now(name, baseline)
         where = f"canary {name} (baseline {baseline['commit'][:7]})"
         if baseline["environment"] != now["environment"]:
             return Vouch(name, False, f"{where} was recorded under {baseline['environment']}, this is "
                                       f"{now['environment']}: its bits cannot be compared")
-        if now["digest"] != baseline["digest"]:
+        if now["within"][baseline["commit"]] != baseline["digest"]:
             return Vouch(name, False, f"{where} differs: the numbers moved")
         differ = _settings_that_differ(baseline["settings"], now["settings"], named_in(json.loads((self.root / path).read_text())))
         if differ:
