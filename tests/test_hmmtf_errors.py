@@ -225,7 +225,7 @@ def no_computation(*args, **kwargs):
     (["main", "--out", "{out}"], "bounds.commands.measure"),
     (["calibrate", "--out", "{out}"], "empirical.cli.commands.calibrate"),
     (["markov-sweep", "--out", "{out}"], "empirical.studies.markov.commands.write_sweep"),
-    (["evaluate", "{checkpoint}", "--out", "{out}"], "empirical.cli.commands.load_checkpoint"),
+    (["evaluate", "{checkpoint}", "--out", "{out}"], "empirical.cli.commands.load_run"),
     (["analyze", "{checkpoint}", "--out", "{out}"], "empirical.analysis.commands.load_checkpoint"),
     (["reproduce", "--preset", "paper-mini", "--device", "cpu", "--out", "{out}"],
      "empirical.reproduce.plan.measure_host"),
@@ -257,7 +257,7 @@ def test_evaluate_checks_its_default_output_folder_before_computing(checkpoint, 
     """Without ``--out``: RUN_DIR/evaluation, beside the checkpoint, where a file of that name blocks it."""
     (checkpoint.parent / "evaluation").write_text("")
     import empirical.cli.commands
-    monkeypatch.setattr(empirical.cli.commands, "load_checkpoint", no_computation)
+    monkeypatch.setattr(empirical.cli.commands, "load_run", no_computation)
     assert hmmtf.main(["evaluate", str(checkpoint)]) == 2
     assert error_line(capsys, "evaluate") == (
         f"hmmtf evaluate: error: --out: {str(checkpoint.parent / 'evaluation')!r}: "

@@ -131,7 +131,7 @@ def register(subparsers) -> None:
     parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts per family")
     parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
-    parser.add_argument("--out", default="runs/families/paper-scale",
+    parser.add_argument("--out", type=output_folder, default="runs/families/paper-scale",
                         help="folder of family_calibration.json and .png (the committed result: --out "
                              "figures/families/paper-scale)")
     parser.set_defaults(run=run_family_calibration)
