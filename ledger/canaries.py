@@ -256,6 +256,15 @@ COMMON_BLIND_SPOTS = ("code paths a tiny run does not take (CUDA, bf16 on a GPU,
                       "Python, numpy or torch")
 
 
+def same_software(first: dict[str, str], second: dict[str, str]) -> bool:
+    """Whether two :func:`environment` records are one stack for the bits: the same numpy and torch,
+    and the same Python up to its patch release (which changes no arithmetic)."""
+    def minor(version: str) -> str:
+        return ".".join(version.split(".")[:2])
+    return (first["numpy"] == second["numpy"] and first["torch"] == second["torch"]
+            and minor(first["python"]) == minor(second["python"]))
+
+
 def environment() -> dict[str, str]:
     """The software stack the bits depend on."""
     import numpy
@@ -500,7 +509,7 @@ class CanaryBook:
         canary = self.canaries[name]
         kept = self.sung.get(name) or self.record["verified"].get(name)
         code = code_now(self.root, canary, self.results) if name not in self.sung else self.sung[name]["code"]
-        if (kept is None or kept["code"] != code or kept["environment"] != environment()
+        if (kept is None or kept["code"] != code or not same_software(kept["environment"], environment())
                 or baseline["commit"] not in kept.get("within", {}) or (self.rerun and name not in self.ran)):
             song, sung = sing(canary, self.root, self.results)
             within = {entry["commit"]: song.digest(set(entry["keys"])) for entry in self.record["baselines"][name]}
@@ -519,7 +528,7 @@ class CanaryBook:
                                       f"(hmmtf ledger --record-canaries at the commit that made it)")
         now = self.now(name, baseline)
         where = f"canary {name} (baseline {baseline['commit'][:7]})"
-        if baseline["environment"] != now["environment"]:
+        if not same_software(baseline["environment"], now["environment"]):
             return Vouch(name, False, f"{where} was recorded under {baseline['environment']}, this is "
                                       f"{now['environment']}: its bits cannot be compared")
         if now["within"][baseline["commit"]] != baseline["digest"]:

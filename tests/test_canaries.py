@@ -235,3 +235,10 @@ def test_a_key_the_code_now_adds_to_its_output_leaves_the_old_numbers_to_judge(r
     assert _state(root, canary).status is Status.FRESH
     _commit(root, {"toy/make.py": REFACTORED + 'REPORTED_TOO = {"values": [1.0]}\n'}, "an old key, other numbers")
     assert "differs: the numbers moved" in _state(root, canary).detail
+
+
+@pytest.mark.parametrize("other, same", [({"python": "3.11.9"}, True), ({"python": "3.12.1"}, False),
+                                         ({"numpy": "2.4.7"}, False), ({"torch": "2.13.0+cu130"}, False)])
+def test_the_bits_are_compared_on_one_software_stack(other, same):
+    here = {"python": "3.11.7", "numpy": "2.4.6", "torch": "2.13.0+cpu"}
+    assert canaries.same_software(here, {**here, **other}) is same
