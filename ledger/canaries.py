@@ -100,7 +100,7 @@ class Workshop:
 
 
 def _quietly(command: str, call: Callable[[], int | None]) -> None:
-    """``call()``, its printing kept; a nonzero exit raises :class:`LedgerError` naming ``command`` and
+    """``call()``, its printing held back; a nonzero exit raises :class:`LedgerError` naming ``command`` and
     the last line it printed on stderr."""
     errors = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
