@@ -172,24 +172,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
     so ``rot_m(q) . rot_n(k) = q^T R_{n-m} k`` depends on the positions only through ``n - m``.
     Computed in the tables' dtype (float32 at least: angles of late positions need it), returned
-    in ``x.dtype``. As two contiguous products and a sum, ``x * C + swap(x) * S`` with
-    ``C = (cos_i, cos_i)``, ``S = (-sin_i, sin_i)`` per pair and ``swap`` exchanging each pair's
-    coordinates: the same bits as the formula, since ``a * (-s) = -(a s)`` and ``p + (-q) = p - q``
-    exactly, and a sum of two terms does not depend on their order (so do the gradients); about 20%
-    faster on a CPU than the formula's four strided products and the copy that interleaves them.
+    in ``x.dtype``.
     """
-    wide = x.to(cos.dtype)
-    swapped = wide.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
-    paired_cos = cos.repeat_interleave(2, dim=-1)
-    paired_sin = torch.stack((-sin, sin), dim=-1).flatten(-2)
-    return (wide * paired_cos + swapped * paired_sin).to(x.dtype)
-
-
-def rotary_by_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """:func:`apply_rotary`'s formula as written, pair by pair: the strided halves ``x_{2i}`` and
-    ``x_{2i+1}``, four products, and a copy that interleaves the rotated pairs. The reference its
-    contiguous form must equal bit for bit (tests/test_empirical_model.py), and the baseline of
-    ``benchmarks/bench_rotary.py``."""
     even, odd = x[..., 0::2].to(cos.dtype), x[..., 1::2].to(cos.dtype)
     rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
     return rotated.flatten(-2).to(x.dtype)
