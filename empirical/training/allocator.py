@@ -3,11 +3,11 @@
 A training step of the ladder's 4 x 4 x 64 RoFormer (batch 32 x 118 tokens) allocates and frees
 megabytes of activations and gradients. With glibc's defaults, blocks above the dynamic mmap
 threshold are mapped and unmapped on every step, and the top of the heap is trimmed back to the
-system: 3,000-5,200 minor page faults and 9-15 ms of kernel time a step (of about 200 ms), each
+system: 3,000-5,500 minor page faults and 9-20 ms of kernel time a step (of 200-290 ms, two runs), each
 fault a freshly zeroed 4 KiB page (``benchmarks/bench_malloc.py``, ``figures/benchmarks/malloc.json``). :data:`TRAINING_TUNABLES` keep freed memory in the heap
 (no mmap below 32 MiB, no trimming) and ask for transparent huge pages on it
 (``madvise(MADV_HUGEPAGE)``; the kernels here run THP in ``madvise`` mode), so the steady state
-faults no page (0.1-0.2 a step, 0.5-0.9 ms of kernel time). The arithmetic does not change: a run gives the same
+faults no page (0.1-0.2 a step, under 1 ms of kernel time). The arithmetic does not change: a run gives the same
 bits either way. ``benchmarks/bench_training.py --compare`` measures the gain beside glibc's
 defaults (docs/empirical.md, "The ways to use the two cores").
 
