@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 from ledger.documents import LedgerError
 from ledger.provenance import (GitUnavailable, Recorded, Vouch, changed_producers, code_fingerprint, git,
-                               matches_producers, module_name, named_in)
+                               matches_producers, module_name)
 from ledger.results import RESULTS, Result
 
 RECORD = "ledger/canaries.json"
@@ -518,11 +518,11 @@ class CanaryBook:
         self.sung[name] = kept
         return kept
 
-    def __call__(self, result: Result, path: str, recorded: Recorded) -> Vouch | None:
+    def __call__(self, result: Result, recorded: Recorded, names: set[str]) -> Vouch | None:
         if result.canary is None:
             return None
         name = result.canary
-        baseline = self._baseline(name, result, path, recorded)
+        baseline = self._baseline(name, result, recorded, names)
         if baseline is None:
             return Vouch(name, False, f"canary {name} has no baseline at a commit where this result was fresh "
                                       f"(hmmtf ledger --record-canaries at the commit that made it)")
@@ -533,15 +533,14 @@ class CanaryBook:
                                       f"{now['environment']}: its bits cannot be compared")
         if now["within"][baseline["commit"]] != baseline["digest"]:
             return Vouch(name, False, f"{where} differs: the numbers moved")
-        differ = _settings_that_differ(baseline["settings"], now["settings"], named_in(json.loads((self.root / path).read_text())))
+        differ = _settings_that_differ(baseline["settings"], now["settings"], names)
         if differ:
             return Vouch(name, False, f"{where}: full-size settings changed: {', '.join(differ[:6])}")
         return Vouch(name, True, f"verified by {where}; blind to: {self.canaries[name].blind_to}; {COMMON_BLIND_SPOTS}")
 
-    def _baseline(self, name: str, result: Result, path: str, recorded: Recorded) -> dict | None:
-        """The newest baseline of ``name`` at a commit whose producers of ``result`` compute what they
-        computed at the recorded commit."""
-        names = named_in(json.loads((self.root / path).read_text()))
+    def _baseline(self, name: str, result: Result, recorded: Recorded, names: set[str]) -> dict | None:
+        """The newest baseline of ``name`` at a commit whose producers of ``result`` (a result naming
+        ``names``) compute what they computed at the recorded commit."""
         for baseline in reversed(self.record["baselines"].get(name, [])):
             try:
                 if not changed_producers(self.root, result.producers, recorded.commit, baseline["commit"], names):

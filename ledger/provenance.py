@@ -368,9 +368,10 @@ class Vouch:
     detail: str
 
 
-CanaryJudge = Callable[[Result, str, Recorded], "Vouch | None"]
-"""Asked about ``(result, path, recorded)`` when the producers changed since the recorded commit:
-the canary's :class:`Vouch`, or None when no canary covers the result (:mod:`ledger.canaries`)."""
+CanaryJudge = Callable[[Result, Recorded, set[str]], "Vouch | None"]
+"""Asked about ``(result, recorded, names)`` (``names``: :func:`named_in` of the result's JSON) when
+the producers changed since the recorded commit: the canary's :class:`Vouch`, or None when no canary
+covers the result (:mod:`ledger.canaries`)."""
 
 
 def _pathspecs(producers: tuple[str, ...]) -> list[str]:
@@ -396,7 +397,8 @@ def freshness(result: Result, root: Path, path: str | None = None, canaries: Can
         shallow = git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
         hint = "; this is a shallow clone: git fetch --unshallow" if shallow else ""
         return state(Status.UNKNOWN_COMMIT, recorded, f"commit {recorded.commit[:7]} is not in this repository{hint}")
-    files = changed_producers(root, result.producers, recorded.commit, names=named_in(doc.data))
+    names = named_in(doc.data)
+    files = changed_producers(root, result.producers, recorded.commit, names=names)
     if not files and recorded.dirty:
         return state(Status.DIRTY, recorded, f"made at {recorded.commit[:7]} from a tree with uncommitted changes")
     if not files:
@@ -407,7 +409,7 @@ def freshness(result: Result, root: Path, path: str | None = None, canaries: Can
     by = " and ".join(part for part in (f"commits {since}" if commits else "", "uncommitted changes" if uncommitted else "")
                       if part)
     detail = f"made at {recorded.commit[:7]}; since then {by} changed {', '.join(files)}"
-    vouch = canaries(result, path, recorded) if canaries and not recorded.dirty else None
+    vouch = canaries(result, recorded, names) if canaries and not recorded.dirty else None
     if vouch is None:
         return state(Status.STALE, recorded, detail)
     if vouch.fresh:
