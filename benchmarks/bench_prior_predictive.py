@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moves", type=int, default=CEILING_SETTINGS.moves)
     parser.add_argument("--batch-prompts", type=int, default=CEILING_SETTINGS.batch_prompts,
                         help="prompts filtered together (on a GPU: as many as its memory holds)")
+    parser.add_argument("--convergence", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the doubled setting (four times the base's cost); --no-convergence for the "
+                        "base ceiling alone, as an agreement check between backends needs")
     parser.add_argument("--out", help="also write the JSON result here")
     args = parser.parse_args(argv)
     if args.prompts < 2 or args.chains < 0:
@@ -176,19 +179,22 @@ def main(argv: list[str] | None = None) -> int:
 
     doubled = SMCSettings(2 * settings.particles, 2 * settings.moves, settings.ess_threshold, settings.seed + 100,
                           settings.batch_prompts)
-    base, twice = ceiling_losses(tokens, preset, settings, backend), ceiling_losses(tokens, preset, doubled, backend)
-    convergence = {"base": base, "doubled": twice, "rule": "converged when |loss(doubled) - loss(base)| < the base's "
-                   "Monte-Carlo standard error"}
-    for scope in scope_rows(preset.prompt_format):
-        change = twice[scope]["loss"] - base[scope]["loss"]
-        convergence[scope] = {"change": change, "converged": abs(change) < base[scope]["monte_carlo_stderr"]}
+    base = ceiling_losses(tokens, preset, settings, backend)
+    convergence: dict = {"base": base}
+    if args.convergence:
+        twice = ceiling_losses(tokens, preset, doubled, backend)
+        convergence.update(doubled=twice, rule="converged when |loss(doubled) - loss(base)| < the base's Monte-Carlo "
+                           "standard error")
+        for scope in scope_rows(preset.prompt_format):
+            change = twice[scope]["loss"] - base[scope]["loss"]
+            convergence[scope] = {"change": change, "converged": abs(change) < base[scope]["monte_carlo_stderr"]}
 
     cross_check = None if args.chains == 0 else bounds_check(args, preset, tokens, prior, own, smc, tokens_per_prompt)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     result = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
               "git_commit": commit, "preset": args.preset, "fresh_tasks": args.fresh_tasks,
               "backend": {"name": args.backend, "device": str(device), "device_name": device_name,
-                          "dtype": args.dtype},
+                          "dtype": args.dtype, "tf32_matmul": torch.backends.cuda.matmul.allow_tf32},
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
                           "load_average_at_start": load, "torch": torch.__version__},
               "rate": rate, "convergence": convergence, "cross_check": cross_check}
