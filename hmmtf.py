@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from hmmtf_options import declared_commit
+
 SUBCOMMAND_MODULES = {
     "train": "empirical.cli.commands",
     "evaluate": "empirical.cli.commands",
@@ -133,7 +135,11 @@ def subcommand_of(argv: list[str]) -> str | None:
 def source_commit() -> str | None:
     """The git commit of the checkout this file is in (``git rev-parse HEAD``), with ``+dirty``
     when tracked files outside ``figures/`` (the results, which commands rewrite) differ from it;
-    None outside a git checkout or without git."""
+    the commit :func:`hmmtf_options.declared_commit` declares where one is (the device machine's
+    copy of the tree, whose ``.git`` may be another tree's); None outside a git checkout or without git."""
+    declared = declared_commit()
+    if declared:
+        return declared
     root = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)

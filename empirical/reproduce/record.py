@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hmmtf_options import GIT_COMMIT_VARIABLE, declared_commit
+
 RECORD_FILE = "record.json"
 PROGRESS_FILE = "progress.json"
 LOG_FILE = "reproduce.log"
@@ -36,9 +38,6 @@ DETACHED_FILE = "detached.json"
 ERROR_PREFIX = "hmmtf reproduce: error: "
 """How ``hmmtf reproduce`` begins the line of a user error that ends it (exit code 2; the format of
 :func:`hmmtf.error_line`)."""
-GIT_COMMIT_VARIABLE = "HMMTF_GIT_COMMIT"
-"""Environment variable naming the commit where the working tree has no ``.git`` (the device
-machine receives a copy of the tree)."""
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
@@ -66,8 +65,12 @@ def device_name(device: torch.device) -> str:
 
 
 def git_state() -> dict:
-    """Commit of the working tree and whether it has uncommitted changes; from
-    :data:`GIT_COMMIT_VARIABLE` where there is no repository."""
+    """Commit of the working tree and whether it has uncommitted changes: the commit
+    :data:`hmmtf_options.GIT_COMMIT_VARIABLE` declares where it is set (the device machine's copy of
+    the tree), else git's, else None."""
+    declared = declared_commit()
+    if declared:
+        return {"commit": declared, "uncommitted_changes": None, "source": f"${GIT_COMMIT_VARIABLE}"}
     try:
         commit = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
@@ -75,8 +78,7 @@ def git_state() -> dict:
                                  text=True, check=True).stdout
         return {"commit": commit, "uncommitted_changes": bool(changes.strip()), "source": "git"}
     except (OSError, subprocess.CalledProcessError):
-        return {"commit": os.environ.get(GIT_COMMIT_VARIABLE), "uncommitted_changes": None,
-                "source": f"${GIT_COMMIT_VARIABLE} (no git repository here)"}
+        return {"commit": None, "uncommitted_changes": None, "source": "no git repository here"}
 
 
 def environment(device: torch.device) -> dict:
