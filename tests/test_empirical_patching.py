@@ -18,6 +18,8 @@ from empirical.analysis.networks import HAND_BUILT_STEPS
 from empirical.analysis.patching import (
     CENTROID,
     CONTROLS,
+    ForcingItems,
+    capped_items,
     check_threshold,
     exact_history_changes,
     hand_built_history_changes,
@@ -317,6 +319,41 @@ def test_state_forcing_reaches_the_counterfactual_on_a_planted_network_and_the_c
         # A resampled ratio of sums is at most the largest |patched KL| over the least KL before.
         assert result["patched_over_before"]["ci_high"] <= rounding / smallest_state_kl(mixture)
         assert result["uses_state"], layer
+
+
+def test_capped_items_draw_a_uniform_subset_in_order_and_below_the_cap_draw_nothing():
+    items = ForcingItems(*(torch.arange(20) + 100 * column for column in range(6)))
+    generator = torch.Generator().manual_seed(0)
+    state = generator.get_state()
+    assert capped_items(items, 20, generator) is items and capped_items(items, None, generator) is items
+    assert torch.equal(generator.get_state(), state)
+    capped = capped_items(items, 7, generator)
+    kept = capped.prompt
+    assert len(kept) == 7 and torch.equal(kept, torch.unique(kept)) and int(kept.max()) < 20
+    assert all(torch.equal(column, kept + 100 * index) for index, column in enumerate(capped))
+    for value in (0, True, 2.5):
+        with pytest.raises(ValueError, match=rf"^max_items: {value!r}; expected an integer >= 1, or None for no cap$"):
+            capped_items(items, value, generator)
+
+
+def test_state_forcing_under_a_cap_it_reaches_patches_that_many_items_and_above_it_changes_nothing():
+    mixture = planted_mixture()
+    network = PlantedStateNetwork(mixture)
+    centroid_prompts = hmm.sample_prompts(mixture, 64, PLANTED_FORMAT, seed=0)
+    patched_prompts = hmm.sample_prompts(mixture, 24, PLANTED_FORMAT, seed=1)
+
+    def forcing(max_items):
+        return state_forcing(network, mixture, centroid_prompts, patched_prompts, 0.9, 0, 16, torch.device("cpu"),
+                             max_items)
+
+    uncapped = forcing(None)
+    found = uncapped["items"]
+    assert uncapped["items_found"] == found and uncapped["max_items"] is None
+    assert forcing(found) == {**uncapped, "max_items": found}
+    capped = forcing(10)
+    assert (capped["max_items"], capped["items_found"], capped["items"]) == (10, found, 10)
+    assert sum(capped["items_by_test_position"]) == 10 and capped["prompts_with_items"] <= 10
+    assert all(result["uses_state"] for result in capped["by_layer"].values())
 
 
 def test_state_forcing_verdict_is_no_for_a_network_that_ignores_its_stream():

@@ -1,8 +1,9 @@
 """``hmmtf reproduce``: the paper preset's data and schedule, the plan's FLOP counts (training,
-evaluation, the Bayes filters, patching) against torch's FLOP counter, the bundle's size limit,
-refusals of bad input, and the ``paper-mini`` pipeline end to end on the CPU -- stopped after a
-stage, or interrupted by SIGINT in training and SIGTERM in the analysis, and resumed, it gives the
-outputs of an uninterrupted run."""
+evaluation, the Bayes filters, patching) against torch's FLOP counter, the budget (only the stages
+to run count; their split into calls), the bundle's size limit, refusals of bad input, and the
+``paper-mini`` pipeline end to end on the CPU -- with the caps and counts of its stages recorded;
+stopped after a stage, or interrupted by SIGINT in training and SIGTERM in the analysis, and
+resumed, it gives the outputs of an uninterrupted run."""
 import collections
 import dataclasses
 import json
@@ -35,7 +36,7 @@ from rounding import gamma, learning_rate_rounding
 
 RATES = plan.Rates(train=1e12, float32=1e12, float64=1e11, bandwidth=1e11, source="test")
 HOST = plan.HostTimings(mixture_s=1.0, batch_s=0.01, hand_built_s=0.1, hand_built_forward_s=0.01, decode_s=1e-4,
-                        hand_built_width=100, hand_built_layers=10, confident_fraction=0.2)
+                        hand_built_width=100, hand_built_layers=10)
 FIGURES = ("evaluate/in_context.png", "evaluate/training_loss.png", "analyze/shuffle.png",
            "analyze/probes_task_state.png", "analyze/probes_previous_tokens.png", "analyze/attention_trained.png",
            "analyze/attention_hand_built_vs_trained.png", "analyze/offset_profiles.png", "analyze/offset_summary.png",
@@ -57,6 +58,13 @@ def rates_not_measured(monkeypatch):
     """The plan's device rates are :data:`RATES`, not measured: measuring takes 1.8 s an
     invocation here, and the rates enter only the plan and the record's utilisations."""
     monkeypatch.setattr(plan, "measure_rates", lambda device, train_dtype: RATES)
+
+
+@pytest.fixture
+def plan_not_measured(monkeypatch, rates_not_measured):
+    """The plan's host timings are :data:`HOST` too: the plan's seconds are then the same on any
+    machine at any load."""
+    monkeypatch.setattr(plan, "measure_host", lambda config: HOST)
 
 
 def reproduce(out, *options: str) -> int:
@@ -156,24 +164,97 @@ def test_patching_work_refuses_items_that_are_not_one_count_per_test_position(it
         plan.patching_work(config, items)
 
 
-def test_paper_plan_on_an_assumed_h100_fits_25_minutes_with_host_work_twice_as_slow_as_here():
+def test_paper_plan_on_an_assumed_h100_fits_the_session_in_two_calls_with_the_host_as_slow_as_measured_here():
     config = reproduce_config("paper", "cuda", planning_only=True)
     h100 = plan.assumed_rates(790, **plan.H100_ASSUMPTIONS)
-    # Host work measured on the loaded 2-core CPU machine for the paper preset (mixture 15-42 s,
-    # a batch 10-20 ms, decoding 0.4 s per 64 tasks x 4 prompts; the hand-built network built and
-    # run once 2.9-5.0 s, each further pass 0.43-0.69 s at load averages 2-5), doubled; no test
-    # position with a state posterior >= 0.9 (none of 16384 in the paper's first 64 tasks).
-    slow_host = plan.HostTimings(mixture_s=84, batch_s=0.04, hand_built_s=10, hand_built_forward_s=1.4,
-                                 decode_s=3e-3, hand_built_width=1675, hand_built_layers=9, confident_fraction=0.0)
+    # Host work measured on the 2-core CPU machine for the paper preset, the slowest of several
+    # plans (mixture 44-68 s, a batch 15-30 ms, decoding 4e-3 s per task and prompt; the hand-built
+    # network built and run once 1.7-1.9 s, each further pass 0.29-0.51 s).
+    slow_host = plan.HostTimings(mixture_s=68, batch_s=0.03, hand_built_s=1.9, hand_built_forward_s=0.51,
+                                 decode_s=4e-3, hand_built_width=1675, hand_built_layers=9)
     costs = plan_costs(config, h100, slow_host)
     assert [cost.stage for cost in costs] == list(STAGE_NAMES)
-    plan.check_budget(costs, set(), 25)
+    budget = plan.Budget(commands.DEFAULT_BUDGET_MINUTES, commands.DEFAULT_CALL_MINUTES)
+    assert budget == plan.Budget(14, 10)
+    plan.check_budget(costs, budget)
+    assert [[cost.stage for cost in call] for call in plan.split_into_calls(costs, budget.call_minutes)] == [
+        ["mixture", "train", "evaluate", "analyze"], ["patching", "bundle"]]
     train, patching = costs[1], costs[4]
     assert train.flops == {"bfloat16": pytest.approx(4.34e16, rel=0.01, abs=0)}
-    # 256 prompts x (1 + 5 (1 + 16)) passes of 263 tokens; the hand-built network on 4 prompts.
-    assert patching.flops == {"float32": pytest.approx(2.43e15, rel=0.01, abs=0)}
+    # The H200's measured training (246 s, 41 s of it compiling), planned within 5%.
+    assert train.expected_s == pytest.approx(246, rel=0.05)
+    assert patching.caps == {"forcing_items": 128, "history_prompts": 128, "hand_built_prompts": 4,
+                             "centroid_prompts": 512}
+    # 128 prompts x (1 + 5 (1 + 16)) passes of 263 tokens, 512 centroid passes, 128 items x (1 + 5 x 16)
+    # passes cut after the last token: 1.2e15 + 5.6e13 + 1.1e15 FLOPs.
+    assert patching.flops == {"float32": pytest.approx(2.42e15, rel=0.01, abs=0)}
     # A timing model, but the plan evaluates this very expression on these floats: exact.
-    assert patching.host_s == 4 * (10 + 5 * 12 * 1.4) + 768 / 32 * 0.04 + plan.PATCHING_FIGURE_SECONDS
+    assert patching.host_s == 4 * (1.9 + 5 * 12 * 0.51) + 640 / 32 * 0.03 + plan.PATCHING_FIGURE_SECONDS
+
+
+def cost(stage: str, seconds: float) -> plan.StageCost:
+    return plan.StageCost(stage, {}, 0.0, seconds, seconds, "test")
+
+
+def test_the_budget_counts_only_the_stages_that_run():
+    costs = [cost("a", 100), cost("b", 200), cost("c", 300), cost("d", 2000)]
+    budget = plan.Budget(10, 10)
+    assert plan.stages_to_run(costs, {"a"}, "c") == costs[1:3]
+    assert plan.stages_to_run(costs, set(), None) == costs
+    assert plan.stages_to_run(costs, {"a", "b"}, "b") == []
+    plan.check_budget(plan.stages_to_run(costs, {"a"}, "c"), budget)  # d is over, and after c
+    with pytest.raises(ValueError, match=r"^--budget-minutes: 10; the stages to run are planned at 41\.7 min \(b 200 s, "
+                                         r"c 300 s, d 2000 s\); expected a budget of at least 42 min, fewer stages "
+                                         r"\(--stop-after\) or a faster device \(see --plan\)$"):
+        plan.check_budget(plan.stages_to_run(costs, {"a"}, None), budget)
+    text = plan.format_plan(costs, RATES, {"a"}, "c", budget, "title")
+    assert "a (done)" in text and "d (not run)" in text and "b (not run)" not in text
+    assert "to run: b, c: 500 s = 8.3 min of the session budget of 10 min: fits, 100 s to spare" in text
+
+
+def test_the_plan_splits_the_stages_to_run_into_calls_at_stage_boundaries():
+    costs = [cost("a", 100), cost("b", 400), cost("c", 200), cost("d", 700), cost("e", 50)]
+    calls = plan.split_into_calls(costs, 10)
+    assert [[c.stage for c in call] for call in calls] == [["a", "b"], ["c"], ["d"], ["e"]]
+    assert plan.split_into_calls(costs, 1000) == [costs] and plan.split_into_calls([], 10) == []
+    session, split, detached = plan.budget_lines(costs, plan.Budget(30, 10))
+    assert session == ("to run: a, b, c, d, e: 1450 s = 24.2 min of the session budget of 30 min: fits, 350 s to "
+                       "spare; one retry of the stage costliest to run again (d, 700 s) does not fit in it")
+    assert split == ("in calls of at most 10 min, cut at stage boundaries: call 1: a, b (500 s; --stop-after b); "
+                     "call 2: c (200 s; --stop-after c); call 3: d (700 s, longer than a call: only a detached run "
+                     "(--detach) holds it, running on between calls); call 4: e (50 s)")
+    assert detached == ("or detached (--detach, then --wait in each call; the run goes on between calls): 3 call(s) "
+                        "of following")
+    # A stage that resumes from a checkpoint costs less to run again.
+    resumed = costs[:3] + [costs[3]._replace(resumed_s=90.0)] + costs[4:]
+    assert plan.budget_lines(resumed, plan.Budget(30, 10))[0].endswith(
+        "one retry of the stage costliest to run again (b, 400 s) does not fit in it")
+    assert plan.budget_lines(resumed, plan.Budget(31, 10))[0].endswith(
+        "one retry of the stage costliest to run again (b, 400 s) fits in it")
+
+
+def test_a_run_over_the_budget_only_for_a_stage_after_stop_after_starts(tmp_path, capsys, plan_not_measured):
+    # Planned with HOST: the mixture 1 s, the bundle alone 5 s; a budget of 3 s holds the mixture only.
+    assert reproduce(tmp_path / "run", "--budget-minutes", "0.05") == 2
+    assert re.search(r"--budget-minutes: 0.05; the stages to run are planned at .* min \(mixture 1 s, train .* s, "
+                     r"evaluate .* s, analyze .* s, patching .* s, bundle 5 s\)", capsys.readouterr().err)
+    assert reproduce(tmp_path / "run", "--budget-minutes", "0.05", "--stop-after", "mixture") == 0
+    out = capsys.readouterr().out
+    assert "to run: mixture: 1 s = 0.0 min of the session budget of 0.05 min: fits" in out
+    assert "bundle (not run)" in out
+    invocation = json.loads((tmp_path / "run" / "record.json").read_text())["invocations"][0]
+    assert (invocation["budget"], invocation["to_run"], invocation["calls"]) == (
+        {"session_minutes": 0.05, "call_minutes": 10.0}, ["mixture"], [["mixture"]])
+
+
+@pytest.mark.parametrize(("session", "call", "message"), [
+    (0, 10, "--budget-minutes: 0; expected a finite number > 0"),
+    (14, math.inf, "--call-minutes: inf; expected a finite number > 0"),
+    (True, 10, "--budget-minutes: True; expected a finite number > 0"),
+])
+def test_a_budget_that_is_not_a_positive_number_is_refused_naming_its_option(session, call, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        plan.Budget(session, call)
 
 
 def test_probe_prompts_come_from_the_first_tasks_with_their_ids():
@@ -211,6 +292,10 @@ def test_bundle_holds_every_json_and_figure_and_refuses_more_than_the_limit(tmp_
      r"patching .* s, bundle .* s\); "
      r"expected a budget of at least 1 min"),
     (["--preset", "paper-mini", "--device", "gpu"], r"--device: 'gpu' is not a torch device"),
+    (["--preset", "paper-mini", "--call-minutes", "0"], r"argument --call-minutes: 0; expected a finite number > 0$"),
+    (["--preset", "paper-mini", "--budget-minutes", "nan"],
+     r"argument --budget-minutes: nan; expected a finite number > 0$"),
+    (["--preset", "paper-mini", "--stop-after", "later"], r"argument --stop-after: invalid choice: 'later'"),
     (["--preset", "paper-mini", "--assume-peak-tflops", "790"],
      r"--assume-peak-tflops: 790 without --plan; expected it only with --plan"),
 ])
@@ -257,7 +342,18 @@ def test_paper_mini_runs_every_stage_and_bundles_its_results(paper_mini_run):
     assert train["steps"] == 64 and train["tokens"] == 64 * 32 * 67
     assert 0 < train["utilisation"]["float32"] < 1 and train["tokens_per_s"] > 0
     patching = record["stages"]["patching"]["attempts"][0]
-    assert patching["forcing_items"] > 0 and patching["hand_built_prompts"] == 2 and patching["flops"]["float32"] > 0
+    # State forcing finds about 170 items in the 64 patched prompts and runs the 128 of its cap.
+    assert patching["forcing_items_found"] > 128 and patching["flops"]["float32"] > 0
+    assert patching["counts"] == {"forcing_items": {"cap": 128, "ran": 128}, "history_prompts": {"cap": 64, "ran": 64},
+                                  "hand_built_prompts": {"cap": 2, "ran": 2},
+                                  "centroid_prompts": {"cap": 256, "ran": 256}}
+    forcing = json.loads((whole / "patching" / "patching.json").read_text())["patching"]["state_forcing"]
+    assert (forcing["max_items"], forcing["items_found"], forcing["items"]) == (
+        128, patching["forcing_items_found"], 128)
+    assert record["stages"]["analyze"]["attempts"][0]["counts"] == {
+        "probe_tasks": {"cap": 16, "ran": 16}, "probe_train_prompts": {"cap": 64, "ran": 64},
+        "probe_test_prompts": {"cap": 32, "ran": 32}, "shuffle_prompts": {"cap": 32, "ran": 32},
+        "hand_built_runs": {"cap": 11, "ran": 11}}
     evaluation = json.loads((whole / "evaluate" / "evaluation.json").read_text())
     assert evaluation["bayes"] == {"dtype": "torch.float64", "device": "cpu", "tasks": 128}
     with tarfile.open(whole / "bundle" / "paper-mini-results.tar.gz") as archive:

@@ -221,6 +221,20 @@ def forcing_items(states: torch.Tensor, task_ids: torch.Tensor, test_positions: 
     return ForcingItems(*columns), skipped
 
 
+def capped_items(items: ForcingItems, max_items: int | None, generator: torch.Generator) -> ForcingItems:
+    """``items`` when there are at most ``max_items`` of them (or ``max_items`` is None), else
+    ``max_items`` of them drawn uniformly without replacement, kept in their order (prompt, then
+    position). Only a cap that cuts draws from ``generator``: below it every later draw, and so
+    every result, is that of an uncapped run. ``ValueError`` unless ``max_items`` is None or an
+    integer >= 1."""
+    if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1):
+        raise ValueError(f"max_items: {max_items!r}; expected an integer >= 1, or None for no cap")
+    if max_items is None or len(items.prompt) <= max_items:
+        return items
+    kept = torch.randperm(len(items.prompt), generator=generator)[:max_items].sort().values
+    return ForcingItems(*(column[kept] for column in items))
+
+
 def items_by_test_position(items: ForcingItems, test_positions: torch.Tensor) -> torch.Tensor:
     """``(test_length,)`` int64: the number of items at each test position (the prompts forced
     there, each patched once per layer and condition)."""
@@ -294,9 +308,13 @@ def summarise_forcing(before: torch.Tensor, kl: dict[str, torch.Tensor], floor: 
 
 
 def state_forcing(model: RoFormer, mixture: hmm.Mixture, centroid_prompts: hmm.Prompts, patched_prompts: hmm.Prompts,
-                  threshold: float, seed: int, batch_size: int, device: torch.device) -> dict:
+                  threshold: float, seed: int, batch_size: int, device: torch.device,
+                  max_items: int | None = None) -> dict:
     """The state-forcing section (module docstring): centroids from ``centroid_prompts``, forcing
-    items from ``patched_prompts``, KL before and after every patch, summarised per layer.
+    items from ``patched_prompts`` -- at most ``max_items`` of them (:func:`capped_items`; None: all),
+    each costing ``1 + 5 L`` passes of its prompt cut after its position -- KL before and after
+    every patch, summarised per layer. Recorded: the cap (``max_items``), the items found
+    (``items_found``) and those run (``items``).
 
     The items depend on the HMMs only (labels, centroid counts), so they are found before any
     forward pass. Where there is none -- no patched test position has a confident state and two
@@ -312,8 +330,9 @@ def state_forcing(model: RoFormer, mixture: hmm.Mixture, centroid_prompts: hmm.P
     K, S = mixture.num_tasks, mixture.hmm.num_states
     counts = state_counts(tasks, labels, K, S)
     patched_states = confident_states(patched_prompts, mixture, threshold)
-    items, skipped = forcing_items(patched_states, patched_prompts.task_ids, test_positions,
+    found, skipped = forcing_items(patched_states, patched_prompts.task_ids, test_positions,
                                    counts >= MIN_CENTROID_POSITIONS, generator)
+    items = capped_items(found, max_items, generator)
     section = {
         "threshold": threshold,
         "centroid_prompts": len(centroid_prompts.tokens),
@@ -321,6 +340,8 @@ def state_forcing(model: RoFormer, mixture: hmm.Mixture, centroid_prompts: hmm.P
         "confident_centroid_positions": int((labels >= 0).sum()),
         "confident_patched_positions": int((patched_states >= 0).sum()),
         "centroid_counts": counts.tolist(),
+        "max_items": max_items,
+        "items_found": len(found.prompt),
         "items": len(items.prompt),
         "items_by_test_position": items_by_test_position(items, test_positions).tolist(),
         "prompts_with_items": len(torch.unique(items.prompt)),

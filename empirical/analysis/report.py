@@ -72,6 +72,8 @@ class AnalysisConfig:
     sections: tuple[str, ...] = option(SECTIONS, "which analyses to run", choices=SECTIONS)
     centroid_prompts: int = option(512, "prompts whose residual streams give the state centroids")
     patching_prompts: int = option(256, "prompts patched by state forcing and the trained network's history patching")
+    max_forcing_items: int = option(2048, "most state-forcing items patched, drawn uniformly from those found when "
+                                          "there are more (each costs 1 + 5 L passes of its prompt)")
     state_threshold: float = option(0.9, "least filtered posterior P(s_t | o_1..o_t, task) of the state a test "
                                          "position is labelled with")
     probe_tasks: int = option(0, "draw the probe prompts from the first N tasks of the mixture only (0: all "
@@ -79,7 +81,8 @@ class AnalysisConfig:
 
     def __post_init__(self) -> None:
         check_integers(self, ("batch_size", "probe_train_prompts", "probe_test_prompts", "shuffle_prompts",
-                              "hand_built_prompts", "centroid_prompts", "patching_prompts"), minimum=1)
+                              "hand_built_prompts", "centroid_prompts", "patching_prompts", "max_forcing_items"),
+                       minimum=1)
         check_integers(self, ("seed", "probe_tasks"), minimum=0)
         check_threshold(self.state_threshold)
         unknown = [name for name in self.sections if name not in SECTIONS]
@@ -246,14 +249,14 @@ def patching_report(model: RoFormer, preset: ExperimentPreset, mixture: hmm.Mixt
     (:mod:`empirical.analysis.patching`) on ``config.patching_prompts`` prompts (stream
     :data:`PATCHING_STREAM`), the centroids from ``config.centroid_prompts`` (stream
     :data:`CENTROID_STREAM`), both drawn from the probed tasks (:func:`probe_mixture`: centroids
-    are per task, so each task needs several prompts); the hand-built network patches as many
-    prompts as it tests."""
+    are per task, so each task needs several prompts), at most ``config.max_forcing_items``
+    state-forcing items; the hand-built network patches as many prompts as it tests."""
     probed = probe_mixture(mixture, config.probe_tasks)
     centroid_prompts = section_prompts(preset, probed, CENTROID_STREAM, config.centroid_prompts)
     patched_prompts = section_prompts(preset, probed, PATCHING_STREAM, config.patching_prompts)
     return {
         "state_forcing": state_forcing(model, probed, centroid_prompts, patched_prompts, config.state_threshold,
-                                       config.seed, config.batch_size, device),
+                                       config.seed, config.batch_size, device, config.max_forcing_items),
         "history": history_patching(model, probed, patched_prompts, config.hand_built_counts[1], config.max_distance,
                                     config.seed, config.batch_size, device),
     }
@@ -275,9 +278,10 @@ class Analysis(NamedTuple):
     """What :func:`analyze` returns: the report and what its attention figures show."""
 
     report: dict
-    """The sections of ``analysis.json``: ``probe_positions_per_prompt``, ``hand_built``, and those
-    of ``config.sections`` (``shuffle``, ``probes``, ``offsets``, ``patching``), with ``claims``
-    when both ``shuffle`` and ``probes`` ran."""
+    """The sections of ``analysis.json``: ``probe_positions_per_prompt``, ``sizes`` (the probe
+    tasks and the probe and shuffle prompts drawn), ``hand_built``, and those of
+    ``config.sections`` (``shuffle``, ``probes``, ``offsets``, ``patching``), with ``claims`` when
+    both ``shuffle`` and ``probes`` ran."""
     example: torch.Tensor
     """``(N,)``: the held-out prompt of the attention figures."""
     trained_patterns: torch.Tensor
@@ -321,6 +325,8 @@ def analyze(model: RoFormer, preset: ExperimentPreset, config: AnalysisConfig, d
     example_trace = hand_built_trace(example, mixture.num_tokens, config.max_distance)
     report = {
         "probe_positions_per_prompt": int(probe_positions(prompt_format, config.max_distance).sum()),
+        "sizes": {"probe_tasks": probed.num_tasks, "probe_train_prompts": len(train_prompts.tokens),
+                  "probe_test_prompts": len(test_prompts.tokens), "shuffle_prompts": len(shuffle_tokens)},
         "hand_built": {"history_length": config.max_distance + 1, "gd_steps": HAND_BUILT_STEPS,
                        "probe_train_prompts": hand_train, "probe_test_prompts": hand_test,
                        "shuffle_prompts": hand_test, "patched_prompts": hand_test},

@@ -38,8 +38,18 @@ from empirical.reproduce.stages import STAGE_NAMES, check_settings, done_stages,
 from empirical.training.run_control import interrupted_line, stop_on_signals
 from hmmtf_options import check_output_folder, positive_float, positive_int
 
-DEFAULT_BUDGET_MINUTES = 25.0
-"""The GPU budget of a session: 30 minutes of device time, less the machine's start."""
+SESSION_DEVICE_MINUTES = 15.0
+"""Device time of a session lent a GPU, all its calls together, the machine's start included
+(``/work/shared/design/GPU.md``, "What is lent"; ``.library/device/README.md``, "Limits")."""
+MACHINE_START_MINUTES = 1.0
+"""The lent machine's start, counted in the session's device time: "about 45-60 s"
+(``/work/shared/design/GPU.md``, "What is lent")."""
+DEFAULT_BUDGET_MINUTES = SESSION_DEVICE_MINUTES - MACHINE_START_MINUTES
+"""``--budget-minutes``: the device time the stages to run may take, the session's less the
+machine's start."""
+DEFAULT_CALL_MINUTES = 10.0
+"""``--call-minutes``: the longest run of one device command (``.library/device/README.md``,
+"Limits")."""
 POLL_SECONDS = 30.0
 """Interval of ``--wait``'s status lines."""
 FAILED_STATES = ("failed", "gone")
@@ -130,6 +140,7 @@ def reproduce(args) -> int:
     if assumed and not args.plan:
         raise ValueError(f"--assume-peak-tflops: {args.assume_peak_tflops:g} without --plan; expected it only with "
                          f"--plan (a run measures the peak of the device it runs on)")
+    budget = plan.Budget(args.budget_minutes, args.call_minutes)
     config = reproduce_config(args.preset, args.device, compile_model=args.compile, cpu_bf16=args.cpu_bf16,
                               planning_only=assumed)
     if args.threads is not None:
@@ -148,16 +159,15 @@ def reproduce(args) -> int:
         done = done_stages(record)
         title = (f"plan: preset {config.preset.name} on {config.device} (training in {config.train_dtype}), "
                  f"run folder {out}")
-        print(plan.format_plan(costs, rates, done, args.budget_minutes, title), flush=True)
+        print(plan.format_plan(costs, rates, done, args.stop_after, budget, title), flush=True)
         if args.plan:
             try:
-                plan.check_budget(costs, done, args.budget_minutes)
+                plan.check_budget(plan.stages_to_run(costs, done, args.stop_after), budget)
                 print("within the budget")
             except ValueError as error:
                 print(f"over the budget: {error}")
             return stop.exit_code if stop() else 0
-        record, stopped = run_stages(config, out, args.command_line, rates, host, args.budget_minutes,
-                                     args.stop_after, stop)
+        record, stopped = run_stages(config, out, args.command_line, rates, host, budget, args.stop_after, stop)
     print(summary(record))
     if stopped is None:
         return 0
@@ -177,7 +187,11 @@ def register(subparsers) -> None:
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--out", help="run folder (default runs/reproduce/PRESET); running again resumes it")
     parser.add_argument("--budget-minutes", type=positive_float, default=DEFAULT_BUDGET_MINUTES,
-                        help="refuse to start when the stages to run are planned longer (default: %(default)s)")
+                        help="device time of the session (a lent GPU's 15 minutes less its start): refuse to start "
+                             "when the stages to run are planned longer (default: %(default)s)")
+    parser.add_argument("--call-minutes", type=positive_float, default=DEFAULT_CALL_MINUTES,
+                        help="device time of one call (one command on the lent GPU): the plan says how the stages "
+                             "to run split into calls (default: %(default)s)")
     parser.add_argument("--plan", action="store_true", help="print the stage table and stop")
     parser.add_argument("--assume-peak-tflops", type=positive_float,
                         help="with --plan: plan for a device not here (default --device cuda) with this matmul peak "
@@ -185,7 +199,8 @@ def register(subparsers) -> None:
     for name, unit in (("float32_tflops", "TFLOP/s"), ("float64_tflops", "TFLOP/s"), ("bandwidth_tbs", "TB/s")):
         parser.add_argument(f"--assume-{name.replace('_', '-')}", type=positive_float, default=plan.H100_ASSUMPTIONS[name],
                             help=f"with --assume-peak-tflops ({unit}; default: %(default)s, an H100)")
-    parser.add_argument("--stop-after", choices=STAGE_NAMES, help="stop after this stage (a later run resumes)")
+    parser.add_argument("--stop-after", choices=STAGE_NAMES,
+                        help="stop after this stage (a later run resumes); the budget counts the stages up to it")
     parser.add_argument("--status", action="store_true", help="print the run's progress and exit")
     parser.add_argument("--wait", type=positive_float, metavar="SECONDS",
                         help="print a status line every %g s until the run ends or SECONDS pass" % POLL_SECONDS)

@@ -12,14 +12,16 @@ the others):
   Recorded passes 16 prompts at a time (a pass stores ``2 L H N^2`` = 35 M floats per prompt). 8
   hand-built prompts (4 to test, 4 to shuffle, 4 to patch): a paper-scale hand-built network
   (p = 16, width 1675) takes 3-5 s to build and run once on one core of the loaded 2-core CPU
-  machine and 0.4-0.7 s per further pass, so about half a minute per patched prompt (61 passes).
-  Patching: 256 patched and 512 centroid prompts (the defaults), from the same 64 tasks: the
-  trained network's history patching then takes about 2 minutes of planned H100 time
-  (``docs/reproduce.md``, "Patching sizes").
+  machine and 0.3-0.7 s per further pass, so about half a minute per patched prompt (61 passes).
+  Patching, from the same 64 tasks: 512 centroid prompts (the default), 128 patched prompts (the
+  trained network's history patching: 1 minute of planned H100 time) and at most 128 of the
+  about 2400 state-forcing items they hold (1 minute; uncapped, 18 minutes): the caps that fit
+  the stages in a lent GPU's session (``docs/reproduce.md``, "What the caps cut, and why").
 * ``paper-mini``: the same code paths at a size 2 CPU cores run in seconds: a 16-way task probe
   (the first 16 of 128 tasks), 64 / 32 probe prompts, 32 shuffled prompts, 4 hand-built prompts,
   previous-token probes up to 3 back (70 probe fits instead of 112 for 5), 64 patched and 256
-  centroid prompts.
+  centroid prompts, at most 128 of the 169 state-forcing items found (the paper run's capped
+  path).
 """
 from __future__ import annotations
 
@@ -40,11 +42,11 @@ cut off in it resumes there without redoing the analysis."""
 
 ANALYSIS_CONFIGS: dict[str, AnalysisConfig] = {
     "paper": AnalysisConfig(batch_size=16, probe_train_prompts=1024, probe_test_prompts=256, shuffle_prompts=256,
-                            hand_built_prompts=8, probe_tasks=64, centroid_prompts=512, patching_prompts=256,
-                            sections=ANALYZE_SECTIONS),
+                            hand_built_prompts=8, probe_tasks=64, centroid_prompts=512, patching_prompts=128,
+                            max_forcing_items=128, sections=ANALYZE_SECTIONS),
     "paper-mini": AnalysisConfig(batch_size=32, probe_train_prompts=64, probe_test_prompts=32, shuffle_prompts=32,
                                  hand_built_prompts=4, probe_tasks=16, max_distance=3, centroid_prompts=256,
-                                 patching_prompts=64, sections=ANALYZE_SECTIONS),
+                                 patching_prompts=64, max_forcing_items=128, sections=ANALYZE_SECTIONS),
 }
 
 

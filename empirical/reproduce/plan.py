@@ -7,13 +7,20 @@ float32 and in float64, and the read bandwidth of device memory (``empirical.mea
 work (generating the mixture, sampling prompts, the hand-built network) runs on this machine's
 CPU whatever the device; :func:`measure_host` times a scaled-down piece of each here.
 
-Expected time of a stage, with ``e`` = :data:`PLANNED_EFFICIENCY`::
+Expected time of a stage, with ``e`` = :data:`PLANNED_EFFICIENCY` (training:
+:data:`TRAINING_EFFICIENCY`)::
 
     device = sum_dtype FLOPs_dtype / (e rate_dtype)  (matrix work)   vs   bytes / bandwidth
     stage  = max or sum of device and host time, as each cost function's ``basis`` says
 
 The FLOP formulas count matrix products only (each cost function's docstring); tests compare
-them with ``torch.utils.flop_counter.FlopCounterMode``.
+them with ``torch.utils.flop_counter.FlopCounterMode``. A stage whose work grows with a count of
+the analysis settings (prompts, tasks, state-forcing items) is costed at that count, its cap
+(``StageCost.caps``); the stage records the count it ran beside it.
+
+The budget (:class:`Budget`): the stages an invocation runs (:func:`stages_to_run`: not done, up
+to ``--stop-after``) must fit the session's device time (:func:`check_budget`); the plan also
+says how they split into calls of one device command each (:func:`split_into_calls`).
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ import torch
 
 import hmm
 from empirical.analysis.networks import hand_built_network
-from empirical.analysis.patching import CONTROLS, confident_states
+from empirical.analysis.patching import CONTROLS
 from empirical.analysis.probes import PROBE_MAX_ITERATIONS, probe_positions
 from empirical.yardsticks.evaluate import EVAL_BATCH
 from empirical.training.model import RoFormer, forward_flops_per_token, training_flops_per_token
@@ -35,12 +42,15 @@ from empirical.reproduce.config import ReproduceConfig
 from empirical.measurement.roofline import STREAMED_BYTES, matmul_peak, read_bandwidth, timed
 
 PLANNED_EFFICIENCY = 0.4
-"""Fraction of the matmul peak the stages' matrix products are planned to reach (40%: the
-issue's target for training; ``benchmarks/bench_training.py`` measured 0.47 on one CPU thread)."""
-COMPILE_SECONDS = 60.0
-"""Planned ``torch.compile`` time of the model's training step: an assumption, not yet measured
-on a GPU here (``paper-mini``'s step compiled in 67-82 s on the loaded 2-core CPU machine); the
-record holds the measured seconds of the first log window, compilation included."""
+"""Fraction of the matmul peak the matrix products of the stages after training are planned to
+reach (an assumption; ``benchmarks/bench_training.py`` measured 0.47 on one CPU thread)."""
+TRAINING_EFFICIENCY = 0.29
+"""Fraction of the matmul peak training is planned to reach: the steady MFU of the ``paper``
+preset's training measured on an H200 (bf16, against the 783 TFLOP/s measured in the same
+invocation; ``/work/shared/design/GPU.md``, "Measured on an H200", commit 61e8eb7)."""
+COMPILE_SECONDS = 41.0
+"""Planned ``torch.compile`` time of the model's training step: the first log window of that H200
+run (16 steps, about 1 s of them at the steady rate; the rest compilation and warm-up)."""
 MATMUL_SIZES = {"cuda": 8192, "cpu": 1024}
 """``n`` of the timed ``n x n`` products: large enough to fill the device."""
 BANDWIDTH_BYTES = {"cuda": STREAMED_BYTES, "cpu": 64 << 20}
@@ -112,10 +122,6 @@ class HostTimings(NamedTuple):
     the host: the analysis's probe ceilings) per task and prompt."""
     hand_built_width: int
     hand_built_layers: int
-    confident_fraction: float
-    """Share of the test positions of the sampled batch whose filtered state posterior reaches the
-    analysis's ``state_threshold`` (:func:`empirical.analysis.patching.confident_states`): the
-    expected share of test positions that state forcing patches."""
 
 
 class StageCost(NamedTuple):
@@ -129,6 +135,17 @@ class StageCost(NamedTuple):
     expected_s: float
     basis: str
     """How ``expected_s`` follows from the work and the rates."""
+    caps: dict[str, int] = {}
+    """The counts of the analysis settings the work was costed at (the most the stage runs)."""
+    resumed_s: float | None = None
+    """Planned seconds of running the stage again after it was cut off at its end, where it resumes
+    from a checkpoint (training); None where it runs again from its start."""
+
+    @property
+    def retry_s(self) -> float:
+        """Planned seconds of running the stage again after it was cut off at its end:
+        ``resumed_s``, or the whole stage."""
+        return self.expected_s if self.resumed_s is None else self.resumed_s
 
 
 def measure_rates(device: torch.device, train_dtype: torch.dtype) -> Rates:
@@ -163,8 +180,7 @@ def mixture_fingerprint(mixture: hmm.Mixture) -> str:
 def measure_host(config: ReproduceConfig) -> HostTimings:
     """Time, on this machine's CPU, a scaled-down mixture (generated and fingerprinted), one
     training batch, the hand-built network of the preset's sizes (built, a first and a second
-    forward pass) and the Bayes-optimal decoders; count the batch's confidently labelled test
-    positions."""
+    forward pass) and the Bayes-optimal decoders."""
     preset, analysis = config.preset, config.analysis
     spec = preset.mixture_spec
     small_spec = dataclasses.replace(spec, num_tasks=min(spec.num_tasks, HOST_SAMPLE_TASKS))
@@ -177,17 +193,16 @@ def measure_host(config: ReproduceConfig) -> HostTimings:
     _, forward_s = timed(lambda: network.forward(prompt, record_attention=False))
     decoded = prompts.tokens[:HOST_DECODE_PROMPTS]
     _, decode_s = timed(lambda: hmm.bayes_predictive(small, decoded, decode=True))
-    confident = confident_states(prompts, small, analysis.state_threshold) >= 0
     return HostTimings(
         mixture_s=(build_s + hash_s) * spec.num_tasks / small_spec.num_tasks, batch_s=batch_s,
         hand_built_s=network_s + first_s, hand_built_forward_s=forward_s,
         decode_s=decode_s / (small_spec.num_tasks * len(decoded)), hand_built_width=trace.residuals[0].shape[0],
-        hand_built_layers=len(trace.layer_names), confident_fraction=float(confident.double().mean()))
+        hand_built_layers=len(trace.layer_names))
 
 
-def _seconds(flops: float, rate: float) -> float:
-    """Planned seconds of matrix work: ``flops / (PLANNED_EFFICIENCY rate)``."""
-    return flops / (PLANNED_EFFICIENCY * rate)
+def _seconds(flops: float, rate: float, efficiency: float = PLANNED_EFFICIENCY) -> float:
+    """Planned seconds of matrix work: ``flops / (efficiency rate)``."""
+    return flops / (efficiency * rate)
 
 
 def num_parameters(config: ReproduceConfig) -> int:
@@ -206,24 +221,28 @@ def mixture_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> St
 def train_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
     """``training_flops_per_token x steps x batch x N`` in the training dtype; device bytes
     ``OPTIMIZER_BYTES_PER_PARAMETER x parameters x steps``; host: sampling every batch (overlapped
-    with the device: the loop synchronises only at log steps); plus compilation and checkpoints."""
+    with the device: the loop synchronises only at log steps); plus compilation and checkpoints.
+    Resumed from its last checkpoint, it loses at most the steps of one checkpoint interval, and
+    compiles and writes a checkpoint again."""
     preset, train = config.preset, config.preset.train
     length = preset.prompt_format.length
     model_config = preset.model_config(preset.mixture_spec.num_tokens)
     flops = float(training_flops_per_token(model_config, length)) * train.steps * train.batch_size * length
     parameters = num_parameters(config)
     device_bytes = float(OPTIMIZER_BYTES_PER_PARAMETER * parameters * train.steps)
-    device_s = max(_seconds(flops, rates.train), device_bytes / rates.bandwidth)
+    device_s = max(_seconds(flops, rates.train, TRAINING_EFFICIENCY), device_bytes / rates.bandwidth)
     host_s = host.batch_s * train.steps
     checkpoints = (train.steps // train.checkpoint_every if train.checkpoint_every else 0) + 1
     checkpoint_s = checkpoints * CHECKPOINT_BYTES_PER_PARAMETER * parameters / DISK_BYTES_PER_S
     compile_s = COMPILE_SECONDS if train.compile else 0.0
     dtype = str(config.train_dtype).removeprefix("torch.")
+    lost = min(train.checkpoint_every / train.steps, 1.0) if train.checkpoint_every else 1.0
     return StageCost(
         "train", {dtype: flops}, device_bytes, host_s, max(device_s, host_s) + compile_s + checkpoint_s,
-        f"max(device {device_s:.0f} s: {flops:.3g} FLOPs at {PLANNED_EFFICIENCY:.0%} of {rates.train / 1e12:.3g} "
+        f"max(device {device_s:.0f} s: {flops:.3g} FLOPs at {TRAINING_EFFICIENCY:.0%} of {rates.train / 1e12:.3g} "
         f"TFLOP/s {dtype}, host sampling {host_s:.0f} s) + compile {compile_s:.0f} s + {checkpoints} checkpoints "
-        f"{checkpoint_s:.0f} s")
+        f"{checkpoint_s:.0f} s",
+        resumed_s=lost * max(device_s, host_s) + compile_s + checkpoint_s / checkpoints)
 
 
 def bayes_flops(num_tasks: int, num_states: int, num_tokens: int, num_prompts: int,
@@ -284,13 +303,21 @@ def probe_flops(rows: int, features: int, classes: int) -> float:
     return PROBE_MAX_ITERATIONS * 5 // 4 * 4.0 * rows * features * classes
 
 
+def hand_built_runs(train_prompts: int, test_prompts: int) -> int:
+    """The hand-built network's runs in the analysis: ``train + 3 test + 1`` (probe training, probe
+    test, shuffle originals and shuffled, the attention figure's prompt)."""
+    return train_prompts + 3 * test_prompts + 1
+
+
 def analysis_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
     """Recorded forward passes (float32) of the trained and the random-init RoFormer over the
     probe-training, probe-test (streams and offsets) and shuffle prompts (original and shuffled),
     their attention tensors crossing memory :data:`ATTENTION_TOUCHES` times; probe fits
     (:func:`probe_flops`) on every stream of the three networks for the targets task, state and
     ``o_{t-k}``; host: the hand-built network on its prompts, the probe ceilings (Bayes-optimal
-    decoders of the probe-test prompts over the probe tasks) and the figures."""
+    decoders of the probe-test prompts over the probe tasks) and the figures. Caps: the probe
+    tasks (all K for ``probe_tasks`` 0), the probe-training, probe-test and shuffle prompts, and the
+    hand-built network's runs (:func:`hand_built_runs`)."""
     preset, analysis = config.preset, config.analysis
     spec, fmt = preset.mixture_spec, preset.prompt_format
     model_config = preset.model_config(spec.num_tokens)
@@ -299,29 +326,34 @@ def analysis_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> S
     forward = 2.0 * forward_flops_per_token(model_config, length) * length * passes
     attention_bytes = 2.0 * passes * ATTENTION_TOUCHES * 2 * layers * heads * length**2 * 4
     positions = int(probe_positions(fmt, analysis.max_distance).sum())
-    classes = [analysis.probe_tasks or spec.num_tasks, spec.num_states] + [spec.num_tokens] * analysis.max_distance
+    probe_tasks = analysis.probe_tasks or spec.num_tasks
+    classes = [probe_tasks, spec.num_states] + [spec.num_tokens] * analysis.max_distance
     hand_train, hand_test = analysis.hand_built_counts
     probes = sum(
         2 * (layers + 1) * probe_flops(analysis.probe_train_prompts * positions, model_config.width, c)
         + (host.hand_built_layers + 1) * probe_flops(hand_train * positions, host.hand_built_width, c)
         for c in classes)
     device_s = _seconds(forward + probes, rates.float32) + attention_bytes / rates.bandwidth
-    hand_built_runs = hand_train + 3 * hand_test + 1
-    decode_s = (analysis.probe_tasks or spec.num_tasks) * analysis.probe_test_prompts * host.decode_s
-    host_s = (hand_built_runs * host.hand_built_s + decode_s + FIGURE_SECONDS_PER_HEAD * layers * heads
+    runs = hand_built_runs(hand_train, hand_test)
+    decode_s = probe_tasks * analysis.probe_test_prompts * host.decode_s
+    host_s = (runs * host.hand_built_s + decode_s + FIGURE_SECONDS_PER_HEAD * layers * heads
               + FIGURE_SECONDS)
     return StageCost(
         "analyze", {"float32": forward + probes}, attention_bytes, host_s, device_s + host_s,
         f"device {device_s:.1f} s ({forward:.3g} forward + {probes:.3g} probe FLOPs float32, {attention_bytes:.3g} "
-        f"attention bytes) + host {host_s:.0f} s ({hand_built_runs} hand-built prompts x {host.hand_built_s:.1f} s, "
-        f"probe ceilings {decode_s:.1f} s, figures)")
+        f"attention bytes) + host {host_s:.0f} s ({runs} hand-built prompts x {host.hand_built_s:.1f} s, "
+        f"probe ceilings {decode_s:.1f} s, figures); {probe_tasks} probe tasks, {analysis.probe_train_prompts} + "
+        f"{analysis.probe_test_prompts} probe and {analysis.shuffle_prompts} shuffle prompts",
+        {"probe_tasks": probe_tasks, "probe_train_prompts": analysis.probe_train_prompts,
+         "probe_test_prompts": analysis.probe_test_prompts, "shuffle_prompts": analysis.shuffle_prompts,
+         "hand_built_runs": runs})
 
 
 def patching_work(config: ReproduceConfig, items_by_test_position: Sequence[float]) -> tuple[float, float]:
     """Float32 FLOPs of the trained RoFormer's passes in the patching stage
     (:func:`empirical.analysis.report.patching_report`) and the device bytes of the attention its
     recorded passes store, given ``n_t`` = ``items_by_test_position[i]`` state-forcing items at the
-    i-th test position t (the section's ``items_by_test_position``, or the plan's expectation).
+    i-th test position t (the section's ``items_by_test_position``, or the plan's bound).
     With ``F(n) = forward_flops_per_token(n) n`` the FLOPs of a prompt cut after n tokens, L
     layers, P patched and C centroid prompts, R = ``max_distance``, N the prompt length::
 
@@ -359,14 +391,17 @@ def patching_work(config: ReproduceConfig, items_by_test_position: Sequence[floa
 
 
 def patching_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
-    """:func:`patching_work` with ``confident_fraction x P`` expected items at every test position
-    (an upper bound: a confident position whose task lacks two other usable centroids is skipped);
-    host: the hand-built network's history patching, per prompt ``hand_built_s + R (layers + 3)
-    hand_built_forward_s`` (built and run clean; per r the modified prompt, the column swap after
-    the embedding and after each layer, and the slot patch), sampling the prompt sets, the figures."""
+    """:func:`patching_work` at the caps: ``max_forcing_items`` state-forcing items, all at the last
+    test position (an upper bound: however many confident positions the family has, state forcing
+    patches at most that many, and a position cuts its prompt after itself); host: the hand-built
+    network's history patching, per prompt ``hand_built_s + R (layers + 3) hand_built_forward_s``
+    (built and run clean; per r the modified prompt, the column swap after the embedding and after
+    each layer, and the slot patch), sampling the prompt sets, the figures. Caps: the forcing
+    items, the prompts of the trained network's history patching and of the hand-built network's,
+    the centroid prompts."""
     preset, analysis = config.preset, config.analysis
-    expected = host.confident_fraction * analysis.patching_prompts
-    flops, attention_bytes = patching_work(config, [expected] * preset.prompt_format.test_length)
+    items = [0] * (preset.prompt_format.test_length - 1) + [analysis.max_forcing_items]
+    flops, attention_bytes = patching_work(config, items)
     device_s = _seconds(flops, rates.float32) + attention_bytes / rates.bandwidth
     passes = analysis.max_distance * (host.hand_built_layers + 3)
     per_prompt = host.hand_built_s + passes * host.hand_built_forward_s
@@ -376,10 +411,11 @@ def patching_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> S
     return StageCost(
         "patching", {"float32": flops}, attention_bytes, host_s, device_s + host_s,
         f"device {device_s:.1f} s ({flops:.3g} FLOPs float32: history patching of {analysis.patching_prompts} "
-        f"prompts, state forcing of {expected * preset.prompt_format.test_length:.0f} expected items; "
-        f"{attention_bytes:.3g} attention bytes) + host {host_s:.0f} s ({hand_built_prompts} hand-built prompts x "
-        f"{per_prompt:.1f} s: build and first pass {host.hand_built_s:.1f} s + {passes} passes x "
-        f"{host.hand_built_forward_s:.2f} s; figures)")
+        f"prompts, state forcing of at most {analysis.max_forcing_items} items; {attention_bytes:.3g} attention "
+        f"bytes) + host {host_s:.0f} s ({hand_built_prompts} hand-built prompts x {per_prompt:.1f} s: build and "
+        f"first pass {host.hand_built_s:.1f} s + {passes} passes x {host.hand_built_forward_s:.2f} s; figures)",
+        {"forcing_items": analysis.max_forcing_items, "history_prompts": analysis.patching_prompts,
+         "hand_built_prompts": hand_built_prompts, "centroid_prompts": analysis.centroid_prompts})
 
 
 def bundle_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
@@ -387,36 +423,115 @@ def bundle_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> Sta
     return StageCost("bundle", {}, 0.0, BUNDLE_SECONDS, BUNDLE_SECONDS, "host: archive (constant)")
 
 
-def format_plan(costs: list[StageCost], rates: Rates, done: set[str], budget_minutes: float, title: str) -> str:
-    """The plan as a text table: one row per stage (``done`` marked), the total of the stages
-    still to run against the budget, and the rates it used."""
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Device time for the stages an invocation runs: ``session_minutes`` in all (``--budget-minutes``:
+    a lent GPU's session less the machine's start) and ``call_minutes`` per device command
+    (``--call-minutes``). ``ValueError`` naming the option unless each is a finite number > 0."""
+
+    session_minutes: float
+    call_minutes: float
+
+    def __post_init__(self) -> None:
+        for option, value in (("--budget-minutes", self.session_minutes), ("--call-minutes", self.call_minutes)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"{option}: {value!r}; expected a finite number > 0")
+
+
+def stages_to_run(costs: list[StageCost], done: set[str], stop_after: str | None) -> list[StageCost]:
+    """The costs of the stages an invocation runs: those not ``done``, in order, up to and including
+    ``stop_after`` (every stage for None). ``ValueError`` naming ``stop_after`` if no stage has that name."""
+    names = [cost.stage for cost in costs]
+    if stop_after is not None and stop_after not in names:
+        raise ValueError(f"--stop-after: {stop_after!r}; expected one of {names}")
+    last = names.index(stop_after) if stop_after is not None else len(costs) - 1
+    return [cost for cost in costs[: last + 1] if cost.stage not in done]
+
+
+def split_into_calls(costs: list[StageCost], call_minutes: float) -> list[list[StageCost]]:
+    """``costs`` in order, cut at stage boundaries (where a run stops, ``--stop-after``, and the next
+    call resumes) into the fewest calls of at most ``call_minutes`` each: a call takes stages while
+    their planned seconds fit. A stage planned longer than a call is a call of its own, which only a
+    detached run holds (it runs on between calls)."""
+    calls: list[list[StageCost]] = []
+    used = math.inf
+    for cost in costs:
+        if used + cost.expected_s > 60 * call_minutes:
+            calls.append([])
+            used = 0.0
+        calls[-1].append(cost)
+        used += cost.expected_s
+    return calls
+
+
+def _seconds_of(costs: list[StageCost]) -> float:
+    """The planned seconds of ``costs`` together."""
+    return sum(cost.expected_s for cost in costs)
+
+
+def budget_lines(to_run: list[StageCost], budget: Budget) -> list[str]:
+    """What the plan says of the stages to run: whether they fit the session budget (and whether
+    what is left holds one retry of the stage costliest to run again, ``StageCost.retry_s``), how
+    they split into calls (:func:`split_into_calls`), and how many calls follow them when
+    detached."""
+    if not to_run:
+        return ["to run: nothing (every stage up to --stop-after is done)"]
+    total, session_s, call_s = _seconds_of(to_run), 60 * budget.session_minutes, 60 * budget.call_minutes
+    names = ", ".join(cost.stage for cost in to_run)
+    head = f"to run: {names}: {total:.0f} s = {total / 60:.1f} min of the session budget of {budget.session_minutes:g} min"
+    if total > session_s:
+        session = f"{head}: over it by {total - session_s:.0f} s, refused"
+    else:
+        costliest = max(to_run, key=lambda cost: cost.retry_s)
+        retry = "fits" if session_s - total >= costliest.retry_s else "does not fit"
+        session = (f"{head}: fits, {session_s - total:.0f} s to spare; one retry of the stage costliest to run "
+                   f"again ({costliest.stage}, {costliest.retry_s:.0f} s) {retry} in it")
+    calls = split_into_calls(to_run, budget.call_minutes)
+    parts = []
+    for number, call in enumerate(calls, 1):
+        seconds = _seconds_of(call)
+        text = f"call {number}: {', '.join(cost.stage for cost in call)} ({seconds:.0f} s"
+        if seconds > call_s:
+            text += ", longer than a call: only a detached run (--detach) holds it, running on between calls)"
+        elif number < len(calls):
+            text += f"; --stop-after {call[-1].stage})"
+        else:
+            text += ")"
+        parts.append(text)
+    return [session,
+            f"in calls of at most {budget.call_minutes:g} min, cut at stage boundaries: {'; '.join(parts)}",
+            f"or detached (--detach, then --wait in each call; the run goes on between calls): "
+            f"{math.ceil(total / call_s)} call(s) of following"]
+
+
+def format_plan(costs: list[StageCost], rates: Rates, done: set[str], stop_after: str | None, budget: Budget,
+                title: str) -> str:
+    """The plan as a text table: one row per stage (marked ``done``, or ``not run`` after
+    ``stop_after``), then :func:`budget_lines` of the stages to run, and the rates it used."""
+    to_run = {cost.stage for cost in stages_to_run(costs, done, stop_after)}
     lines = [
         title,
         f"rates ({rates.source}): training matmul {rates.train / 1e12:.4g} TFLOP/s, float32 "
         f"{rates.float32 / 1e12:.4g}, float64 {rates.float64 / 1e12:.4g}, memory {rates.bandwidth / 1e12:.4g} TB/s; "
-        f"matrix work planned at {PLANNED_EFFICIENCY:.0%} of peak",
-        f"{'stage':<16} {'FLOPs':>34} {'device bytes':>12} {'host s':>8} {'expected s':>10}  basis",
+        f"matrix work planned at {PLANNED_EFFICIENCY:.0%} of peak, training at {TRAINING_EFFICIENCY:.0%}",
+        f"{'stage':<20} {'FLOPs':>34} {'device bytes':>12} {'host s':>8} {'expected s':>10}  basis",
     ]
     for cost in costs:
         flops = " + ".join(f"{value:.3g} {dtype}" for dtype, value in cost.flops.items()) or "-"
-        mark = " (done)" if cost.stage in done else ""
-        lines.append(f"{cost.stage + mark:<16} {flops:>34} {cost.device_bytes:>12.3g} {cost.host_s:>8.1f} "
+        mark = " (done)" if cost.stage in done else "" if cost.stage in to_run else " (not run)"
+        lines.append(f"{cost.stage + mark:<20} {flops:>34} {cost.device_bytes:>12.3g} {cost.host_s:>8.1f} "
                      f"{cost.expected_s:>10.1f}  {cost.basis}")
-    remaining = sum(cost.expected_s for cost in costs if cost.stage not in done)
-    lines.append(f"total to run: {remaining:.0f} s = {remaining / 60:.1f} min; budget {budget_minutes:g} min")
+    lines.extend(budget_lines([cost for cost in costs if cost.stage in to_run], budget))
     return "\n".join(lines)
 
 
-def check_budget(costs: list[StageCost], done: set[str], budget_minutes: float) -> None:
-    """``ValueError`` naming every stage's planned time when the stages still to run are
-    planned to take longer than ``budget_minutes``."""
-    if not (isinstance(budget_minutes, (int, float)) and budget_minutes > 0):
-        raise ValueError(f"--budget-minutes: {budget_minutes!r}; expected a number > 0")
-    remaining = [cost for cost in costs if cost.stage not in done]
-    total = sum(cost.expected_s for cost in remaining)
-    if total > 60 * budget_minutes:
-        stages = ", ".join(f"{cost.stage} {cost.expected_s:.0f} s" for cost in remaining)
+def check_budget(to_run: list[StageCost], budget: Budget) -> None:
+    """``ValueError`` naming every stage's planned seconds when the stages to run
+    (:func:`stages_to_run`) are planned longer than the session budget."""
+    total = _seconds_of(to_run)
+    if total > 60 * budget.session_minutes:
+        stages = ", ".join(f"{cost.stage} {cost.expected_s:.0f} s" for cost in to_run)
         raise ValueError(
-            f"--budget-minutes: {budget_minutes:g}; the stages to run are planned at {total / 60:.1f} min "
-            f"({stages}); expected a budget of at least {math.ceil(total / 60)} min, or a faster device "
-            f"(see --plan)")
+            f"--budget-minutes: {budget.session_minutes:g}; the stages to run are planned at {total / 60:.1f} min "
+            f"({stages}); expected a budget of at least {math.ceil(total / 60)} min, fewer stages (--stop-after) "
+            f"or a faster device (see --plan)")

@@ -24,7 +24,9 @@ where the run stopped (``interrupted``), and a later invocation resumes there, s
     bundle    every JSON and figure in one archive (``empirical.reproduce.bundle``)
 
 :data:`STAGES` is the one list of stages: a stage is a function writing into its folder and a
-cost function for the plan (``empirical.reproduce.plan``).
+cost function for the plan (``empirical.reproduce.plan``). A stage whose work grows with counts
+of the analysis settings returns under ``ran`` the count of each that it ran; the record keeps it
+beside the cap the plan costed it at (``counts``: ``{name: {"cap": ..., "ran": ...}}``).
 """
 from __future__ import annotations
 
@@ -209,15 +211,17 @@ def evaluate_stage(run: Reproduction) -> dict:
 
 
 def analyze_stage(run: Reproduction) -> dict:
-    """``analysis.json`` and the six figures of ``empirical.analysis`` for the checkpoint."""
+    """``analysis.json`` and the six figures of ``empirical.analysis`` for the checkpoint; the
+    prompts, probe tasks and hand-built runs it ran (the report's ``sizes`` and ``hand_built``)."""
     preset, analysis_config = run.config.preset, run.config.analysis
     folder = run.folder("analyze")
     saved = load_checkpoint(run.checkpoint, run.config.device)
     analysis = analyze(saved.model, preset, analysis_config, run.config.device, run.mixture)
     write_figures(analysis, preset.prompt_format, analysis_config.max_distance, folder)
     write_json(folder / REPORT_FILE, {"analysis_config": dataclasses.asdict(analysis_config), **analysis.report})
-    hand_train, hand_test = analysis_config.hand_built_counts
-    return {"hand_built_prompts": hand_train + 3 * hand_test + 1}
+    sizes, hand = analysis.report["sizes"], analysis.report["hand_built"]
+    return {"ran": {**sizes, "hand_built_runs": plan.hand_built_runs(hand["probe_train_prompts"],
+                                                                     hand["probe_test_prompts"])}}
 
 
 def patching_stage(run: Reproduction) -> dict:
@@ -230,10 +234,12 @@ def patching_stage(run: Reproduction) -> dict:
     patching = patching_report(saved.model, config.preset, run.mixture, config.analysis, config.device)
     write_patching_figures(patching, folder)
     write_json(folder / PATCHING_FILE, {"analysis_config": dataclasses.asdict(config.analysis), "patching": patching})
-    forcing = patching["state_forcing"]
+    forcing, history = patching["state_forcing"], patching["history"]
     flops, attention_bytes = plan.patching_work(config, forcing["items_by_test_position"])
-    return {"flops": {"float32": flops}, "attention_bytes": attention_bytes, "forcing_items": forcing["items"],
-            "hand_built_prompts": patching["history"]["hand-built"]["prompts"]}
+    return {"flops": {"float32": flops}, "attention_bytes": attention_bytes, "forcing_items_found": forcing["items_found"],
+            "ran": {"forcing_items": forcing["items"], "history_prompts": history["trained"]["prompts"],
+                    "hand_built_prompts": history["hand-built"]["prompts"],
+                    "centroid_prompts": forcing["centroid_prompts"]}}
 
 
 def bundle_stage(run: Reproduction) -> dict:
@@ -335,11 +341,11 @@ def resume_line(run: Reproduction, done: set[str]) -> str:
 
 
 def run_stages(config: ReproduceConfig, out: Path, command: str, rates: plan.Rates, host: plan.HostTimings,
-               budget_minutes: float, stop_after: str | None = None,
+               budget: plan.Budget, stop_after: str | None = None,
                stop: StopRequest | None = None) -> tuple[dict, str | None]:
     """Run every stage not yet done in ``out`` (all of them, or through ``stop_after``), after
-    checking the plan of those stages against ``budget_minutes``, until ``stop`` (the request of
-    SIGINT or SIGTERM) asks to stop at a safe point (module docstring). Returns the record and,
+    checking the plan of those stages, and only those, against ``budget``, until ``stop`` (the
+    request of SIGINT or SIGTERM) asks to stop at a safe point (module docstring). Returns the record and,
     when stopped by ``stop``, where (``at step 20 of 64 of stage train; ...``, ``after stage
     analyze``), else None. A folder that holds an earlier invocation prints :func:`resume_line`."""
     stop = stop or StopRequest()
@@ -347,7 +353,8 @@ def run_stages(config: ReproduceConfig, out: Path, command: str, rates: plan.Rat
     check_settings(record, config, out)
     done = done_stages(record)
     costs = plan_costs(config, rates, host)
-    plan.check_budget(costs, done, budget_minutes)
+    to_run = plan.stages_to_run(costs, done, stop_after)
+    plan.check_budget(to_run, budget)
     out.mkdir(parents=True, exist_ok=True)
     run = Reproduction(config, out, command, rates, stop)
     if record["invocations"]:
@@ -355,6 +362,8 @@ def run_stages(config: ReproduceConfig, out: Path, command: str, rates: plan.Rat
     record["invocations"].append({
         "command": command, "started": time.time(), "environment": environment(config.device), "git": git_state(),
         "rates": rates._asdict(), "host": host._asdict(), "plan": [cost._asdict() for cost in costs],
+        "budget": dataclasses.asdict(budget), "to_run": [cost.stage for cost in to_run],
+        "calls": [[cost.stage for cost in call] for call in plan.split_into_calls(to_run, budget.call_minutes)],
     })
     invocation = len(record["invocations"]) - 1
     write_json(out / RECORD_FILE, record)
@@ -409,8 +418,11 @@ def _run_stage(stage: Stage, cost: plan.StageCost, run: Reproduction, record: di
     synchronize(device)
     seconds = time.perf_counter() - started
     status = "interrupted" if measured.pop("interrupted", False) else "done"
+    ran = measured.pop("ran", {})
     attempt = {"invocation": invocation, "wall_s": seconds, "planned_s": cost.expected_s, **measured,
                **_peak_memory(device)}
+    if cost.caps:
+        attempt["counts"] = {name: {"cap": cap, "ran": ran[name]} for name, cap in cost.caps.items()}
     if status == "interrupted":
         attempt["interrupted_by"] = run.stop.signal.name
     if "tokens" in measured:
