@@ -26,7 +26,8 @@ the schedule's shape kept). Every run sees ``--budget-prompts`` prompts (default
 
 What comes back (``--out``, at most five files, none large): ``sweep.json`` (the command, the
 commit, the device, torch and CUDA versions, each run's recipe, flags, curve, return codes,
-times and verdict report, and device samples of ``nvidia-smi`` on CUDA), ``sweep.png`` (the
+times and verdict report, device samples of ``nvidia-smi`` on CUDA, and with ``--step-benchmark``
+the preset's step timed alone before the sweep), ``sweep.png`` (the
 curves and each run's fresh-HMM loss against the n-grams and the oracle), ``sweep.log``,
 ``progress.json`` and ``detached.json``. The checkpoints stay in ``--work-dir``: a paper-size one
 (about 200 M parameters) is larger than a returned file may be.
@@ -233,7 +234,8 @@ def sweep(args, recipes: list[Recipe]) -> int:
               "concurrent": args.concurrent, "train_minutes": args.train_minutes,
               "verdict_settings": {"prompts": args.verdict_prompts, "fresh_tasks": args.verdict_fresh_tasks},
               "seconds": time.time() - driver.started, "device_samples": samples,
-              "runs": {recipe.name: run for recipe, run in zip(recipes, runs)}}
+              "runs": {recipe.name: run for recipe, run in zip(recipes, runs)},
+              "step_benchmark": read_json(Path(args.step_benchmark)) if args.step_benchmark else None}
     write_json(out / SWEEP_FILE, report)
     plot_sweep(report, out / FIGURE_FILE)
     failed = [name for name, run in report["runs"].items() if run["verdict"] is None]
@@ -276,7 +278,8 @@ def plot_sweep(report: dict, path: Path) -> None:
     scores.grid(alpha=0.3)
     scores.legend(fontsize=8)
     environment = report["environment"]
-    figure.suptitle(f"{report['preset']}: {report['budget_prompts']} prompts per run, {report['concurrent']} at once, "
+    figure.suptitle(f"{report['preset']}: {report['budget_prompts']} prompts per run, "
+                    f"{min(report['concurrent'], len(runs))} at once, "
                     f"on {environment['device']} (torch {environment['torch']}, CUDA {environment['cuda'] or 'none'}); commit "
                     f"{(report['git']['commit'] or 'unknown')[:10]}", fontsize=10)
     figure.savefig(path, dpi=100)
@@ -364,6 +367,10 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--verdict-fresh-tasks", type=positive_int, default=1024,
                        help="fresh HMMs of the verdict's prompts (as many others fit the n-grams)")
     parse.add_argument("--threads", type=positive_int, default=2, help="CPU threads of each process")
+    parse.add_argument("--step-benchmark", metavar="FILE",
+                       help="bench_training.py's JSON of the preset's step measured alone on this device before the "
+                            "sweep, kept in sweep.json beside the runs it explains (their tokens/s with the data "
+                            "pipeline and each other)")
     parse.add_argument("--detach", action="store_true", help="run in a new session in the background (log in --out)")
     parse.add_argument("--wait", type=positive_float, metavar="SECONDS",
                        help="follow the sweep in --out for at most this long (exit 1 if it failed)")
@@ -390,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
         args.budget_prompts = args.budget_prompts or train.steps * train.batch_size
         for recipe in recipes:
             run_flags(recipe, args.preset, args.budget_prompts)
+        if args.step_benchmark and read_json(Path(args.step_benchmark)) is None:
+            raise ValueError(f"--step-benchmark: {args.step_benchmark!r}; expected a JSON file written by "
+                             "bench_training.py --out")
         if Path(args.work_dir).resolve().is_relative_to(Path(args.out).resolve()):
             raise ValueError(f"--work-dir: {args.work_dir!r}; expected a folder outside --out (checkpoints do not come back)")
     except ValueError as error:

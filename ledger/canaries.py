@@ -222,6 +222,12 @@ def _prior_predictive(shop: Workshop) -> None:
                                                         "--chains", "2", "--out", shop.path("prior_predictive.json")])
 
 
+def _torch_smc(shop: Workshop) -> None:
+    run_script("benchmarks/bench_prior_predictive.py", ["--preset", "tiny", "--prompts", "2", "--fresh-tasks", "4",
+                                                        "--chains", "0", "--backend", "torch", "--device", "cpu",
+                                                        "--out", shop.path("torch_smc.json")])
+
+
 TRAINED_ELSEWHERE = "the committed checkpoint the result measured (a tiny network trained here stands in for it)"
 CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
     Canary("evaluate", _evaluate, ("evaluate/evaluation.json", "evaluate/competence.json", "evaluate/hand_built.json"),
@@ -248,6 +254,9 @@ CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
            "the committed points)"),
     Canary("prior-predictive", _prior_predictive, ("prior_predictive.json",), None,
            "the rate of the SMC (a timing), and its convergence at the paper family's size"),
+    Canary("torch-smc", _torch_smc, ("torch_smc.json",), None,
+           "the torch SMC on CUDA and in float32 (it runs on the CPU in float64), its rate and roofline (timings), "
+           "and its convergence at the sizes of the committed runs"),
 )}
 """Every canary, by the name a :class:`~ledger.results.Result` gives as its ``canary``."""
 

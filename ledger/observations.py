@@ -316,6 +316,7 @@ PAPER_SCALE = Section("Section 2 at the paper's scale", "Sec. 2", (
     Claim("S2-paper-scale", "The observations of Figures 1-3 on the paper's model (16 layers x 16 heads x width "
           "1024) trained on 8192 HMMs x 128 states x 16 tokens.",
           "the claims above, measured on the paper preset", pending=Verdict.UNTESTED,
-          pending_reason="hmmtf reproduce --preset paper (docs/reproduce.md) runs it on a GPU; no paper-scale "
-                         "result is committed (figures/paper/)"),
+          pending_reason="no paper-size network is yet competent on the paper-scale family (G-paper-size-competence: "
+                         "the recipes tried count tokens), so no paper-scale bundle of hmmtf reproduce --preset paper "
+                         "(docs/reproduce.md) is committed; figures/paper/ is the 16-state stand-in"),
 ))

@@ -2,18 +2,19 @@
 
 A claim belongs to the module of its part of the paper: :mod:`ledger.observations` (Section 2,
 Appendix B), :mod:`ledger.theory` (Sections 4 and 5), :mod:`ledger.markov` (the companion result),
-:mod:`ledger.ladder` (the regime ladder). docs/ledger.md says how to add one.
+:mod:`ledger.ladder` (the regime ladder), :mod:`ledger.gpu` (the lent GPU's runs). docs/ledger.md says how to add one.
 """
 from __future__ import annotations
 
 from ledger.claims import Claim, Section
+from ledger.gpu import GPU
 from ledger.ladder import LADDER, REGIME_MODEL_SECTION
 from ledger.markov import MARKOV
 from ledger.observations import FIGURE1, FIGURE2, FIGURE3, FIGURE7, PAPER_SCALE
 from ledger.theory import ASSUMPTIONS, CONSTRUCTION, LAYERWISE, LEMMA1, THEOREM1, THEOREM2
 
 SECTIONS: tuple[Section, ...] = (
-    FIGURE1, FIGURE2, FIGURE3, FIGURE7, PAPER_SCALE,
+    FIGURE1, FIGURE2, FIGURE3, FIGURE7, PAPER_SCALE, GPU,
     ASSUMPTIONS, LEMMA1, THEOREM1, CONSTRUCTION, LAYERWISE, THEOREM2,
     MARKOV,
     LADDER,

@@ -73,6 +73,18 @@ instead: the aggregation into the stored cells and sides (tests/test_markov_swee
 them from the stored runs with the current code), the RoFormer and the training loop, which every
 study shares (the same file replays a committed trapped run and requires the same outcome), and
 the command and figure modules, which write and draw what those computed."""
+TORCH_SMC = ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive_torch.py", "hmm/prior_predictive.py",
+             "hmm/particle_filter.py", "hmm/markov.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py",
+             *MIXTURE)
+"""The torch SMC's runs on the lent GPU (issue 46): the bench, the torch SMC and what it shares with
+the numpy one (the prior, the settings, the result type), and the competence result's prompts."""
+GPU_SWEEP = ("empirical/training/train.py", "empirical/training/checkpoint.py", "empirical/analysis/ngram_verdict.py",
+             "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/regime.py", *ROFORMER,
+             *MIXTURE)
+"""The recipe sweep (issue 47): each run's training and its ``hmmtf ngram-verdict``. Not listed,
+guarded by tests/test_gpu_recipe_sweep.py instead: the sweep script, which turns a recipe into the
+``hmmtf train`` flags (the test checks that every recipe keeps the budget of prompts) and collects
+what the two commands wrote."""
 HEAD_MODULES = ("empirical/analysis/heads.py", "empirical/analysis/head_figures.py",
                 "empirical/analysis/head_commands.py")
 """``hmmtf heads``, which ``hmmtf analyze`` does not run."""
@@ -249,6 +261,20 @@ RESULTS: tuple[Result, ...] = (
            ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/bidirectional.py", "hmm/markov.py",
             "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py", *MIXTURE),
            needs="about 30 minutes on a core (a timing: idle cores)", canary="prior-predictive"),
+    *(Result(f"figures/competence/torch-smc/{name}.json",
+             "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 (on a lent GPU, "
+             "docs/reproduce.md: its SMC steps)", TORCH_SMC, needs="a lent GPU (about 3 minutes)", canary="torch-smc")
+      for name in ("s16_cuda_float64", "s16_cuda_float32", "s128_cuda_float32")),
+    Result("figures/competence/torch-smc/s16_cpu_numpy.json",
+           "python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 8 --batch-prompts 8 "
+           "--chains 0 --no-convergence --out figures/competence/torch-smc/s16_cpu_numpy.json",
+           ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
+            "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py", *MIXTURE),
+           needs="about 1 minute on a core", canary="prior-predictive"),
+    Result("figures/paper-scale/sweep/sweep.json",
+           "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 (on a lent GPU, "
+           "docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
+           needs="a lent GPU (about 7 minutes of an H200 for two runs)", canary="ngram-verdict"),
     Result("figures/families/signal.json", "hmmtf signal --out figures/families",
            ("empirical/yardsticks/signal.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/regime.py",
             "empirical/yardsticks/hand_built.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/observability.py",

@@ -46,11 +46,14 @@ def test_an_unknown_run_and_a_work_dir_under_out_are_refused(capsys, tmp_path):
 
 @pytest.mark.long_running
 def test_the_cpu_rehearsal_trains_and_scores_every_run(tmp_path, capsys):
-    out, work = tmp_path / "out", tmp_path / "work"
+    out, work, step = tmp_path / "out", tmp_path / "work", tmp_path / "step.json"
+    step.write_text(json.dumps({"preset": "paper-mini", "tokens_per_s": 1.0}))
     assert sweep.main(["--preset", "paper-mini", "--device", "cpu", "--out", str(out), "--work-dir", str(work),
                        "--runs", "preset", "batch128-lr6e-4", "--budget-prompts", "256", "--concurrent", "2",
-                       "--verdict-prompts", "16", "--verdict-fresh-tasks", "16", "--threads", "1"]) == 0
+                       "--verdict-prompts", "16", "--verdict-fresh-tasks", "16", "--threads", "1",
+                       "--step-benchmark", str(step)]) == 0
     report = json.loads((out / sweep.SWEEP_FILE).read_text())
+    assert report["step_benchmark"] == {"preset": "paper-mini", "tokens_per_s": 1.0}
     assert sorted(path.name for path in out.iterdir()) == sorted([sweep.SWEEP_FILE, sweep.FIGURE_FILE,
                                                                   sweep.PROGRESS_FILE])
     assert report["git"]["commit"] == hmmtf.source_commit().removesuffix("+dirty")
@@ -65,3 +68,10 @@ def test_the_cpu_rehearsal_trains_and_scores_every_run(tmp_path, capsys):
     capsys.readouterr()
     assert sweep.main(["--out", str(out), "--wait", "1"]) == 0
     assert capsys.readouterr().out.startswith("finished: preset: done")
+
+
+def test_a_step_benchmark_that_is_not_a_json_file_is_refused_in_one_line(capsys, tmp_path):
+    assert sweep.main(["--preset", "paper-mini", "--out", str(tmp_path / "out"), "--step-benchmark",
+                       str(tmp_path / "absent.json")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("gpu_recipe_sweep.py: error: --step-benchmark: ") and "bench_training.py --out" in line

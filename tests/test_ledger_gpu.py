@@ -1,0 +1,64 @@
+"""ledger/gpu.py: the judges of the lent GPU's claims decide by their stated rules, on the committed
+results and on copies changed so that the rule must turn."""
+import copy
+import json
+from pathlib import Path
+
+from ledger.claims import Verdict
+from ledger.documents import Doc
+from ledger import gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(path: str) -> Doc:
+    return Doc(path, json.loads((ROOT / path).read_text()))
+
+
+def changed(doc: Doc, edit) -> Doc:
+    data = copy.deepcopy(doc.data)
+    edit(data)
+    return Doc(doc.path, data)
+
+
+def test_competence_holds_only_when_some_run_beats_every_ngram():
+    sweep = load(gpu.SWEEP)
+    verdicts = [run["verdict"]["verdict"] for run in sweep["runs"].values()]
+    expected = Verdict.HOLDS if gpu.BEATS_EVERY in verdicts else Verdict.NOT_REPRODUCED
+    assert gpu.paper_size_competence(sweep).verdict is expected
+
+    def one_beats_every(data):
+        next(iter(data["runs"].values()))["verdict"]["verdict"] = gpu.BEATS_EVERY
+
+    assert gpu.paper_size_competence(changed(sweep, one_beats_every)).verdict is Verdict.HOLDS
+
+
+def test_the_best_run_is_the_lowest_test_sequence_loss():
+    sweep = load(gpu.SWEEP)
+    losses = {name: run["verdict"]["losses"]["test_sequence"]["model"] for name, run in sweep["runs"].items()}
+    assert f"best ({min(losses, key=losses.get)})" in gpu.paper_size_competence(sweep).number
+
+
+def test_agreement_fails_once_one_difference_reaches_the_bound():
+    cpu, gpu64, gpu32 = (load(path) for path in (gpu.SMC_CPU, *gpu.SMC_GPU))
+    assert gpu.gpu_agrees_with_cpu(cpu, gpu64, gpu32).verdict is Verdict.HOLDS
+    base = gpu32["convergence", "base", "all_positions"]
+    cpu_base = cpu["convergence", "base", "all_positions"]
+    error = (base["monte_carlo_stderr"] ** 2 + cpu_base["monte_carlo_stderr"] ** 2) ** 0.5
+
+    def shifted(data):
+        data["convergence"]["base"]["all_positions"]["loss"] = cpu_base["loss"] + 1.01 * gpu.AGREEMENT_ERRORS * error
+
+    assert gpu.gpu_agrees_with_cpu(cpu, gpu64, changed(gpu32, shifted)).verdict is Verdict.FAILS
+
+
+def test_convergence_needs_both_scopes():
+    smc = load(gpu.SMC_S128)
+    flags = [smc["convergence", scope, "converged"] for scope in gpu.SCOPES]
+    assert (gpu.converged_at_paper_scale(smc).verdict is Verdict.HOLDS) == all(flags)
+
+    def converged(data):
+        for scope in gpu.SCOPES:
+            data["convergence"][scope]["converged"] = True
+
+    assert gpu.converged_at_paper_scale(changed(smc, converged)).verdict is Verdict.HOLDS
