@@ -59,7 +59,7 @@ from empirical.training.presets import PRESETS, get_preset  # noqa: E402
 from empirical.reproduce.record import (environment, git_state, metrics_records, process_alive, read_json,  # noqa: E402
                                         write_json)
 from empirical.training.train import METRICS_FILE  # noqa: E402
-from hmmtf_options import positive_float, positive_int  # noqa: E402
+from hmmtf_options import non_negative_int, positive_float, positive_int  # noqa: E402
 
 SWEEP_FILE = "sweep.json"
 FIGURE_FILE = "sweep.png"
@@ -165,7 +165,8 @@ class Sweep:
         run_dir = self.work / recipe.name
         flags = run_flags(recipe, self.args.preset, self.args.budget_prompts)
         train = hmmtf_command(["train", "--preset", self.args.preset, "--run-dir", str(run_dir), "--device",
-                               self.args.device, "--threads", str(self.args.threads), "--no-progress", *flags])
+                               self.args.device, "--threads", str(self.args.threads), "--no-progress",
+                               "--prefetch", str(self.args.prefetch), *flags])
         self.note(recipe.name, "training")
         started = time.time()
         with open(run_dir.with_suffix(".train.log"), "wb") as log:
@@ -367,6 +368,9 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--verdict-fresh-tasks", type=positive_int, default=1024,
                        help="fresh HMMs of the verdict's prompts (as many others fit the n-grams)")
     parse.add_argument("--threads", type=positive_int, default=2, help="CPU threads of each process")
+    parse.add_argument("--prefetch", type=non_negative_int, default=0, metavar="DEPTH",
+                       help="hmmtf train --prefetch of every run: its batches drawn up to DEPTH steps ahead in a "
+                            "worker process (the same batches); 0: in the training loop (default)")
     parse.add_argument("--step-benchmark", metavar="FILE",
                        help="bench_training.py's JSON of the preset's step measured alone on this device before the "
                             "sweep, kept in sweep.json beside the runs it explains (their tokens/s with the data "

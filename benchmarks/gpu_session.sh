@@ -34,6 +34,7 @@ DEVICE=${GPU_SESSION_DEVICE:-cuda}
 PRESET=${GPU_SESSION_PRESET:-paper}
 SMC128_PRESET=${GPU_SESSION_SMC128_PRESET:-paper}
 RUNS=${GPU_SESSION_RUNS:-lr1e-3-warmup10 batch128-lr1e-3}
+PREFETCH=${GPU_SESSION_PREFETCH:-0}
 BUDGET=${GPU_SESSION_BUDGET:-}
 VERDICT=${GPU_SESSION_VERDICT:-1024}
 TRAIN_MINUTES=${GPU_SESSION_TRAIN_MINUTES:-7}
@@ -56,7 +57,8 @@ steps() {
     # shellcheck disable=SC2086
     timeout "$(awk "BEGIN {print int($TRAIN_MINUTES * 60 + 300)}")" $PYTHON benchmarks/gpu_recipe_sweep.py \
         --preset "$PRESET" --device "$DEVICE" --out "$WORK/sweep" --work-dir "$WORK/runs" --runs $RUNS \
-        --concurrent 4 --train-minutes "$TRAIN_MINUTES" "${budget[@]}" "${step[@]}" --verdict-prompts "$VERDICT" \
+        --concurrent 4 --train-minutes "$TRAIN_MINUTES" "${budget[@]}" "${step[@]}" --prefetch "$PREFETCH" \
+        --verdict-prompts "$VERDICT" \
         --verdict-fresh-tasks "$VERDICT"; echo "sweep: exit $?"
     rm -rf "$WORK/runs"
     for dtype in float64 float32; do

@@ -51,7 +51,7 @@ def test_the_cpu_rehearsal_trains_and_scores_every_run(tmp_path, capsys):
     assert sweep.main(["--preset", "paper-mini", "--device", "cpu", "--out", str(out), "--work-dir", str(work),
                        "--runs", "preset", "batch128-lr6e-4", "--budget-prompts", "256", "--concurrent", "2",
                        "--verdict-prompts", "16", "--verdict-fresh-tasks", "16", "--threads", "1",
-                       "--step-benchmark", str(step)]) == 0
+                       "--step-benchmark", str(step), "--prefetch", "2"]) == 0
     report = json.loads((out / sweep.SWEEP_FILE).read_text())
     assert report["step_benchmark"] == {"preset": "paper-mini", "tokens_per_s": 1.0}
     assert sorted(path.name for path in out.iterdir()) == sorted([sweep.SWEEP_FILE, sweep.FIGURE_FILE,
@@ -61,7 +61,7 @@ def test_the_cpu_rehearsal_trains_and_scores_every_run(tmp_path, capsys):
     assert list(report["runs"]) == ["preset", "batch128-lr6e-4"]
     for name, batch in (("preset", 32), ("batch128-lr6e-4", 128)):
         run = report["runs"][name]
-        assert run["train_returncode"] == 0 and not run["stopped_early"]
+        assert run["train_returncode"] == 0 and not run["stopped_early"] and "--prefetch 2" in run["train_command"]
         assert run["final_step"] == run["planned_steps"] == 256 // batch
         assert run["verdict"]["settings"] == {"prompts": 16, "fresh_tasks": 16}
         assert set(run["verdict"]["losses"]["test_sequence"]) == {"ngram 1", "ngram 2", "ngram 3", "model", "oracle"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -19,6 +20,7 @@ import hmm
 from empirical.yardsticks.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.yardsticks.competence import CEILING_SETTINGS, competence_section
 from empirical.training.data import PromptStream
+from empirical.training.prefetch import PrefetchedBatches
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.yardsticks.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
 from empirical.cli.plots import (plot_calibration, plot_competence, plot_in_context, plot_regime, plot_side_by_side,
@@ -52,11 +54,12 @@ def run_train(args) -> int:
     stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
     checkpoint = run_dir / CHECKPOINT_DIR
     started = time.perf_counter()
-    with stop_on_signals() as stop:
+    with stop_on_signals() as stop, ExitStack() as stack:
+        batches = stack.enter_context(PrefetchedBatches(stream, args.prefetch)) if args.prefetch else stream
         result = train(
             run.model,
             preset.train,
-            stream,
+            batches,
             run_dir,
             task=preset.task(),
             command=args.command_line,
@@ -237,6 +240,10 @@ def register(subparsers) -> None:
     parser.add_argument("--device", help="default: this rank's CUDA device, else CPU")
     parser.add_argument("--threads", type=positive_int, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    parser.add_argument("--prefetch", type=non_negative_int, default=0, metavar="DEPTH",
+                        help="draw the batches up to DEPTH steps ahead in a worker process, off the training loop's "
+                             "critical path (the same batches; empirical/training/prefetch.py); 0: in the loop "
+                             "(default)")
     add_override_options(parser)
     parser.set_defaults(run=run_train)
 
