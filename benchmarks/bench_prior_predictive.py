@@ -21,10 +21,12 @@ cross-check by bidirectional Monte Carlo (hmm/bidirectional.py), on the competen
   lower bound, valid on average over prompts simulated from the prior). Rule: the SMC's mean lies
   within the bounds widened by 1.96 standard errors of the paired differences.
 
-``--backend torch --device cuda|cpu [--dtype float32]`` runs the rate and the convergence by the
-torch SMC (:mod:`hmm.prior_predictive_torch`) instead, and adds a **roofline**: the SMC's counted
-work over its seconds against the device's measured peaks (:mod:`empirical.measurement.roofline`). Counted
-work (a model, element-wise extras below 10% at S >= 16 left out):
+``--backend torch --device cuda|cpu [--dtype float32]`` runs the rate, the convergence and the
+cross-check by the torch SMC and bounds (:mod:`hmm.prior_predictive_torch`,
+:mod:`hmm.bidirectional_torch`) on that device in that dtype instead, and adds a **roofline**: the
+SMC's counted work over its seconds against the device's measured peaks
+(:mod:`empirical.measurement.roofline`). Counted work (a model, element-wise extras below 10% at
+S >= 16 left out):
 
 * every token, every particle: one vector-matrix product through ``T`` (2 S^2 FLOP, reads S^2
   entries) and one through ``O`` (2 S p FLOP, reads S p);
@@ -33,8 +35,8 @@ work (a model, element-wise extras below 10% at S >= 16 left out):
   backward pass, S entries of ``T`` per particle-token read; every sweep, one LU solve of an S x S
   system per moved particle (2 S^3 / 3 FLOP).
 
-The binding resource is the one with the larger fraction of its peak. The cross-check (numpy's
-bidirectional bounds, on the CPU) is skipped with ``--chains 0``.
+The binding resource is the one with the larger fraction of its peak. The cross-check is skipped
+with ``--chains 0``.
 
     python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 8 --backend torch \
         --device cuda --batch-prompts 8
@@ -60,7 +62,7 @@ from empirical.training.presets import PRESETS, get_preset  # noqa: E402
 from empirical.yardsticks.competence import CEILING_SETTINGS, ceiling_error, ceiling_estimates, per_prompt_loss, scope_rows  # noqa: E402
 from empirical.yardsticks.regime import Z_95, fresh_prompts  # noqa: E402
 from hmm.bidirectional import evidence_bounds  # noqa: E402
-from hmm import prior_predictive_torch  # noqa: E402
+from hmm import bidirectional_torch, prior_predictive_torch  # noqa: E402
 from hmm.prior_predictive import DirichletHMMPrior, PriorPredictive, SMCSettings, prior_predictive  # noqa: E402
 from hmmtf import source_commit  # noqa: E402
 
@@ -125,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chains", type=int, default=32, help="AIS chains per prompt, each way")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--backend", default="numpy", choices=("numpy", "torch"), help="the SMC that runs")
-    parser.add_argument("--device", default="cpu", help="the torch SMC's device (cpu, cuda)")
-    parser.add_argument("--dtype", default="float64", choices=("float64", "float32"), help="the torch SMC's dtype")
+    parser.add_argument("--device", default="cpu", help="the torch SMC's and bounds' device (cpu, cuda)")
+    parser.add_argument("--dtype", default="float64", choices=("float64", "float32"), help="the torch SMC's and bounds' dtype")
     parser.add_argument("--particles", type=int, default=CEILING_SETTINGS.particles)
     parser.add_argument("--moves", type=int, default=CEILING_SETTINGS.moves)
     parser.add_argument("--batch-prompts", type=int, default=CEILING_SETTINGS.batch_prompts,
@@ -189,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             change = twice[scope]["loss"] - base[scope]["loss"]
             convergence[scope] = {"change": change, "converged": abs(change) < base[scope]["monte_carlo_stderr"]}
 
-    cross_check = None if args.chains == 0 else bounds_check(args, preset, tokens, prior, own, smc, tokens_per_prompt)
+    cross_check = None if args.chains == 0 else bounds_check(args, preset, tokens, prior, own, smc, tokens_per_prompt,
+                                                             device, dtype)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     result = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
               "git_commit": commit, "preset": args.preset, "fresh_tasks": args.fresh_tasks,
@@ -206,12 +209,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def bounds_check(args, preset, tokens, prior, own, smc: PriorPredictive, tokens_per_prompt: int) -> dict:
-    """The module docstring's cross-check of the SMC's evidence by the bidirectional bounds."""
-    bounds, bounds_seconds = timed(lambda: evidence_bounds(tokens, preset.prompt_format, prior, own.transition,
-                                                           own.emission, args.chains))
+def bounds_check(args, preset, tokens, prior, own, smc: PriorPredictive, tokens_per_prompt: int,
+                 device: torch.device, dtype: torch.dtype) -> dict:
+    """The module docstring's cross-check of the SMC's evidence by the bidirectional bounds of
+    ``args.backend``, the torch ones on ``device`` in ``dtype``."""
+    inputs = (tokens, preset.prompt_format, prior, own.transition, own.emission, args.chains)
+    if args.backend == "numpy":
+        bounds, bounds_seconds = timed(lambda: evidence_bounds(*inputs))
+    else:
+        bounds, bounds_seconds = roofline.timed(lambda: bidirectional_torch.evidence_bounds(
+            *inputs, device=device, dtype=dtype), 1, device)
     smc_loss = -smc.log_evidence.to("cpu", torch.float64) / tokens_per_prompt
-    upper_loss, lower_loss = -bounds.lower / tokens_per_prompt, -bounds.upper / tokens_per_prompt
+    lower, upper = (bound.to("cpu", torch.float64) for bound in bounds)
+    upper_loss, lower_loss = -lower / tokens_per_prompt, -upper / tokens_per_prompt
     above, below = upper_loss - smc_loss, smc_loss - lower_loss
     within = (above.mean() + Z_95 * above.std() / math.sqrt(args.prompts) >= 0
               and below.mean() + Z_95 * below.std() / math.sqrt(args.prompts) >= 0)

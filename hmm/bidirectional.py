@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from scipy.special import logsumexp
 
+from hmm.markov import stationary_or_invalid
 from hmm.particle_filter import advance, emission_likelihoods, forward_filter
-from hmm.prior_predictive import DirichletHMMPrior, _move, _Particles, _stationary, check_prompts, format_positions
+from hmm.prior_predictive import DirichletHMMPrior, _move, _Particles, check_prompts, format_positions
 from hmm.prompts import PromptFormat
 
 
@@ -36,6 +37,27 @@ class EvidenceBounds(NamedTuple):
     """``(B,)``: forward AIS, ``log mean_c w_c`` (a stochastic lower bound on ``log Z``)."""
     upper: torch.Tensor
     """``(B,)``: reverse AIS from the generating HMM, ``-log mean_c v_c`` (a stochastic upper bound)."""
+
+
+def check_bounds_input(tokens, prompt_format: PromptFormat, prior: DirichletHMMPrior, transition: torch.Tensor,
+                       emission: torch.Tensor, chains: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens (B, N) int64, stationary (B, S) float64)``: :func:`evidence_bounds`'s input checked
+    (``chains`` an integer >= 1, ``tokens`` prompts of ``prompt_format`` as :func:`check_prompts`
+    says, ``transition (B, S, S)`` and ``emission (B, S, p)`` one HMM per prompt) and the
+    stationary law ``pi_T`` of each generating chain, the reverse chains' exact start (refused
+    where it is not unique)."""
+    if isinstance(chains, bool) or not isinstance(chains, int) or chains < 1:
+        raise ValueError(f"chains: {chains!r}; expected an integer >= 1")
+    tokens = check_prompts(tokens, prompt_format, prior.num_tokens)
+    B = tokens.shape[0]
+    S, p = prior.num_states, prior.num_tokens
+    if transition.shape != (B, S, S) or emission.shape != (B, S, p):
+        raise ValueError(f"transition, emission: shapes {tuple(transition.shape)}, {tuple(emission.shape)}; expected "
+                         f"({B}, {S}, {S}) and ({B}, {S}, {p}), the HMM of each prompt")
+    stationary, valid = stationary_or_invalid(transition.double())
+    if not bool(valid.all()):
+        raise ValueError("transition: a generating chain has no unique stationary law; expected irreducible chains")
+    return tokens, stationary
 
 
 def _log_likelihood_of_last(particles: _Particles, tokens: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -52,14 +74,8 @@ def evidence_bounds(tokens, prompt_format: PromptFormat, prior: DirichletHMMPrio
     """The module docstring's two bounds for every prompt of ``tokens (B, N)``, with ``chains``
     chains each way; ``transition (B, S, S)`` and ``emission (B, S, p)`` are the HMMs that generated
     the prompts (the reverse chains' exact start)."""
-    if isinstance(chains, bool) or not isinstance(chains, int) or chains < 1:
-        raise ValueError(f"chains: {chains!r}; expected an integer >= 1")
-    tokens = check_prompts(tokens, prompt_format, prior.num_tokens)
+    tokens, stationary = check_bounds_input(tokens, prompt_format, prior, transition, emission, chains)
     B = tokens.shape[0]
-    S, p = prior.num_states, prior.num_tokens
-    if transition.shape != (B, S, S) or emission.shape != (B, S, p):
-        raise ValueError(f"transition, emission: shapes {tuple(transition.shape)}, {tuple(emission.shape)}; expected "
-                         f"({B}, {S}, {S}) and ({B}, {S}, {p}), the HMM of each prompt")
     positions, starts = (values.numpy() for values in format_positions(prompt_format))
     observed = tokens.numpy()[:, positions].repeat(chains, axis=0)  # (B C, J)
     J = observed.shape[1]
@@ -73,11 +89,7 @@ def evidence_bounds(tokens, prompt_format: PromptFormat, prior: DirichletHMMPrio
         log_w += np.log(forward.observe(predicted, observed[:, j]))
         forward, _ = _move(forward, observed[:, : j + 1], starts[: j + 1], prior, 1, rng)
 
-    start = transition.double().numpy().repeat(chains, axis=0)
-    stationary, valid = _stationary(start)
-    if not valid.all():
-        raise ValueError("transition: a generating chain has no unique stationary law; expected irreducible chains")
-    reverse = _Particles(start, emission.double().numpy().repeat(chains, axis=0), stationary)
+    reverse = _Particles(*(values.double().numpy().repeat(chains, axis=0) for values in (transition, emission, stationary)))
     log_v = np.zeros(B * chains)
     for j in range(J, 0, -1):
         log_v -= _log_likelihood_of_last(reverse, observed[:, :j], starts)

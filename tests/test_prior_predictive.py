@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import hmm
-from hmm.bidirectional import evidence_bounds
+from hmm.bidirectional import EvidenceBounds, evidence_bounds
 from hmm import prior_predictive_torch
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, format_positions, prior_predictive
 
@@ -150,21 +150,30 @@ def test_a_prior_that_is_not_the_smcs_is_refused():
         DirichletHMMPrior(0, 2, 1.0, 1.0)
 
 
+def prompts_from_the_prior(count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(tokens (count, 8), transition (count, 2, 2), emission (count, 2, 2))``: ``count`` prompts
+    of ``FORMAT``, each from its own HMM drawn from ``PRIOR``, and those HMMs."""
+    transition, emission, stationary = (torch.from_numpy(x) for x in PRIOR.sample(count, np.random.default_rng(5)))
+    prompts = hmm.sample_prompts(hmm.Mixture.uniform(hmm.HMM(stationary, transition, emission)), count, FORMAT, seed=3)
+    own = prompts.task_ids
+    return prompts.tokens, transition[own], emission[own]
+
+
+def assert_between_the_bounds(log_evidence: torch.Tensor, bounds: EvidenceBounds) -> None:
+    """Both bounds hold in expectation over prompts drawn from the prior: one-sided, 3 standard
+    errors of the paired differences of ``log_evidence (B,)`` and the bounds."""
+    for difference in (log_evidence - bounds.lower, bounds.upper - log_evidence):
+        assert difference.mean() > -3 * difference.std() / math.sqrt(difference.numel())
+    assert (bounds.upper - bounds.lower).mean() > 0
+
+
 @pytest.mark.long_running
 @pytest.mark.parametrize("implementation", sorted(IMPLEMENTATIONS))
 def test_the_smc_evidence_lies_between_the_bidirectional_bounds_on_average_over_simulated_prompts(implementation):
     prior_predictive = IMPLEMENTATIONS[implementation]
-    count = 96
-    transition, emission, stationary = (torch.from_numpy(x) for x in PRIOR.sample(count, np.random.default_rng(5)))
-    prompts = hmm.sample_prompts(hmm.Mixture.uniform(hmm.HMM(stationary, transition, emission)), count, FORMAT, seed=3)
-    own = prompts.task_ids
-    bounds = evidence_bounds(prompts.tokens, FORMAT, PRIOR, transition[own], emission[own], chains=64, seed=0)
-    smc = prior_predictive(prompts.tokens, FORMAT, PRIOR, SMCSettings(particles=1024)).log_evidence
-    # Both bounds hold in expectation over prompts drawn from the prior: one-sided, 3 standard
-    # errors of the paired differences.
-    for difference in (smc - bounds.lower, bounds.upper - smc):
-        assert difference.mean() > -3 * difference.std() / math.sqrt(count)
-    assert (bounds.upper - bounds.lower).mean() > 0
+    tokens, transition, emission = prompts_from_the_prior(96)
+    bounds = evidence_bounds(tokens, FORMAT, PRIOR, transition, emission, chains=64, seed=0)
+    assert_between_the_bounds(prior_predictive(tokens, FORMAT, PRIOR, SMCSettings(particles=1024)).log_evidence, bounds)
 
 
 @pytest.mark.parametrize(("chains", "shape", "message"), [
