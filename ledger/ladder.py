@@ -12,6 +12,10 @@ into ``figures/ladder/ladder.json``. The claims below read:
   and patching), judged by the same judges as cpu-small's claims (:mod:`ledger.observations`);
 * the whole ladder (``ladder.json``): where each model memorises and where it infers in context.
 
+The same claims on the shipped regime models (:data:`REGIME_MODELS`) are re-judged in
+:data:`REGIME_MODEL_SECTION`; :data:`REGIME_MATRIX` lays all of them out for the README, a row per
+claim and a column per network, with a column for the paper's network that no result covers yet.
+
 Competence before mechanism (``docs/empirical.md``, "Competence"): a claim about the regime
 model's layers, heads, probes or patching is judged only when that model's ``competence.json``
 says it beats the in-context bigram on fresh HMMs (:data:`empirical.yardsticks.competence.COMPETENT`).
@@ -21,6 +25,7 @@ said, but a verdict on a network that only counts tokens says nothing about the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from ledger.claims import Claim, Judge, Outcome, Section, Verdict
 from ledger.documents import Doc
@@ -38,7 +43,8 @@ from ledger.observations import (
     state_used,
 )
 
-REGIME_POINT = "figures/ladder/tasks-8192-deep"
+REGIME_NETWORK = "tasks-8192-deep"
+REGIME_POINT = f"figures/ladder/{REGIME_NETWORK}"
 REGIME_EVALUATION = f"{REGIME_POINT}/evaluation.json"
 REGIME_ANALYSIS = f"{REGIME_POINT}/analysis.json"
 REGIME_EXTRA = "figures/regime/analysis.json"
@@ -124,7 +130,8 @@ GATE_RULE = "; judged only if competence.json says the model beats the in-contex
 
 @dataclass(frozen=True)
 class RegimeModel:
-    """Where a regime model's results are, for :func:`regime_claims`: ``prefix`` of its claims'
+    """Where a regime model's results are, for :func:`regime_claims`: ``name``, the network's short
+    name (``models/NAME``, its column in the README's regime matrix), ``prefix`` of its claims'
     ids, ``scale`` (what the model is, a phrase ending in ", "), ``point`` (the folder of its
     ``evaluation.json`` and ``competence.json``), ``analysis`` (``hmmtf analyze``'s shuffle and
     probes), ``extra`` (its offsets and patching; may be ``analysis``), ``figures`` (a figure
@@ -132,6 +139,7 @@ class RegimeModel:
     heads), ``heads`` (``hmmtf heads``'s result, for the circuit claim; None: no such claim) and
     ``ngram_verdict`` (``hmmtf ngram-verdict``'s result; None: no such claim)."""
 
+    name: str
     prefix: str
     scale: str
     point: str
@@ -240,7 +248,8 @@ def circuit(heads: Doc) -> Outcome:
 
 
 LADDER_MODEL = RegimeModel(
-    "R", "on tasks-8192-deep (the paper's 8192 tasks, 8 layers), ", REGIME_POINT, REGIME_ANALYSIS, REGIME_EXTRA,
+    REGIME_NETWORK, "R", f"on {REGIME_NETWORK} (the paper's 8192 tasks, 8 layers), ", REGIME_POINT, REGIME_ANALYSIS,
+    REGIME_EXTRA,
     {"competence": f"{REGIME_POINT}/competence.png", "regime": f"{REGIME_POINT}/regime.png",
      "shuffle": "figures/ladder/ladder_claim1.png", "state-first": "figures/ladder/ladder_claim2.png",
      "state-used": "figures/regime/patching_state_forcing.png", "distance": "figures/ladder/ladder_claim3.png",
@@ -261,7 +270,7 @@ def _regime_model(family: str, shape: str, prefix: str, what: str) -> RegimeMode
     """The shipped regime model ``models/FAMILY-SHAPE``, whose results are in ``figures/FAMILY/SHAPE``."""
     point = f"figures/{family}/{shape}"
     analysis = f"{point}/analysis.json"
-    return RegimeModel(prefix, f"on {family}-{shape} ({what}), ", point, analysis, analysis,
+    return RegimeModel(f"{family}-{shape}", prefix, f"on {family}-{shape} ({what}), ", point, analysis, analysis,
                        {"competence": f"{point}/competence.png", "regime": f"{point}/regime.png",
                         "shuffle": f"{point}/shuffle.png", "state-first": f"{point}/probes_task_state.png",
                         "state-used": f"{point}/patching_state_forcing.png",
@@ -285,3 +294,66 @@ REGIME_MODELS = (
 REGIME_MODEL_SECTION = Section(
     "Competent regime networks: the claims re-judged on networks that beat the in-context n-grams", "Competent",
     tuple(claim for model in REGIME_MODELS for claim in regime_claims(model)))
+
+
+@dataclass(frozen=True)
+class UntestedNetwork:
+    """A network the regime claims are meant for that no committed result covers yet: ``name`` (its
+    column in the README's regime matrix), ``claim`` (the id of the pending claim that says why,
+    which each of its cells links) and ``figures`` (the folder its results will be committed to: a
+    regime model whose results are there takes its column)."""
+
+    name: str
+    claim: str
+    figures: str
+
+
+PAPER_SCALE_NETWORK = UntestedNetwork("paper-scale-16x16x1024", "S2-paper-scale", "figures/paper-scale")
+"""The paper's network (16 layers x 16 heads x width 1024 on 8192 HMMs of 128 states), made by
+``hmmtf reproduce --preset paper`` on a GPU and unpacked into ``figures/paper-scale/`` (``make unpack-paper``)."""
+
+
+def claim_template(model: RegimeModel, claim: Claim) -> str:
+    """The id of one of ``model``'s regime claims without the model's prefix (``F2-shuffle``): the
+    same claim on every regime model."""
+    return claim.id.removeprefix(f"{model.prefix}-")
+
+
+@dataclass(frozen=True)
+class RegimeColumn:
+    """A network of the README's regime matrix: its ``name``, ``claims`` (per claim template, the id
+    of the claim judging it on this network) and ``untested`` (for a network with no result, the id
+    of the claim each of its cells links as untested at this scale; None for a judged network)."""
+
+    name: str
+    claims: dict[str, str]
+    untested: str | None = None
+
+
+@dataclass(frozen=True)
+class RegimeMatrix:
+    """The regime claims as a table: ``templates`` (the rows: every claim template, in the order of
+    :func:`regime_claims`, with its statement) and ``columns`` (the networks)."""
+
+    templates: dict[str, str]
+    columns: tuple[RegimeColumn, ...]
+
+    @property
+    def claim_ids(self) -> set[str]:
+        """The claims whose verdicts the cells show (not the claims an untested column links)."""
+        return {claim_id for column in self.columns for claim_id in column.claims.values()}
+
+
+def regime_matrix(models: tuple[RegimeModel, ...], untested: tuple[UntestedNetwork, ...]) -> RegimeMatrix:
+    """A column per regime model, then one per untested network whose results folder no model reads
+    (so a paper-scale regime model, once added, replaces the placeholder column)."""
+    templates = {claim_template(model, claim): claim.statement for model in models for claim in regime_claims(model)}
+    judged = [RegimeColumn(model.name, {claim_template(model, claim): claim.id for claim in regime_claims(model)})
+              for model in models]
+    placeholders = [RegimeColumn(network.name, {}, network.claim) for network in untested
+                    if not any(PurePosixPath(model.point).is_relative_to(network.figures) for model in models)]
+    return RegimeMatrix(templates, (*judged, *placeholders))
+
+
+REGIME_MATRIX = regime_matrix((LADDER_MODEL, *REGIME_MODELS), (PAPER_SCALE_NETWORK,))
+"""The README's regime matrix: the regime ladder's model, every shipped regime model, the paper's network."""

@@ -1,6 +1,8 @@
 """The claims ledger (ledger/, docs/ledger.md): the committed results pass its check, the pages are
 what the results generate, a planted change in a result changes them, provenance in every form is
 read, and a result older than its code, or without a commit, is reported."""
+import collections
+import itertools
 import json
 import os
 import re
@@ -15,12 +17,21 @@ from ledger import generated
 from ledger.blocks import block_body, replace_block
 from ledger.check import generated_problems, result_problems, unregistered
 from ledger.generated import first_difference
+from ledger.ladder import (
+    LADDER_MODEL,
+    PAPER_SCALE_NETWORK,
+    REGIME_MATRIX,
+    REGIME_MODELS,
+    RegimeModel,
+    regime_claims,
+    regime_matrix,
+)
 from ledger.claims import Claim, Outcome, Verdict
 from ledger.documents import Doc, LedgerError
 from ledger.outcomes import judge
 from ledger.provenance import Recorded, Status, code_fingerprint, freshness, recorded_commit
 from ledger.registry import SECTIONS, all_claims
-from ledger.render import README_BLOCK, claims_page, readme_block
+from ledger.render import README_BLOCK, anchor, claims_page, readme_block
 from ledger.results import RESULTS, Result, registered
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +54,64 @@ def test_the_readme_block_is_the_generated_one_and_round_trips():
     assert block_body(once, README_BLOCK, "README.md") == body
     assert replace_block(once, README_BLOCK, body, "README.md") == once
     assert replace_block(once, README_BLOCK, readme_block(ROOT), "README.md") == readme
+
+
+def _markdown_table(block: str, header_start: str) -> list[list[str]]:
+    """The rows (header first, separator dropped) of the table in ``block`` whose header starts with ``header_start``."""
+    lines = block.splitlines()
+    start = next(number for number, line in enumerate(lines) if line.startswith(header_start))
+    assert re.fullmatch(r"(\|---)+\|", lines[start + 1]), "a table's header is followed by its separator"
+    table = [lines[start]] + list(itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:]))
+    return [[cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]] for line in table]
+
+
+def _link(verdict: Verdict, claim_id: str) -> str:
+    return f"[{verdict.value}](docs/claims.md#{anchor(claim_id)})"
+
+
+def test_the_readme_matrix_has_a_row_per_regime_claim_and_a_column_per_network_then_the_paper_scale():
+    models = (LADDER_MODEL, *REGIME_MODELS)
+    header, *rows = _markdown_table(readme_block(ROOT), "| claim |")
+    assert header[1:] == [model.name for model in models] + [PAPER_SCALE_NETWORK.name]
+    claims = {model.name: {claim.id.removeprefix(f"{model.prefix}-"): claim for claim in regime_claims(model)}
+              for model in models}
+    templates = list(dict.fromkeys(template for by_template in claims.values() for template in by_template))
+    assert [row[0].split(":", 1)[0] for row in rows] == [f"**{template}**" for template in templates]
+    assert templates == list(REGIME_MATRIX.templates)
+    outcomes = {claim.id: judge(claim, ROOT).outcome for claim in all_claims()}
+    for template, row in zip(templates, rows):
+        statements = {by_template[template].statement for by_template in claims.values() if template in by_template}
+        assert row[0] == f"**{template}**: {statements.pop()}" and not statements, "one statement per row"
+        *judged, paper_scale = row[1:]
+        for model, cell in zip(models, judged):
+            claim = claims[model.name].get(template)
+            assert cell == ("—" if claim is None else _link(outcomes[claim.id].verdict, claim.id))
+        assert paper_scale == _link(Verdict.UNTESTED, PAPER_SCALE_NETWORK.claim)
+
+
+def test_every_claim_is_in_the_readme_once_linked_to_an_anchor_of_the_page_and_counted():
+    block, page = readme_block(ROOT), claims_page(ROOT)
+    linked = collections.Counter(re.findall(r"\]\(docs/claims\.md#([a-z0-9-]+)\)", block))
+    assert set(linked) <= set(re.findall(r'<a id="([a-z0-9-]+)"></a>', page))
+    # the placeholder's claim: its own line among the other claims and every cell of the paper-scale column
+    assert linked.pop(anchor(PAPER_SCALE_NETWORK.claim)) == 1 + len(REGIME_MATRIX.templates)
+    others = [claim for claim in all_claims() if claim.id != PAPER_SCALE_NETWORK.claim]
+    assert linked == collections.Counter(anchor(claim.id) for claim in others)
+    counts = re.search(r"(\d+) claims: ((?:\d+ [a-z ]+(?:, )?)+)\.", block)
+    assert int(counts[1]) == len(all_claims()) == sum(int(part.split()[0]) for part in counts[2].split(", "))
+
+
+def test_a_regime_model_with_results_in_the_paper_scale_folder_takes_the_placeholder_column():
+    paper_scale = RegimeModel("paper-scale", "PS", "on the paper's network, ", "figures/paper-scale/evaluate",
+                              "figures/paper-scale/analyze/analysis.json", "figures/paper-scale/analyze/analysis.json",
+                              dict.fromkeys(("competence", "regime", "shuffle", "state-first", "state-used", "distance",
+                                             "nearby", "heads"), "figures/paper-scale/figure.png"))
+    assert [column.name for column in regime_matrix((LADDER_MODEL,), (PAPER_SCALE_NETWORK,)).columns] == [
+        LADDER_MODEL.name, PAPER_SCALE_NETWORK.name]
+    matrix = regime_matrix((LADDER_MODEL, paper_scale), (PAPER_SCALE_NETWORK,))
+    assert [(column.name, column.untested) for column in matrix.columns] == [(LADDER_MODEL.name, None),
+                                                                             ("paper-scale", None)]
+    assert matrix.columns[1].claims["F2-shuffle"] == "PS-F2-shuffle"
 
 
 def test_replacing_a_block_keeps_the_text_around_it():
