@@ -298,19 +298,23 @@ REGIME_MODEL_SECTION = Section(
 
 @dataclass(frozen=True)
 class UntestedNetwork:
-    """A network the regime claims are meant for that no committed result covers yet: ``name`` (its
+    """A network the regime claims are meant for that no regime model covers yet: ``name`` (its
     column in the README's regime matrix), ``claim`` (the id of the pending claim that says why,
-    which each of its cells links) and ``figures`` (the folder its results will be committed to: a
-    regime model whose results are there takes its column)."""
+    which each of its untested cells links), ``figures`` (the folder its results will be committed
+    to: a regime model whose results are there takes its column) and ``measured`` (per claim
+    template, the id of a claim judged elsewhere on this kind of network, shown in that cell)."""
 
     name: str
     claim: str
     figures: str
+    measured: tuple[tuple[str, str], ...] = ()
 
 
-PAPER_SCALE_NETWORK = UntestedNetwork("paper-scale-16x16x1024", "S2-paper-scale", "figures/paper-scale")
+PAPER_SCALE_NETWORK = UntestedNetwork("paper-scale-16x16x1024", "S2-paper-scale", "figures/paper-scale",
+                                      (("beats-every-ngram", "G-paper-size-competence"),))
 """The paper's network (16 layers x 16 heads x width 1024 on 8192 HMMs of 128 states), made by
-``hmmtf reproduce --preset paper`` on a GPU and unpacked into ``figures/paper-scale/`` (``make unpack-paper``)."""
+``hmmtf reproduce --preset paper`` on a GPU and unpacked into ``figures/paper-scale/`` (``make unpack-paper``).
+Its n-gram bar is measured already, on the recipe sweep's networks (:mod:`ledger.gpu`)."""
 
 
 def claim_template(model: RegimeModel, claim: Claim) -> str:
@@ -322,8 +326,9 @@ def claim_template(model: RegimeModel, claim: Claim) -> str:
 @dataclass(frozen=True)
 class RegimeColumn:
     """A network of the README's regime matrix: its ``name``, ``claims`` (per claim template, the id
-    of the claim judging it on this network) and ``untested`` (for a network with no result, the id
-    of the claim each of its cells links as untested at this scale; None for a judged network)."""
+    of the claim judging it on this network) and ``untested`` (for a network no regime model
+    covers, the id of the claim each cell without a claim links as untested at this scale; None for
+    a judged network)."""
 
     name: str
     claims: dict[str, str]
@@ -350,7 +355,7 @@ def regime_matrix(models: tuple[RegimeModel, ...], untested: tuple[UntestedNetwo
     templates = {claim_template(model, claim): claim.statement for model in models for claim in regime_claims(model)}
     judged = [RegimeColumn(model.name, {claim_template(model, claim): claim.id for claim in regime_claims(model)})
               for model in models]
-    placeholders = [RegimeColumn(network.name, {}, network.claim) for network in untested
+    placeholders = [RegimeColumn(network.name, dict(network.measured), network.claim) for network in untested
                     if not any(PurePosixPath(model.point).is_relative_to(network.figures) for model in models)]
     return RegimeMatrix(templates, (*judged, *placeholders))
 

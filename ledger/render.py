@@ -134,12 +134,12 @@ def _verdict_link(verdict: Verdict, claim_id: str) -> str:
 
 
 def _matrix_cell(column: RegimeColumn, template: str, outcomes: dict[str, Outcome]) -> str:
-    """The verdict of ``template`` on ``column``'s network, untested at this scale where no result
-    covers the network, "—" where the claim is not made on it."""
-    if column.untested is not None:
-        return _verdict_link(Verdict.UNTESTED, column.untested)
+    """The verdict of ``template`` on ``column``'s network; without a claim, untested at this scale
+    where no regime model covers the network, else "—" (the claim is not made on it)."""
     claim_id = column.claims.get(template)
-    return "—" if claim_id is None else _verdict_link(outcomes[claim_id].verdict, claim_id)
+    if claim_id is not None:
+        return _verdict_link(outcomes[claim_id].verdict, claim_id)
+    return "—" if column.untested is None else _verdict_link(Verdict.UNTESTED, column.untested)
 
 
 def _regime_table(matrix: RegimeMatrix, outcomes: dict[str, Outcome]) -> list[str]:
@@ -165,7 +165,8 @@ def readme_block(root: Path, sections: tuple[Section, ...] = SECTIONS, matrix: R
         "**The regime claims, network by network**: each claim judged on every network trained in the paper's "
         "regime, a row per claim and a column per network (`models/README.md`). A cell is the "
         f"verdict, linked to the claim's row in {PAGE} (its number and rule); \"—\": the claim is not made on that "
-        "network; a network no committed result covers is untested at this scale throughout.",
+        "network; a network no regime model covers is untested at this scale, but where a claim measured it otherwise "
+        "(the paper-scale network's n-gram bar, by the GPU recipe sweep).",
         "",
         *_regime_table(matrix, {row.claim.id: row.outcome for row in rows}),
         "",
