@@ -14,7 +14,10 @@
 #      base ceiling only (--no-convergence): the GPU-versus-CPU agreement of issue 46 (the numpy
 #      run on the same prompts is made on the CPU) and float32 against float64.
 #   4. smc-s128-float32: the same at the paper's S = 128, SMC128_PROMPTS prompts, with the
-#      doubled setting (convergence), float32. Last, as the step whose time is least known.
+#      doubled setting (convergence), float32.
+#   5. smc-s128-bounds: the bidirectional bounds at S = 128 (hmm/bidirectional_torch.py, BOUNDS_CHAINS
+#      chains each way) beside the base ceiling: the answer issue 46 asks for where the SMC does not
+#      converge. Not yet run on a GPU (added after the session below).
 #
 # Run on an H200 on 2026-11-28 (commit f5ba2ef, the step benchmark then third and separate): 409 s
 # of sweep (two runs), 18 + 20 s of S = 16 SMC, 25 s of step benchmark, 139 s of S = 128 SMC;
@@ -27,7 +30,7 @@
 #   GPU_SESSION_DEVICE=cpu GPU_SESSION_PRESET=paper-mini GPU_SESSION_SMC128_PRESET=paper-mini \
 #   GPU_SESSION_BUDGET=256 GPU_SESSION_VERDICT=16 GPU_SESSION_TRAIN_MINUTES=3 GPU_SESSION_WORK=/tmp/gs \
 #   OUT=/tmp/gs-out bash benchmarks/gpu_session.sh start; ... follow 900
-# What comes back (8 files at most): sweep.json, sweep.png, progress.json, the three SMC JSONs (or
+# What comes back (8 files at most): sweep.json, sweep.png, progress.json, the four SMC JSONs (or
 # their logs' tails) and session.log (which holds the sweep's output).
 set -u
 DEVICE=${GPU_SESSION_DEVICE:-cuda}
@@ -40,6 +43,7 @@ VERDICT=${GPU_SESSION_VERDICT:-1024}
 TRAIN_MINUTES=${GPU_SESSION_TRAIN_MINUTES:-7}
 SMC16_PROMPTS=${GPU_SESSION_SMC16_PROMPTS:-8}
 SMC128_PROMPTS=${GPU_SESSION_SMC128_PROMPTS:-4}
+BOUNDS_CHAINS=${GPU_SESSION_BOUNDS_CHAINS:-64}
 WORK=${GPU_SESSION_WORK:-/tmp/gpu-session}
 PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
@@ -72,6 +76,11 @@ steps() {
     timeout 200 $PYTHON benchmarks/bench_prior_predictive.py --preset "$SMC128_PRESET" --prompts "$SMC128_PROMPTS" \
         --batch-prompts "$SMC128_PROMPTS" --chains 0 --backend torch --device "$DEVICE" --dtype float32 \
         --out "$WORK/smc-s128-float32.json" > "$WORK/smc-s128-float32.log" 2>&1; echo "smc-s128-float32: exit $?"
+    echo "[$(date +%T)] smc-s128-bounds"
+    timeout 120 $PYTHON benchmarks/bench_prior_predictive.py --preset "$SMC128_PRESET" --prompts "$SMC128_PROMPTS" \
+        --batch-prompts "$SMC128_PROMPTS" --chains "$BOUNDS_CHAINS" --backend torch --device "$DEVICE" \
+        --dtype float32 --no-convergence --out "$WORK/smc-s128-bounds.json" > "$WORK/smc-s128-bounds.log" 2>&1
+    echo "smc-s128-bounds: exit $?"
     echo "[$(date +%T)] done"
     touch "$WORK/done"
 }
@@ -84,7 +93,7 @@ collect() {
         cp "$WORK/$name" "$OUT/" 2>/dev/null
     done
     [ -e "$WORK/sweep/sweep.json" ] || tail -c 4000 "$WORK/step_benchmark.log" > "$OUT/step_benchmark.log" 2>/dev/null
-    for step in smc-s16-float64 smc-s16-float32 smc-s128-float32; do
+    for step in smc-s16-float64 smc-s16-float32 smc-s128-float32 smc-s128-bounds; do
         cp "$WORK/$step.json" "$OUT/" 2>/dev/null || tail -c 4000 "$WORK/$step.log" > "$OUT/$step.log" 2>/dev/null
     done
     ls -l "$OUT"
