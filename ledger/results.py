@@ -275,6 +275,11 @@ RESULTS: tuple[Result, ...] = (
            "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 (on a lent GPU, "
            "docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
            needs="a lent GPU (about 7 minutes of an H200 for two runs)", canary="ngram-verdict"),
+    Result("figures/paper-scale/small/*/ngram-verdict.json",
+           "hmmtf ngram-verdict models/paper-scale-small/POINT --out figures/paper-scale/small/POINT --prompts 1024 "
+           "--fresh-tasks 1024 --threads 1 (POINT: 2x4x64, 4x4x64; the models' commands are in models/README.md)",
+           NGRAM_VERDICT, needs="the point's run folder, models/paper-scale-small/POINT; about a minute on a core",
+           canary="ngram-verdict"),
     Result("figures/families/signal.json", "hmmtf signal --out figures/families",
            ("empirical/yardsticks/signal.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/regime.py",
             "empirical/yardsticks/hand_built.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/observability.py",

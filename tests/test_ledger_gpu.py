@@ -62,3 +62,14 @@ def test_convergence_needs_both_scopes():
             data["convergence"][scope]["converged"] = True
 
     assert gpu.converged_at_paper_scale(changed(smc, converged)).verdict is Verdict.HOLDS
+
+
+def test_the_small_networks_hold_only_when_one_beats_every_ngram():
+    verdicts = [load(path) for path in gpu.SMALL]
+    expected = Verdict.HOLDS if any(doc["verdict"] == gpu.BEATS_EVERY for doc in verdicts) else Verdict.NOT_REPRODUCED
+    assert gpu.small_networks_competence(*verdicts).verdict is expected
+
+    def beats_every(data):
+        data["verdict"] = gpu.BEATS_EVERY
+
+    assert gpu.small_networks_competence(changed(verdicts[0], beats_every), *verdicts[1:]).verdict is Verdict.HOLDS
