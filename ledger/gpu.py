@@ -12,6 +12,7 @@ import math
 
 from ledger.claims import Claim, Outcome, Section, Verdict
 from ledger.documents import Doc
+from ledger.ladder import BEATS_EVERY_NGRAM
 from ledger.numbers import fixed, interval, plus_minus
 
 SWEEP = "figures/paper-scale/sweep/sweep.json"
@@ -20,8 +21,6 @@ SMC_DIR = "figures/competence/torch-smc"
 SMC_CPU = f"{SMC_DIR}/s16_cpu_numpy.json"
 SMC_GPU = (f"{SMC_DIR}/s16_cuda_float64.json", f"{SMC_DIR}/s16_cuda_float32.json")
 SMC_S128 = f"{SMC_DIR}/s128_cuda_float32.json"
-BEATS_EVERY = "beats every in-context n-gram"
-"""``hmmtf ngram-verdict``'s verdict of a network that beats orders 1, 2 and 3 in both scopes."""
 AGREEMENT_ERRORS = 4.0
 """Two SMC estimates agree when they differ by less than this many standard errors of the
 difference (the rule of tests/test_prior_predictive_torch.py's agreement test, stated there before
@@ -48,7 +47,7 @@ def paper_size_competence(sweep: Doc) -> Outcome:
               f"ngram 1 {fixed(reference['ngram 1'])}, ngram 2 {fixed(reference['ngram 2'])}, ngram 3 "
               f"{fixed(reference['ngram 3'])}, oracle {fixed(reference['oracle'])}; best ({best}) minus the trigram "
               f"{interval(gaps['model - ngram 3']['mean'], *gaps['model - ngram 3']['interval_95'])}")
-    holds = any(run["verdict"]["verdict"] == BEATS_EVERY for run in runs.values())
+    holds = any(run["verdict"]["verdict"] == BEATS_EVERY_NGRAM for run in runs.values())
     return Outcome(Verdict.HOLDS if holds else Verdict.NOT_REPRODUCED, number,
                    f"{'a run' if holds else 'no run'} beats every in-context n-gram ({len(runs)} recipes, "
                    f"{sweep['budget_prompts']} prompts each)",
@@ -66,7 +65,7 @@ def small_networks_competence(*verdicts: Doc) -> Outcome:
         parts.append(f"{model['num_layers']}x{model['num_heads']}x{model['width']} ({verdict['step']} steps): "
                      f"{verdict['verdict']}, model {fixed(losses['model'])}, minus the trigram "
                      f"{interval(gap['mean'], *gap['interval_95'])}")
-    holds = any(verdict["verdict"] == BEATS_EVERY for verdict in verdicts)
+    holds = any(verdict["verdict"] == BEATS_EVERY_NGRAM for verdict in verdicts)
     spec = verdicts[0]["task", "mixture_spec"]
     return Outcome(Verdict.HOLDS if holds else Verdict.NOT_REPRODUCED, "; ".join(parts),
                    f"{'a network' if holds else 'no network'} beats every in-context n-gram",

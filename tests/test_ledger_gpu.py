@@ -7,6 +7,7 @@ from pathlib import Path
 from ledger.claims import Verdict
 from ledger.documents import Doc
 from ledger import gpu
+from ledger.ladder import BEATS_EVERY_NGRAM
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,11 +25,11 @@ def changed(doc: Doc, edit) -> Doc:
 def test_competence_holds_only_when_some_run_beats_every_ngram():
     sweep = load(gpu.SWEEP)
     verdicts = [run["verdict"]["verdict"] for run in sweep["runs"].values()]
-    expected = Verdict.HOLDS if gpu.BEATS_EVERY in verdicts else Verdict.NOT_REPRODUCED
+    expected = Verdict.HOLDS if BEATS_EVERY_NGRAM in verdicts else Verdict.NOT_REPRODUCED
     assert gpu.paper_size_competence(sweep).verdict is expected
 
     def one_beats_every(data):
-        next(iter(data["runs"].values()))["verdict"]["verdict"] = gpu.BEATS_EVERY
+        next(iter(data["runs"].values()))["verdict"]["verdict"] = BEATS_EVERY_NGRAM
 
     assert gpu.paper_size_competence(changed(sweep, one_beats_every)).verdict is Verdict.HOLDS
 
@@ -66,10 +67,10 @@ def test_convergence_needs_both_scopes():
 
 def test_the_small_networks_hold_only_when_one_beats_every_ngram():
     verdicts = [load(path) for path in gpu.SMALL]
-    expected = Verdict.HOLDS if any(doc["verdict"] == gpu.BEATS_EVERY for doc in verdicts) else Verdict.NOT_REPRODUCED
+    expected = Verdict.HOLDS if any(doc["verdict"] == BEATS_EVERY_NGRAM for doc in verdicts) else Verdict.NOT_REPRODUCED
     assert gpu.small_networks_competence(*verdicts).verdict is expected
 
     def beats_every(data):
-        data["verdict"] = gpu.BEATS_EVERY
+        data["verdict"] = BEATS_EVERY_NGRAM
 
     assert gpu.small_networks_competence(changed(verdicts[0], beats_every), *verdicts[1:]).verdict is Verdict.HOLDS
