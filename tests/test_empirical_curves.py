@@ -75,6 +75,21 @@ def test_a_point_holds_the_competence_rule_statistics_of_the_model_against_each_
     assert written_points(run_dir) == points
 
 
+def test_a_curve_without_a_ceiling_has_the_same_points_less_the_gap_closed(curve, tmp_path):
+    """``--ceiling-particles 0`` (settings None): the same network, n-grams and oracle, no ceiling in
+    the baselines and no gap closed in the points (at 128 states the SMC's ceiling costs hours)."""
+    run_dir, points = curve
+    bare = train_with_curve(PRESET, PRESET.model_config(PRESET.mixture_spec.num_tokens), tmp_path, 20, num_prompts=6,
+                            fresh_tasks=8, settings=None)
+    baselines = json.loads((tmp_path / BASELINES_FILE).read_text())
+    assert baselines["ceiling_settings"] is None
+    assert all("ceiling" not in losses for losses in baselines["losses"].values())
+    for with_ceiling, without in zip(points, bare):
+        for scope in ("test_sequence", "all_positions"):
+            assert "gap_closed" not in without[scope]
+            assert without[scope] == {key: value for key, value in with_ceiling[scope].items() if key != "gap_closed"}
+
+
 @pytest.mark.parametrize(("every", "message"), [(0, "expected a positive divisor"), (15, "expected a positive divisor"),
                                                 (4, "expected a multiple of log_every = 10")])
 def test_an_every_that_does_not_divide_the_run_into_log_windows_is_refused(tmp_path, every, message):

@@ -362,6 +362,8 @@ def plot_curve(points: list[dict], baselines: dict[str, dict[str, float]], path:
     for axis, scope in zip(axes, ("test_sequence", "all_positions")):
         axis.plot(tokens, [point[scope]["model_loss"] for point in points], **{**STYLES["model"], "markersize": 3})
         for name in ("ngram 1", "ngram 2", "ngram 3", "ceiling", "oracle"):
+            if name not in baselines[scope]:
+                continue
             style = LADDER_STYLES[name]
             axis.axhline(baselines[scope][name], color=style["color"], linestyle=style.get("linestyle", "--"),
                          label=style["label"])
@@ -393,6 +395,8 @@ def plot_curves(study: dict, path: Path) -> None:
                       color=colors[index % len(colors)], linestyle="--" if branch_step else "-", label=run["run"])
         reference = study["runs"][0]["baselines"][scope]
         for name in ("ngram 2", "ngram 3", "ceiling"):
+            if name not in reference:
+                continue
             style = LADDER_STYLES[name]
             axis.axhline(reference["ngram 1"] - reference[name], color=style["color"], linestyle=":",
                          label=style["label"])

@@ -77,7 +77,7 @@ def run_curve(args) -> int:
     torch.set_num_threads(args.threads)
     run = training_run(args.preset, args.config, flag_overrides(args))
     run_dir = Path(args.run_dir)
-    settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles)
+    settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles) if args.ceiling_particles else None
     points = train_with_curve(run.preset, run.model, run_dir, args.every, args.curve_prompts, args.fresh_tasks,
                               settings, command=args.command_line, branch_from=args.branch_from)
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
@@ -148,8 +148,8 @@ def register(subparsers) -> None:
                              "rates (a constant-rate run into its final decay: --decay-steps)")
     parser.add_argument("--curve-prompts", type=positive_int, default=256, help="fresh-HMM prompts of every point")
     parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
-    parser.add_argument("--ceiling-particles", type=positive_int, default=CEILING_SETTINGS.particles,
-                        help="SMC particles per replicate of the ceiling")
+    parser.add_argument("--ceiling-particles", type=non_negative_int, default=CEILING_SETTINGS.particles,
+                        help="SMC particles per replicate of the ceiling (0: no ceiling, no gap closed)")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     parser.set_defaults(run=run_curve)
 

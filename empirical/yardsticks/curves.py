@@ -8,7 +8,9 @@ the oracle on the same prompts. Each point is a line of ``curve.jsonl`` in the r
 * the model's mean loss per scope (test sequence, all positions);
 * ``model - ngram n``: the paired per-prompt difference, mean and 95% interval (the competence
   rule's statistic: the model beats order n where the interval lies below 0);
-* the fraction of the in-context-unigram-to-ceiling gap closed, with its delta-method interval.
+* the fraction of the in-context-unigram-to-ceiling gap closed, with its delta-method interval
+  (absent from a run without a ceiling, ``--ceiling-particles 0``: at 128 states the SMC's ceiling
+  costs more than the run and has not converged, ``docs/empirical.md``, "Competence numbers").
 
 Training runs in chunks of ``--every`` steps, each a call of :func:`empirical.training.train.train` with
 ``stop_at``; a chunk resumes the previous one's checkpoint bit-exactly (``train``'s guarantee), so
@@ -62,21 +64,23 @@ PROBE_KEYS = ("num_prompts", "fresh_tasks", "ceiling_settings")
 """What a curve's probe is scored on, as :func:`probe_settings` records it in the baselines."""
 
 
-def probe_settings(num_prompts: int, fresh_tasks: int, settings: SMCSettings) -> dict:
+def probe_settings(num_prompts: int, fresh_tasks: int, settings: SMCSettings | None) -> dict:
     """The :data:`PROBE_KEYS` of a probe of ``num_prompts`` prompts of ``fresh_tasks`` fresh HMMs, its
-    ceiling by the SMC ``settings``."""
-    return dict(zip(PROBE_KEYS, (num_prompts, fresh_tasks, dataclasses.asdict(settings))))
+    ceiling by the SMC ``settings`` (None: no ceiling)."""
+    return dict(zip(PROBE_KEYS, (num_prompts, fresh_tasks, None if settings is None else dataclasses.asdict(settings))))
 
 
-def build_probe(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int, settings: SMCSettings) -> dict:
+def build_probe(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int, settings: SMCSettings | None) -> dict:
     """The baselines of a curve as a JSON-ready dict (:class:`CurveProbe`'s ``losses`` with the
     settings that made them): in-context n-grams fitted as the competence result fits them, the
-    ceiling averaged over its SMC replicates, and the oracle."""
+    ceiling averaged over its SMC replicates (none where ``settings`` is None), and the oracle."""
     fresh, prompts = fresh_prompts(preset, num_prompts, fresh_tasks)
     tokens, p = prompts.tokens, fresh.num_tokens
     started = time.perf_counter()
     probabilities = {name: ngram(tokens) for name, ngram in fitted_ngrams(preset, fresh_tasks).items()}
-    probabilities["ceiling"] = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec, settings).probabilities
+    if settings is not None:
+        probabilities["ceiling"] = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec,
+                                                     settings).probabilities
     probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
     losses = {scope: {name: per_prompt_loss(probs, tokens, p, rows).tolist() for name, probs in probabilities.items()}
               for scope, rows in scope_rows(preset.prompt_format).items()}
@@ -103,8 +107,9 @@ def curve_point(model: RoFormer, probe: CurveProbe, step: int, tokens_seen: int)
             "model_loss": model_loss.mean().item(),
             "model_minus": {name: paired(model_loss - baselines[name])
                             for name in baselines if name.startswith("ngram")},
-            "gap_closed": gap_closed(baselines["ngram 1"], model_loss, baselines["ceiling"]),
         }
+        if "ceiling" in baselines:
+            point[scope]["gap_closed"] = gap_closed(baselines["ngram 1"], model_loss, baselines["ceiling"])
     return point
 
 
@@ -138,7 +143,7 @@ def branch_curve(source_dir: Path, run_dir: Path, preset: ExperimentPreset, mode
 
 
 def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run_dir: Path, every: int,
-                     num_prompts: int, fresh_tasks: int, settings: SMCSettings = CEILING_SETTINGS,
+                     num_prompts: int, fresh_tasks: int, settings: SMCSettings | None = CEILING_SETTINGS,
                      command: str | None = None, branch_from: Path | None = None) -> list[dict]:
     """Train ``model_config`` on ``preset``'s data and schedule in ``run_dir`` in chunks of
     ``every`` steps, a curve point after each (module docstring); returns every point of the log.
@@ -172,9 +177,9 @@ def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run
         with open(run_dir / CURVE_FILE, "a") as log:
             log.write(json.dumps(point) + "\n")
         summary = point["all_positions"]
+        closed = f", gap closed {summary['gap_closed']['fraction']:.2f}" if "gap_closed" in summary else ""
         print(f"step {stop}: fresh-HMM loss {summary['model_loss']:.4f}, model - bigram "
-              f"{summary['model_minus']['ngram 2']['mean']:+.4f}, gap closed {summary['gap_closed']['fraction']:.2f}",
-              flush=True)
+              f"{summary['model_minus']['ngram 2']['mean']:+.4f}{closed}", flush=True)
     return written_points(run_dir)
 
 
