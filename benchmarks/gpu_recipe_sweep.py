@@ -6,6 +6,8 @@ in-context n-grams and the oracle.
     python benchmarks/gpu_recipe_sweep.py --out $OUT --wait 540                              # follow it
     python benchmarks/gpu_recipe_sweep.py --preset paper-mini --device cpu --out /tmp/sweep \\
         --budget-prompts 256 --verdict-prompts 32 --verdict-fresh-tasks 32                  # CPU rehearsal
+    python benchmarks/gpu_recipe_sweep.py --out $OUT --in-context-runs      # the runs that beat the bigram
+    python benchmarks/gpu_recipe_sweep.py --preset paper --analysis-flags   # hmmtf analyze's flags for P
 
 Each run is the project's own two commands, one after the other, in ``--work-dir/NAME``::
 
@@ -21,8 +23,16 @@ a training still running is sent SIGTERM: it writes its checkpoint at a step bou
 
 A **recipe** (:class:`Recipe`) changes the levers of issue 47 against the preset: learning rate,
 init scale, warm-up fraction, batch size at a fixed number of prompts (``steps = budget / batch``,
-the schedule's shape kept). Every run sees ``--budget-prompts`` prompts (default: the preset's
-``steps x batch``, 131,072 for ``paper``, the paper's budget).
+the schedule's shape kept), the decay (cosine from the warm-up's end, or warmup-stable-decay: the
+peak rate held, then a linear decay over the last fraction of the steps) and the mixture. Every run
+sees ``--budget-prompts`` prompts (default: the preset's ``steps x batch``, 131,072 for ``paper``,
+the paper's budget).
+
+The checkpoints stay in ``--work-dir`` after the sweep, for a caller that analyses a run that
+learned in context before deleting them (``benchmarks/gpu_session.sh``): ``--in-context-runs``
+names the scored runs whose verdict beats at least the in-context bigram, and
+``--analysis-flags`` prints the ``hmmtf analyze`` flags of the preset's analysis settings
+(``empirical.reproduce.config.ANALYSIS_CONFIGS``, those of ``hmmtf reproduce``).
 
 What comes back (``--out``, at most five files, none large): ``sweep.json`` (the command, the
 commit, the device, torch and CUDA versions, each run's recipe, flags, curve, return codes,
@@ -56,6 +66,10 @@ sys.path.insert(0, str(REPOSITORY))
 
 import hmmtf  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
+from empirical.reproduce.config import ANALYSIS_CONFIGS  # noqa: E402
+from empirical.analysis.report import AnalysisConfig  # noqa: E402
+from empirical.yardsticks.competence import COMPETENT, VERDICTS  # noqa: E402
+from hmm.presets import MIXTURE_SPECS, PROMPT_FORMATS  # noqa: E402
 from empirical.reproduce.record import (environment, git_state, metrics_records, process_alive, read_json,  # noqa: E402
                                         write_json)
 from empirical.training.train import METRICS_FILE  # noqa: E402
@@ -80,7 +94,11 @@ CURVE_POINTS = 64
 class Recipe:
     """One run's levers; None keeps the preset's value. ``warmup_fraction``: the warm-up as a
     fraction of the run's steps (None: ``hmmtf train``'s rule, ``min(preset's, steps // 10)`` when
-    the steps change); ``batch_size``: prompts per step, the steps following from the budget."""
+    the steps change); ``batch_size``: prompts per step, the steps following from the budget;
+    ``decay_fraction``: warmup-stable-decay, the peak rate held after the warm-up and decayed
+    linearly to ``min_lr_ratio`` over this fraction of the steps, the last ones (``hmmtf train
+    --decay-steps``; None: the preset's cosine from the warm-up's end); ``mixture``: the mixture of
+    :data:`hmm.MIXTURE_SPECS` and its prompt format (``--mixture NAME --prompt-format NAME``)."""
 
     name: str
     learning_rate: float | None = None
@@ -88,6 +106,8 @@ class Recipe:
     warmup_fraction: float | None = None
     batch_size: int | None = None
     min_lr_ratio: float | None = None
+    decay_fraction: float | None = None
+    mixture: str | None = None
 
 
 RECIPES = (
@@ -96,12 +116,19 @@ RECIPES = (
     Recipe("lr1e-3-warmup10", learning_rate=1e-3, warmup_fraction=0.1),
     Recipe("batch128-lr6e-4", learning_rate=6e-4, batch_size=128, warmup_fraction=0.1),
     Recipe("batch128-lr1e-3", learning_rate=1e-3, batch_size=128, warmup_fraction=0.1),
+    Recipe("wsd-lr1e-3", learning_rate=1e-3, warmup_fraction=0.1, decay_fraction=0.2, min_lr_ratio=0.0),
+    Recipe("wsd-lr1e-3-sparse", learning_rate=1e-3, warmup_fraction=0.1, decay_fraction=0.2, min_lr_ratio=0.0,
+           mixture="paper-sparse"),
 )
 """The default sweep (``/work/shared/design/GPU.md``, "What peers used"): the preset's recipe
 (init 0.02, lr 3e-4, warm-up 200 of 4096 steps, cosine, batch 32 for ``paper``); a 3x higher rate;
 with Akyurek et al.'s 10% warm-up; Park et al.'s batch 128 and rate 6e-4 at the same prompts; batch
 128 at the rate 1e-3 (a quarter of the steps: the larger batch takes the larger rate, and a recipe
-this cheap leaves the paper-scale audit of one session time to analyse).
+this cheap leaves the paper-scale audit of one session time to analyse); warmup-stable-decay at lr
+1e-3 (10% warm-up, the peak held, a linear decay to 0 over the last 20%: the schedule with which
+2 x 4 x 64 networks left the token counter at 1.25-1.5 times the paper's budget on the CPU,
+``/work/shared/design/PLATEAU.md``; ``benchmarks/gpu_session.sh`` runs it at twice the budget), and
+the same on ``paper-sparse`` (Dirichlet 0.005 / 0.005: more in-context signal).
 Init scale: 0.02 at width 1024 is 0.64 / sqrt(width), about the relative scale of the init 0.1 that
 ended the plateau at width 64 (0.8 / sqrt(64)), so the default sweep leaves it; ``--recipes FILE``
 adds others (a JSON list of :class:`Recipe` fields)."""
@@ -121,11 +148,41 @@ def run_flags(recipe: Recipe, preset_name: str, budget_prompts: int) -> list[str
              "--checkpoint-every", "0"]
     if recipe.warmup_fraction is not None:
         flags += ["--warmup-steps", str(min(round(recipe.warmup_fraction * steps), steps - 1))]
+    if recipe.decay_fraction is not None:
+        if not 0 < recipe.decay_fraction < 1 or recipe.decay_fraction + (recipe.warmup_fraction or 0) > 1:
+            raise ValueError(f"recipe {recipe.name!r}: decay_fraction {recipe.decay_fraction}; expected a fraction "
+                             f"in (0, 1) of the steps, at most 1 - warmup_fraction ({recipe.warmup_fraction})")
+        flags += ["--decay-steps", str(max(round(recipe.decay_fraction * steps), 1))]
+    if recipe.mixture is not None:
+        if recipe.mixture not in MIXTURE_SPECS or recipe.mixture not in PROMPT_FORMATS:
+            raise ValueError(f"recipe {recipe.name!r}: mixture {recipe.mixture!r}; expected a name of both "
+                             f"hmm.MIXTURE_SPECS and hmm.PROMPT_FORMATS: "
+                             f"{sorted(set(MIXTURE_SPECS) & set(PROMPT_FORMATS))}")
+        flags += ["--mixture", recipe.mixture, "--prompt-format", recipe.mixture]
     for field in ("learning_rate", "init_std", "min_lr_ratio"):
         value = getattr(recipe, field)
         if value is not None:
             flags += ["--" + field.replace("_", "-"), repr(value)]
     return flags
+
+
+def in_context_runs(report: dict) -> list[str]:
+    """The runs of a ``sweep.json`` whose verdict beats at least the in-context bigram
+    (:data:`empirical.yardsticks.competence.COMPETENT` or above), the lowest loss on the test
+    sequence of fresh HMMs first."""
+    learned = {name: run["verdict"] for name, run in report["runs"].items()
+               if run["verdict"] is not None and VERDICTS.index(run["verdict"]["verdict"]) >= VERDICTS.index(COMPETENT)}
+    return sorted(learned, key=lambda name: learned[name]["losses"]["test_sequence"]["model"])
+
+
+def analysis_flags(preset_name: str) -> list[str]:
+    """The ``hmmtf analyze`` flags of the analysis settings ``hmmtf reproduce`` uses for
+    ``preset_name`` (:data:`empirical.reproduce.config.ANALYSIS_CONFIGS`, else
+    :class:`~empirical.analysis.report.AnalysisConfig`'s defaults), every field but ``sections``,
+    which the caller chooses."""
+    config = ANALYSIS_CONFIGS.get(preset_name, AnalysisConfig())
+    return [word for field in dataclasses.fields(config) if field.name != "sections"
+            for word in ("--" + field.name.replace("_", "-"), str(getattr(config, field.name)))]
 
 
 def hmmtf_command(arguments: list[str]) -> list[str]:
@@ -251,7 +308,8 @@ def sweep(args, recipes: list[Recipe]) -> int:
 def plot_sweep(report: dict, path: Path) -> None:
     """Left: each run's training loss against prompts seen. Right: each run's loss on the test
     sequence of fresh HMMs (its verdict's prompts) beside the in-context n-grams and the oracle on
-    the same prompts (horizontal lines, from the first scored run: every run's prompts are the same)."""
+    the same prompts (horizontal lines, from the first scored run: the prompts of every run on the
+    same mixture are the same; a run on another mixture has its own bigram beside it, a dash)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -274,6 +332,11 @@ def plot_sweep(report: dict, path: Path) -> None:
         names = list(scored)
         scores.scatter(range(len(names)), [scored[name]["losses"]["test_sequence"]["model"] for name in names],
                        color="black", zorder=3, label="the run's network")
+        mixtures = {name: runs[name]["recipe"].get("mixture") for name in names}
+        others = [index for index, name in enumerate(names) if mixtures[name] != mixtures[names[0]]]
+        if others:
+            scores.scatter(others, [scored[names[index]]["losses"]["test_sequence"]["ngram 2"] for index in others],
+                           marker="_", s=400, color="C6", zorder=3, label="ngram 2 of a run on another mixture")
         scores.set_xticks(range(len(names)), [f"{name}\n{scored[name]['verdict']}" for name in names], fontsize=7)
     scores.set_ylabel("loss on the test sequence of fresh HMMs (nats/token)")
     scores.grid(alpha=0.3)
@@ -354,7 +417,8 @@ def parser() -> argparse.ArgumentParser:
     parse = argparse.ArgumentParser(prog="gpu_recipe_sweep.py", description=__doc__.split("\n\n")[0])
     parse.add_argument("--preset", default="paper", choices=sorted(PRESETS))
     parse.add_argument("--device", default="cuda", help="cuda (the lent GPU) or cpu (a rehearsal)")
-    parse.add_argument("--out", required=True, help="folder of what comes back: sweep.json, sweep.png, sweep.log")
+    parse.add_argument("--out", help="folder of what comes back: sweep.json, sweep.png, sweep.log (required, "
+                                      "except with --analysis-flags)")
     parse.add_argument("--work-dir", default="/tmp/hmmtf-gpu-sweep",
                        help="run folders with their checkpoints (emptied at the start; never under --out)")
     parse.add_argument("--recipes", metavar="FILE", help="a JSON list of recipes (default: RECIPES)")
@@ -378,6 +442,12 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--detach", action="store_true", help="run in a new session in the background (log in --out)")
     parse.add_argument("--wait", type=positive_float, metavar="SECONDS",
                        help="follow the sweep in --out for at most this long (exit 1 if it failed)")
+    parse.add_argument("--in-context-runs", action="store_true",
+                       help="print the runs of --out's sweep.json whose verdict beats at least the in-context bigram, "
+                            "one a line, the lowest fresh-HMM loss first (exit 2 without a sweep.json)")
+    parse.add_argument("--analysis-flags", action="store_true",
+                       help="print the hmmtf analyze flags of --preset's analysis settings (those of hmmtf reproduce; "
+                            "every setting but --sections) on one line")
     return parse
 
 
@@ -386,7 +456,20 @@ def main(argv: list[str] | None = None) -> int:
     parse = parser()
     args = parse.parse_args(argv)
     args.command_line = shlex.join(["gpu_recipe_sweep.py", *argv])
+    if args.analysis_flags:
+        print(shlex.join(analysis_flags(args.preset)))
+        return 0
+    if args.out is None:
+        print(hmmtf.error_line("gpu_recipe_sweep.py", "--out: not given; expected the sweep's folder"), file=sys.stderr)
+        return 2
     try:
+        if args.in_context_runs:
+            report = read_json(Path(args.out) / SWEEP_FILE)
+            if report is None:
+                raise ValueError(f"--in-context-runs: {str(Path(args.out) / SWEEP_FILE)!r} is not a JSON file; "
+                                 "expected the sweep.json of a finished sweep in --out")
+            print("\n".join(in_context_runs(report)))
+            return 0
         if args.wait is not None:
             return wait_for(Path(args.out), args.wait)
         if args.detach:

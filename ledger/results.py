@@ -262,8 +262,8 @@ RESULTS: tuple[Result, ...] = (
             "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py", *MIXTURE),
            needs="about 30 minutes on a core (a timing: idle cores)", canary="prior-predictive"),
     *(Result(f"figures/competence/torch-smc/{name}.json",
-             "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 (on a lent GPU, "
-             "docs/reproduce.md: its SMC steps)", TORCH_SMC, needs="a lent GPU (about 3 minutes)", canary="torch-smc")
+             "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
+             "(on a lent GPU, docs/reproduce.md: its SMC steps, which the script has left since)", TORCH_SMC, needs="a lent GPU (about 3 minutes)", canary="torch-smc")
       for name in ("s16_cuda_float64", "s16_cuda_float32", "s128_cuda_float32")),
     Result("figures/competence/torch-smc/s16_cpu_numpy.json",
            "python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 8 --batch-prompts 8 "
@@ -272,13 +272,18 @@ RESULTS: tuple[Result, ...] = (
             "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py", *MIXTURE),
            needs="about 1 minute on a core", canary="prior-predictive"),
     Result("figures/paper-scale/sweep/sweep.json",
-           "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 (on a lent GPU, "
-           "docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
+           "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
+           "(on a lent GPU, docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
            needs="a lent GPU (about 7 minutes of an H200 for two runs)", canary="ngram-verdict"),
     Result("figures/paper-scale/small/*/ngram-verdict.json",
            "hmmtf ngram-verdict models/paper-scale-small/POINT --out figures/paper-scale/small/POINT --prompts 1024 "
            "--fresh-tasks 1024 --threads 1 (POINT: 2x4x64, 4x4x64; the models' commands are in models/README.md)",
            NGRAM_VERDICT, needs="the point's run folder, models/paper-scale-small/POINT; about a minute on a core",
+           canary="ngram-verdict"),
+    Result("figures/paper-scale/cpu/*/ngram-verdict.json",
+           "hmmtf ngram-verdict models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --threads 1 (POINT: "
+           "sparse-2x4x64-1x, sparse-2x4x64-2x; the runs' hmmtf curve commands are in models/README.md)",
+           NGRAM_VERDICT, needs="the point's run folder, models/paper-scale-cpu/POINT; a few minutes on a core",
            canary="ngram-verdict"),
     Result("figures/families/signal.json", "hmmtf signal --out figures/families",
            ("empirical/yardsticks/signal.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/regime.py",

@@ -1,5 +1,8 @@
-"""benchmarks/gpu_recipe_sweep.py: the recipes' flags keep the data budget, bad arguments are named
-in one line, and the CPU rehearsal (paper-mini) trains and scores every run and records them."""
+"""benchmarks/gpu_recipe_sweep.py: the recipes' flags keep the data budget and give hmmtf train the
+schedule and mixture they name, bad arguments are named in one line, the runs beyond the bigram and
+the analysis flags are what benchmarks/gpu_session.sh audits with, and the CPU rehearsal
+(paper-mini) trains and scores every run and records them."""
+import dataclasses
 import importlib
 import json
 import sys
@@ -8,6 +11,12 @@ from pathlib import Path
 import pytest
 
 import hmmtf
+from empirical.analysis.report import AnalysisConfig
+from empirical.reproduce.config import ANALYSIS_CONFIGS
+from empirical.training.overrides import flag_overrides, resolve
+from empirical.training.train import learning_rate
+from empirical.yardsticks.competence import VERDICTS
+from hmmtf_options import config_from_command_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sweep = importlib.import_module("gpu_recipe_sweep")
@@ -28,6 +37,76 @@ def test_every_recipe_sees_the_papers_budget_of_prompts():
     assert (flag(batch128, "--steps"), flag(batch128, "--warmup-steps"), flag(batch128, "--learning-rate")) == (
         "1024", "102", "0.0006")
     assert "--warmup-steps" not in sweep.run_flags(sweep.Recipe("p"), "paper", 131_072)
+
+
+def resolved_train_run(flags: list[str], preset: str = "paper"):
+    """What ``hmmtf train --preset PRESET FLAGS`` would train (no model built)."""
+    args = hmmtf.build_parser("train").parse_args(["train", "--preset", preset, *flags])
+    return resolve(preset, flag_overrides(args))
+
+
+def test_warmup_stable_decay_holds_the_peak_and_decays_to_zero_over_the_last_fifth():
+    (recipe,) = [recipe for recipe in sweep.RECIPES if recipe.name == "wsd-lr1e-3"]
+    flags = sweep.run_flags(recipe, "paper", 2 * 131_072)
+    assert [flag(flags, name) for name in ("--steps", "--warmup-steps", "--decay-steps", "--min-lr-ratio",
+                                           "--learning-rate")] == ["8192", "819", "1638", "0.0", "0.001"]
+    train = resolved_train_run(flags).preset.train
+    assert (train.steps, train.warmup_steps, train.decay_steps, train.min_lr_ratio) == (8192, 819, 1638, 0.0)
+    assert learning_rate(train, 819) == learning_rate(train, 8192 - 1638) == 1e-3
+    assert learning_rate(train, 8192) == 0.0
+    assert "--decay-steps" not in sweep.run_flags(sweep.Recipe("p", warmup_fraction=0.1), "paper", 131_072)
+
+
+def test_a_recipes_mixture_is_trained_with_its_prompt_format():
+    (recipe,) = [recipe for recipe in sweep.RECIPES if recipe.name == "wsd-lr1e-3-sparse"]
+    flags = sweep.run_flags(recipe, "paper", 131_072)
+    assert (flag(flags, "--mixture"), flag(flags, "--prompt-format")) == ("paper-sparse", "paper-sparse")
+    preset = resolved_train_run(flags).preset
+    assert preset.mixture == "paper-sparse"
+    assert (preset.mixture_spec.transition_concentration, preset.mixture_spec.emission_concentration) == (0.005, 0.005)
+    assert "--mixture" not in sweep.run_flags(sweep.Recipe("p"), "paper", 131_072)
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ({"name": "w", "decay_fraction": 0.0}, "recipe 'w': decay_fraction 0.0; expected a fraction in (0, 1)"),
+    ({"name": "w", "decay_fraction": 0.5, "warmup_fraction": 0.6}, "recipe 'w': decay_fraction 0.5; expected a "
+                                                                    "fraction in (0, 1) of the steps, at most 1 - "
+                                                                    "warmup_fraction (0.6)"),
+    ({"name": "m", "mixture": "nope"}, "recipe 'm': mixture 'nope'; expected a name of both hmm.MIXTURE_SPECS"),
+])
+def test_a_bad_decay_or_mixture_is_refused_in_one_line(capsys, tmp_path, entry, expected):
+    recipes = tmp_path / "recipes.json"
+    recipes.write_text(json.dumps([entry]))
+    assert sweep.main(["--preset", "paper-mini", "--out", str(tmp_path / "out"), "--recipes", str(recipes)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"gpu_recipe_sweep.py: error: {expected}")
+
+
+def scored_run(verdict: str, loss: float) -> dict:
+    return {"verdict": {"verdict": verdict, "losses": {"test_sequence": {"model": loss}}}}
+
+
+def test_the_runs_audited_are_those_beyond_the_bigram_the_lowest_loss_first(capsys, tmp_path):
+    report = {"runs": {"counter": scored_run(VERDICTS[1], 2.6), "unscored": {"verdict": None},
+                       "bigram": scored_run(VERDICTS[2], 2.5), "every": scored_run(VERDICTS[3], 2.4),
+                       "unigram": scored_run(VERDICTS[0], 2.7)}}
+    assert sweep.in_context_runs(report) == ["every", "bigram"]
+    (tmp_path / sweep.SWEEP_FILE).write_text(json.dumps(report))
+    assert sweep.main(["--out", str(tmp_path), "--in-context-runs"]) == 0
+    assert capsys.readouterr().out.split() == ["every", "bigram"]
+    assert sweep.main(["--out", str(tmp_path / "absent"), "--in-context-runs"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("gpu_recipe_sweep.py: error: --in-context-runs: ") and "sweep.json" in line
+
+
+@pytest.mark.parametrize("preset", ["paper", "paper-mini", "cpu-small"])
+def test_the_analysis_flags_give_hmmtf_analyze_the_settings_of_hmmtf_reproduce(capsys, preset):
+    assert sweep.main(["--preset", preset, "--analysis-flags"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == sweep.analysis_flags(preset)
+    args = hmmtf.build_parser("analyze").parse_args(["analyze", "--sections", "shuffle", "probes", "offsets", *printed])
+    expected = dataclasses.replace(ANALYSIS_CONFIGS.get(preset, AnalysisConfig()), sections=("shuffle", "probes", "offsets"))
+    assert config_from_command_line(AnalysisConfig, vars(args)) == expected
 
 
 def test_a_budget_that_is_not_whole_steps_is_refused_in_one_line(capsys, tmp_path):
