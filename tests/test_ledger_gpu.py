@@ -74,3 +74,18 @@ def test_the_small_networks_hold_only_when_one_beats_every_ngram():
         data["verdict"] = BEATS_EVERY_NGRAM
 
     assert gpu.small_networks_competence(changed(verdicts[0], beats_every), *verdicts[1:]).verdict is Verdict.HOLDS
+
+
+def test_the_collapsed_smc_converges_only_when_the_change_is_within_its_error_in_both_scopes():
+    bench = load(gpu.COLLAPSED_S128)
+    flags = [bench["doubling", scope, "converged"] for scope in gpu.SCOPES]
+    assert (gpu.collapsed_converged(bench).verdict is Verdict.HOLDS) == all(flags)
+
+    def converged(data, scopes):
+        for scope in scopes:
+            data["doubling"][scope]["converged"] = True
+
+    assert gpu.collapsed_converged(changed(bench, lambda data: converged(data, gpu.SCOPES))).verdict is Verdict.HOLDS
+    one_scope = changed(bench, lambda data: [converged(data, gpu.SCOPES[:1]),
+                                             data["doubling"][gpu.SCOPES[1]].update(converged=False)])
+    assert gpu.collapsed_converged(one_scope).verdict is Verdict.NOT_REPRODUCED

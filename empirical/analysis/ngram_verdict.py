@@ -153,7 +153,8 @@ def plot_ngram_verdict(report: dict, path: Path) -> None:
     for axis in axes[-1]:
         axis.set_xlabel("loss difference (nats/token)")
     settings = report["settings"]
-    figure.suptitle(f"{report.get('checkpoint', '')}: {report['verdict']} ({settings['prompts']} prompts of "
+    # Two lines: a long checkpoint path on one line with the rest ran past the figure's edges.
+    figure.suptitle(f"{report.get('checkpoint', '')}: {report['verdict']}\n({settings['prompts']} prompts of "
                     f"{report['distinct_hmms']} distinct fresh HMMs; 95% intervals clustered by HMM, green: below 0)",
                     fontsize=10)
     figure.savefig(path, dpi=110)
