@@ -74,7 +74,8 @@ def small_networks_competence(*verdicts: Doc) -> Outcome:
     spec = verdicts[0]["task", "mixture_spec"]
     return Outcome(Verdict.HOLDS if holds else Verdict.NOT_REPRODUCED, "; ".join(parts),
                    f"{'a network' if holds else 'no network'} beats every in-context n-gram",
-                   f"{verdicts[0]['task', 'preset']}: {spec['num_states']} states x {spec['num_tokens']} tokens, "
+                   f"the {verdicts[0]['task', 'mixture']} mixture: {spec['num_states']} states x {spec['num_tokens']} "
+                   f"tokens, Dirichlet {spec['transition_concentration']} / {spec['emission_concentration']}, "
                    f"{verdicts[0]['settings', 'prompts']} prompts of fresh HMMs, trained on the CPU")
 
 
