@@ -25,7 +25,7 @@ SMC_DIR = "figures/competence/torch-smc"
 SMC_CPU = f"{SMC_DIR}/s16_cpu_numpy.json"
 SMC_GPU = (f"{SMC_DIR}/s16_cuda_float64.json", f"{SMC_DIR}/s16_cuda_float32.json")
 SMC_S128 = f"{SMC_DIR}/s128_cuda_float32.json"
-COLLAPSED_S128 = "figures/competence/collapsed-smc/s128.json"
+COLLAPSED_S128 = "figures/benchmarks/collapsed-smc/s128.json"
 AGREEMENT_ERRORS = 4.0
 """Two SMC estimates agree when they differ by less than this many standard errors of the
 difference (the rule of tests/test_prior_predictive_torch.py's agreement test, stated there before

@@ -271,17 +271,17 @@ RESULTS: tuple[Result, ...] = (
            ("benchmarks/bench_prior_predictive.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
             "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py", *MIXTURE),
            needs="about 1 minute on a core", canary="prior-predictive"),
-    *(Result(f"figures/competence/collapsed-smc/{name}.json", command,
+    *(Result(f"figures/benchmarks/collapsed-smc/{name}.json", command,
              ("benchmarks/bench_collapsed_smc.py", "benchmarks/bench_prior_predictive.py", "hmm/collapsed_smc.py",
               "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/generators.py",
               "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py", *MIXTURE),
              needs=needs + " (its rates are timings: idle cores)")
       for name, command, needs in (
           ("s128", "python benchmarks/bench_collapsed_smc.py --preset paper --prompts 32 --replicates 2 --particles 128 "
-                   "--burn-in-steps 32 --no-parameter-smc --doubling --out figures/competence/collapsed-smc/s128.json",
+                   "--burn-in-steps 32 --no-parameter-smc --doubling --out figures/benchmarks/collapsed-smc/s128.json",
            "about 3 minutes on a core"),
           ("s16", "python benchmarks/bench_collapsed_smc.py --preset tasks-8192-deep --prompts 16 --replicates 3 "
-                  "--out figures/competence/collapsed-smc/s16.json", "about 5 minutes on a core"))),
+                  "--out figures/benchmarks/collapsed-smc/s16.json", "about 5 minutes on a core"))),
     Result("figures/paper-scale/sweep/sweep.json",
            "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
            "(on a lent GPU, docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
