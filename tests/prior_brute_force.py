@@ -3,7 +3,8 @@ of prior expectations of likelihoods, for any number of states and tokens and an
 
 Row t's predictive is ``P(o | x_{1:t}) = E[P(x_{1:t}, o | theta)] / E[P(x_{1:t} | theta)]`` over
 ``theta`` from the prior; the likelihoods of a draw come from the forward algorithm, every segment
-(delimiter ``p``) restarted from the draw's start law. Used by tests/test_collapsed_smc.py."""
+(delimiter ``p``) restarted from the draw's start law. Used by tests/test_collapsed_smc.py and, with
+its closed-form two-state likelihoods, tests/test_prior_predictive.py."""
 from __future__ import annotations
 
 import math

@@ -13,6 +13,7 @@ import hmm
 from hmm.bidirectional import EvidenceBounds, evidence_bounds
 from hmm import prior_predictive_torch
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, format_positions, prior_predictive
+from prior_brute_force import ratio_estimates
 
 IMPLEMENTATIONS = {"numpy": prior_predictive,
                    "torch": functools.partial(prior_predictive_torch.prior_predictive, device="cpu", dtype=torch.float64)}
@@ -62,30 +63,12 @@ def two_state_terms(prompt: list[int], draws: int, rng: np.random.Generator) -> 
 @functools.cache
 def brute_force_predictive(prompt: tuple[int, ...], chunk: int = 1_000_000) -> tuple[np.ndarray, np.ndarray, float, float]:
     """``(mean (N, 2), stderr (N, 2), Z, Z stderr)``: row t's ``P(o | prompt[:t+1]) =
-    E[P(prefix, o)] / E[P(prefix)]`` over ``BRUTE_FORCE_DRAWS`` prior draws (a ratio estimator with
-    its delta-method standard error), and the evidence ``Z`` of the whole prompt."""
-    N = len(prompt)
+    E[P(prefix, o)] / E[P(prefix)]`` over ``BRUTE_FORCE_DRAWS`` prior draws (the ratio estimator of
+    tests/prior_brute_force.py, with its delta-method standard error), and the evidence ``Z`` of
+    the whole prompt."""
     rng = np.random.default_rng(0)
-    denominators = 1 + 3 * np.arange(N)
-    sums, squares, crossed = np.zeros(1 + 3 * N), np.zeros(1 + 3 * N), np.zeros((N, 2))
-    for _ in range(BRUTE_FORCE_DRAWS // chunk):
-        values = two_state_terms(prompt, chunk, rng)
-        sums += values.sum(1)
-        squares += np.square(values).sum(1)
-        for token in (0, 1):
-            crossed[:, token] += (values[denominators + 1 + token] * values[denominators]).sum(1)
-    mean = sums / BRUTE_FORCE_DRAWS
-    variance = squares / BRUTE_FORCE_DRAWS - mean**2
-    predictive, stderr = np.zeros((N, 2)), np.zeros((N, 2))
-    for t, d in enumerate(denominators):
-        for token in (0, 1):
-            n = d + 1 + token
-            ratio = mean[n] / mean[d]
-            covariance = crossed[t, token] / BRUTE_FORCE_DRAWS - mean[n] * mean[d]
-            residual_variance = variance[n] - 2 * ratio * covariance + ratio**2 * variance[d]
-            predictive[t, token] = ratio
-            stderr[t, token] = math.sqrt(residual_variance / BRUTE_FORCE_DRAWS) / mean[d]
-    return predictive, stderr, mean[0], math.sqrt(variance[0] / BRUTE_FORCE_DRAWS)
+    chunks = (two_state_terms(list(prompt), chunk, rng) for _ in range(BRUTE_FORCE_DRAWS // chunk))
+    return tuple(ratio_estimates(chunks, PRIOR.num_tokens))
 
 
 @pytest.mark.long_running
