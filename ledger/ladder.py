@@ -18,7 +18,9 @@ claim and a column per network, with a column for the paper's network that no re
 
 Competence before mechanism (``docs/empirical.md``, "Competence"): a claim about the regime
 model's layers, heads, probes or patching is judged only when that model's ``competence.json``
-says it beats the in-context bigram on fresh HMMs (:data:`empirical.yardsticks.competence.COMPETENT`).
+says it beats the in-context bigram on fresh HMMs (:data:`empirical.yardsticks.competence.COMPETENT`);
+at 128 states, where no prior-predictive ceiling exists (so no ``competence.json``), its
+``ngram-verdict.json`` says so instead, on 4096 prompts.
 Otherwise the claim is **not judged**: its number is still shown, with what its rule would have
 said, but a verdict on a network that only counts tokens says nothing about the paper's network.
 """
@@ -109,12 +111,27 @@ def beats_every_ngram(verdict: Doc) -> Outcome:
                    f"distinct fresh HMMs")
 
 
+COMPETENT_VERDICTS = ("beats the in-context bigram", BEATS_EVERY_NGRAM)
+"""The verdicts of empirical.yardsticks.competence.VERDICTS that make a network competent for mechanism
+claims (beats the in-context bigram or more): ``competence.json`` and ``ngram-verdict.json`` use the same."""
+
+
+def competent_by_ngram_verdict(verdict: Doc) -> Outcome:
+    """The competence gate read from the n-gram verdict, for a family without a prior-predictive
+    ceiling (128 states): the network beats the in-context bigram on thousands of fresh-HMM prompts."""
+    outcome = beats_every_ngram(verdict)
+    return Outcome(Verdict.HOLDS if verdict["verdict"] in COMPETENT_VERDICTS else Verdict.NOT_REPRODUCED,
+                   outcome.number, f"verdict: {verdict['verdict']} (ngram-verdict.verdict); no prior-predictive "
+                   f"ceiling at this family's 128 states", outcome.scale)
+
+
 def gated(judge: Judge) -> Judge:
-    """``judge`` run on the sources after the first, the competence result: its verdict stands when
-    the model is competent, and becomes ``not judged`` (its number kept) when it is not."""
+    """``judge`` run on the sources after the first, the competence result (``competence.json``, or
+    ``ngram-verdict.json`` where there is no ceiling): its verdict stands when the model is
+    competent (:data:`COMPETENT_VERDICTS`), and becomes ``not judged`` (its number kept) when it is not."""
     def judge_if_competent(competence: Doc, *documents: Doc) -> Outcome:
         outcome = judge(*documents)
-        if competence["competent"] or outcome.verdict in (Verdict.NOT_COMPUTED, Verdict.UNTESTED):
+        if competence["verdict"] in COMPETENT_VERDICTS or outcome.verdict in (Verdict.NOT_COMPUTED, Verdict.UNTESTED):
             return outcome
         return Outcome(Verdict.NOT_JUDGED, outcome.number,
                        f"the network is at the in-context-unigram level ({competence['verdict']}, "
@@ -125,9 +142,6 @@ def gated(judge: Judge) -> Judge:
     return judge_if_competent
 
 
-GATE_RULE = "; judged only if competence.json says the model beats the in-context bigram, else not judged"
-
-
 @dataclass(frozen=True)
 class RegimeModel:
     """Where a regime model's results are, for :func:`regime_claims`: ``name``, the network's short
@@ -136,8 +150,12 @@ class RegimeModel:
     ``evaluation.json`` and ``competence.json``), ``analysis`` (``hmmtf analyze``'s shuffle and
     probes), ``extra`` (its offsets and patching; may be ``analysis``), ``figures`` (a figure
     per kind of claim: competence, regime, shuffle, state-first, state-used, distance, nearby,
-    heads), ``heads`` (``hmmtf heads``'s result, for the circuit claim; None: no such claim) and
-    ``ngram_verdict`` (``hmmtf ngram-verdict``'s result; None: no such claim)."""
+    heads), ``heads`` (``hmmtf heads``'s result, for the circuit claim; None: no such claim),
+    ``ngram_verdict`` (``hmmtf ngram-verdict``'s result; None: no such claim), ``ceiling`` (False
+    for a family with no prior-predictive ceiling, 128 states: no ``competence.json``, so the
+    competence gate is the n-gram verdict, and Figure 1's regime diagnostic is judged from an
+    ``evaluation.json`` made without the ceiling) and ``covers`` (the name of the :class:`UntestedNetwork` this model is, whose placeholder column it
+    takes in the README's matrix; None: none)."""
 
     name: str
     prefix: str
@@ -148,9 +166,21 @@ class RegimeModel:
     figures: dict[str, str]
     heads: str | None = None
     ngram_verdict: str | None = None
+    ceiling: bool = True
+    covers: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ceiling and self.ngram_verdict is None:
+            raise ValueError(f"ngram_verdict: None for {self.name}, which has no ceiling; expected the n-gram "
+                             f"verdict that gates its claims")
 
     @property
     def competence(self) -> str:
+        """The result that gates the mechanism claims: ``competence.json``, or the n-gram verdict
+        where there is no ceiling."""
+        if not self.ceiling:
+            assert self.ngram_verdict is not None
+            return self.ngram_verdict
         return f"{self.point}/competence.json"
 
     @property
@@ -158,45 +188,66 @@ class RegimeModel:
         return f"{self.point}/evaluation.json"
 
 
+def _competence_claims(model: RegimeModel) -> tuple[Claim, ...]:
+    """The premise of ``model``'s mechanism claims: its competence (from ``competence.json``, beside
+    the ceiling, or from the n-gram verdict where there is no ceiling) and Figure 1's regime diagnostic."""
+    statement = ("The regime network infers more than token counts: it beats the in-context n-gram baselines on "
+                 "HMMs it never saw (the premise of every mechanism claim below).")
+    if model.ceiling:
+        competence = Claim(
+            f"{model.prefix}-competence", statement, model.scale + "loss on fresh HMMs against the in-context "
+            "1/2/3-grams, paired per prompt, beside the prior-predictive ceiling", sources=(model.competence,),
+            judge=competent, figure=model.figures["competence"],
+            rule="holds when competence.json's verdict beats the in-context bigram (95% paired intervals below 0 on the "
+                 "test sequence and all positions, empirical/yardsticks/competence.py); otherwise not reproduced")
+    else:
+        competence = Claim(
+            f"{model.prefix}-competence", statement, model.scale + "loss on 4096 prompts of 8192 fresh HMMs against "
+            "the in-context 1/2/3-grams, paired per prompt, standard errors clustered by HMM (no prior-predictive "
+            "ceiling exists at 128 states)", sources=(model.competence,), judge=competent_by_ngram_verdict,
+            figure=model.figures["competence"],
+            rule="holds when ngram-verdict.json's verdict beats the in-context bigram (95% intervals below 0 in both "
+                 "scopes, empirical/analysis/ngram_verdict.py); otherwise not reproduced")
+    return (
+        competence,
+        Claim(f"{model.prefix}-F1-in-context", "Figure 1's network learns in context (the paper's regime).",
+              model.scale + "the regime diagnostic", sources=(model.evaluation,), judge=in_context,
+              figure=model.figures["regime"], rule="memorisation_verdict: 'in context' holds; otherwise not reproduced"),
+    )
+
+
 def regime_claims(model: RegimeModel) -> tuple[Claim, ...]:
     """The Section 2 claims judged on one regime model, each gated on its competence."""
     phrase, figures, gate = model.scale, model.figures, (model.competence,)
-    return (
-        Claim(f"{model.prefix}-competence", "The regime network infers more than token counts: it beats the "
-              "in-context n-gram baselines on HMMs it never saw (the premise of every mechanism claim below).",
-              phrase + "loss on fresh HMMs against the in-context 1/2/3-grams, paired per prompt, beside the "
-              "prior-predictive ceiling", sources=gate, judge=competent, figure=figures["competence"],
-              rule="holds when competence.json's verdict beats the in-context bigram (95% paired intervals below 0 "
-                   "on the test sequence and all positions, empirical/yardsticks/competence.py); otherwise not reproduced"),
-        Claim(f"{model.prefix}-F1-in-context", "Figure 1's network learns in context (the paper's regime).",
-              phrase + "the regime diagnostic", sources=(model.evaluation,), judge=in_context,
-              figure=figures["regime"], rule="memorisation_verdict: 'in context' holds; otherwise not reproduced"),
+    gate_rule = (f"; judged only if {PurePosixPath(model.competence).name} says the model beats the in-context "
+                 f"bigram, else not judged")
+    return _competence_claims(model) + (
         Claim(f"{model.prefix}-F2-shuffle", "Upper layers are position-independent (Figure 2), in the paper's regime.",
               phrase + "the shuffle metric, lower vs upper half of the layers", sources=(*gate, model.analysis),
-              judge=gated(shuffle), figure=figures["shuffle"], rule="locality_order, as F2-shuffle" + GATE_RULE),
+              judge=gated(shuffle), figure=figures["shuffle"], rule="locality_order, as F2-shuffle" + gate_rule),
         Claim(f"{model.prefix}-F3a-state-first", "The hidden state is identified before the task (Figure 3a), in "
               "the paper's regime.", phrase + "task and state probes against their Bayes-optimal ceilings",
               sources=(*gate, model.analysis), judge=gated(state_before_task), figure=figures["state-first"],
-              rule="decoding_order, as F3a-state-first" + GATE_RULE),
+              rule="decoding_order, as F3a-state-first" + gate_rule),
         Claim(f"{model.prefix}-F3a-state-used", "Lower layers carry the hidden state causally, in the paper's regime.",
               phrase + "state forcing against four controls", sources=(*gate, model.extra), judge=gated(state_used),
-              figure=figures["state-used"], rule="uses_state, as F3a-state-used" + GATE_RULE),
+              figure=figures["state-used"], rule="uses_state, as F3a-state-used" + gate_rule),
         Claim(f"{model.prefix}-F3b-distance", "Previous tokens are decoded worse the further back (Figure 3b), in "
               "the paper's regime.", phrase + "o_{t-k} probes", sources=(*gate, model.analysis),
-              judge=gated(falls_with_distance), figure=figures["distance"], rule="falls_with_k, as F3b-distance" + GATE_RULE),
+              judge=gated(falls_with_distance), figure=figures["distance"], rule="falls_with_k, as F3b-distance" + gate_rule),
         Claim(f"{model.prefix}-F3b-nearby-used", "The prediction relies on nearby tokens (Figure 3b, causally), in "
               "the paper's regime.", phrase + "history patching", sources=(*gate, model.extra),
-              judge=gated(nearby_used), figure=figures["nearby"], rule="as F3b-nearby-used" + GATE_RULE),
+              judge=gated(nearby_used), figure=figures["nearby"], rule="as F3b-nearby-used" + gate_rule),
         Claim(f"{model.prefix}-F3b-rise-fall", "Each previous-token curve rises then falls, in the paper's regime.",
               phrase + "o_{t-k} probes", sources=(*gate, model.analysis), judge=gated(rise_then_fall),
-              figure=figures["distance"], rule="rise_then_fall, as F3b-rise-fall" + GATE_RULE),
+              figure=figures["distance"], rule="rise_then_fall, as F3b-rise-fall" + gate_rule),
         Claim(f"{model.prefix}-F3b-peak-later", "The peak moves up with the distance, in the paper's regime.",
               phrase + "o_{t-k} probes", sources=(*gate, model.analysis), judge=gated(peak_later),
-              figure=figures["distance"], rule="peaks_later, as F3b-peak-later" + GATE_RULE),
+              figure=figures["distance"], rule="peaks_later, as F3b-peak-later" + gate_rule),
         Claim(f"{model.prefix}-F7-history-heads", "Trained heads attend like the history layers (Figure 7), in the "
               "paper's regime.", phrase + "matching score of the best trained head to each hand-built history layer",
               sources=(*gate, model.extra), judge=gated(history_heads), figure=figures["heads"],
-              rule="as F7-history-heads" + GATE_RULE),
+              rule="as F7-history-heads" + gate_rule),
     ) + (() if model.heads is None else (
         Claim(f"{model.prefix}-circuit", "The network's in-context estimate runs through previous-token heads (the "
               "construction's history layers) and induction heads: without either it falls back toward the "
@@ -206,7 +257,7 @@ def regime_claims(model: RegimeModel) -> tuple[Claim, ...]:
               rule="holds when, for both kinds, the selected heads' excess over chance beats the best random-init "
                    "head's and ablating them raises the KL from the in-context bigram more than ablating as many "
                    "random heads (95% paired interval of the difference above 0, all positions); with caveat for "
-                   "one kind; otherwise not reproduced" + GATE_RULE),
+                   "one kind; otherwise not reproduced" + gate_rule),
     )) + (() if model.ngram_verdict is None else (
         Claim(f"{model.prefix}-beats-every-ngram", "The regime network beats every in-context n-gram (orders 1, 2 and "
               "3) on HMMs it never saw, on the test sequence and over all positions, when thousands of prompts "
@@ -266,17 +317,38 @@ LADDER = Section("The paper's regime: 8192 tasks inferred in context (the regime
 ))
 
 
+def _mechanism_figures(point: str) -> dict[str, str]:
+    """The figures ``hmmtf analyze`` draws in ``point`` for each kind of mechanism claim."""
+    return {"shuffle": f"{point}/shuffle.png", "state-first": f"{point}/probes_task_state.png",
+            "state-used": f"{point}/patching_state_forcing.png", "distance": f"{point}/probes_previous_tokens.png",
+            "nearby": f"{point}/patching_history.png", "heads": f"{point}/attention_hand_built_vs_trained.png"}
+
+
 def _regime_model(family: str, shape: str, prefix: str, what: str) -> RegimeModel:
     """The shipped regime model ``models/FAMILY-SHAPE``, whose results are in ``figures/FAMILY/SHAPE``."""
     point = f"figures/{family}/{shape}"
     analysis = f"{point}/analysis.json"
     return RegimeModel(f"{family}-{shape}", prefix, f"on {family}-{shape} ({what}), ", point, analysis, analysis,
                        {"competence": f"{point}/competence.png", "regime": f"{point}/regime.png",
-                        "shuffle": f"{point}/shuffle.png", "state-first": f"{point}/probes_task_state.png",
-                        "state-used": f"{point}/patching_state_forcing.png",
-                        "distance": f"{point}/probes_previous_tokens.png", "nearby": f"{point}/patching_history.png",
-                        "heads": f"{point}/attention_hand_built_vs_trained.png"}, heads=f"{point}/heads.json",
+                        **_mechanism_figures(point)}, heads=f"{point}/heads.json",
                        ngram_verdict=f"{point}/ngram-verdict.json")
+
+
+STATES_128_FOLDER = "figures/paper-scale/cpu"
+"""The results of the small networks trained on the CPU on the 128-state families
+(``models/paper-scale-cpu/RUN``): ``ngram-verdict.json``, ``evaluation.json``, ``analysis.json``,
+``heads.json`` and ``beliefs.json`` in ``RUN/``."""
+
+
+def _states_128_model(run: str, prefix: str, what: str) -> RegimeModel:
+    """The run ``models/paper-scale-cpu/RUN`` on a 128-state family, its results in
+    ``figures/paper-scale/cpu/RUN``: no ceiling (so no ``competence.json``), gated by its n-gram verdict."""
+    point = f"{STATES_128_FOLDER}/{run}"
+    analysis = f"{point}/analysis.json"
+    return RegimeModel(f"paper-scale-cpu/{run}", prefix, f"on {run} ({what}), ", point, analysis, analysis,
+                       {"competence": f"{point}/ngram-verdict.png", "regime": f"{point}/regime.png",
+                        **_mechanism_figures(point)},
+                       heads=f"{point}/heads.json", ngram_verdict=f"{point}/ngram-verdict.json", ceiling=False)
 
 
 REGIME_MODELS = (
@@ -288,6 +360,8 @@ REGIME_MODELS = (
     _regime_model("paper", "4x4x64", "P4", "the same family; 4 layers x 4 heads x width 64"),
     _regime_model("paper", "4x4x64-long", "P4L", "the same 4-layer network with a longer cooldown: constant rate to "
                   "step 19000, decay to step 27000"),
+    _states_128_model("sparse-2x4x64-2x", "S128", "paper-sparse: 8192 HMMs, 128 states, 16 tokens, Dirichlet "
+                      "0.005 / 0.005; 2 layers x 4 heads x width 64 at twice the paper's budget"),
 )
 """The shipped regime models (models/README.md), each judged on every regime claim and the circuit."""
 
@@ -299,18 +373,17 @@ REGIME_MODEL_SECTION = Section(
 @dataclass(frozen=True)
 class UntestedNetwork:
     """A network the regime claims are meant for that no regime model covers yet: ``name`` (its
-    column in the README's regime matrix), ``claim`` (the id of the pending claim that says why,
-    which each of its untested cells links), ``figures`` (the folder its results will be committed
-    to: a regime model whose results are there takes its column) and ``measured`` (per claim
-    template, the id of a claim judged elsewhere on this kind of network, shown in that cell)."""
+    column in the README's regime matrix, which a regime model that ``covers`` it takes), ``claim``
+    (the id of the pending claim that says why, which each of its untested cells links) and
+    ``measured`` (per claim template, the id of a claim judged elsewhere on this kind of network,
+    shown in that cell)."""
 
     name: str
     claim: str
-    figures: str
     measured: tuple[tuple[str, str], ...] = ()
 
 
-PAPER_SCALE_NETWORK = UntestedNetwork("paper-scale-16x16x1024", "S2-paper-scale", "figures/paper-scale",
+PAPER_SCALE_NETWORK = UntestedNetwork("paper-scale-16x16x1024", "S2-paper-scale",
                                       (("beats-every-ngram", "G-paper-size-competence"),))
 """The paper's network (16 layers x 16 heads x width 1024 on 8192 HMMs of 128 states), made by
 ``hmmtf reproduce --preset paper`` on a GPU and unpacked into ``figures/paper-scale/`` (``make unpack-paper``).
@@ -350,13 +423,14 @@ class RegimeMatrix:
 
 
 def regime_matrix(models: tuple[RegimeModel, ...], untested: tuple[UntestedNetwork, ...]) -> RegimeMatrix:
-    """A column per regime model, then one per untested network whose results folder no model reads
-    (so a paper-scale regime model, once added, replaces the placeholder column)."""
+    """A column per regime model, then one per untested network that no model covers (so the
+    paper's network, once a regime model covers it, replaces the placeholder column; a smaller
+    network on the same family does not)."""
     templates = {claim_template(model, claim): claim.statement for model in models for claim in regime_claims(model)}
     judged = [RegimeColumn(model.name, {claim_template(model, claim): claim.id for claim in regime_claims(model)})
               for model in models]
     placeholders = [RegimeColumn(network.name, dict(network.measured), network.claim) for network in untested
-                    if not any(PurePosixPath(model.point).is_relative_to(network.figures) for model in models)]
+                    if not any(model.covers == network.name for model in models)]
     return RegimeMatrix(templates, (*judged, *placeholders))
 
 

@@ -28,9 +28,12 @@ MATCHED = 0.5
 
 
 def scale(doc: Doc) -> str:
-    """The mixture and the trained model a result is about."""
-    spec, model = doc["task", "mixture_spec"], doc["model"]
-    return (f"{doc['task', 'preset']}: {spec['num_tasks']} HMMs x {spec['num_states']} states x {spec['num_tokens']} "
+    """The mixture (named by the preset, or by its own name where the run chose another) and the
+    trained model a result is about."""
+    spec, model, task = doc["task", "mixture_spec"], doc["model"], doc["task"]
+    family = task["preset"] if task.get("mixture", task["preset"]) == task["preset"] else (
+        f"{task['preset']} preset, {task['mixture']} mixture")
+    return (f"{family}: {spec['num_tasks']} HMMs x {spec['num_states']} states x {spec['num_tokens']} "
             f"tokens; RoFormer {model['num_layers']} layers x {model['num_heads']} heads x width {model['width']}, "
             f"{doc['step']} steps")
 

@@ -2,6 +2,7 @@
 what the results generate, a planted change in a result changes them, provenance in every form is
 read, and a result older than its code, or without a commit, is reported."""
 import collections
+import dataclasses
 import itertools
 import json
 import os
@@ -105,17 +106,36 @@ def test_every_claim_is_in_the_readme_once_linked_to_an_anchor_of_the_page_and_c
     assert int(counts[1]) == len(all_claims()) == sum(int(part.split()[0]) for part in counts[2].split(", "))
 
 
-def test_a_regime_model_with_results_in_the_paper_scale_folder_takes_the_placeholder_column():
-    paper_scale = RegimeModel("paper-scale", "PS", "on the paper's network, ", "figures/paper-scale/evaluate",
-                              "figures/paper-scale/analyze/analysis.json", "figures/paper-scale/analyze/analysis.json",
-                              dict.fromkeys(("competence", "regime", "shuffle", "state-first", "state-used", "distance",
-                                             "nearby", "heads"), "figures/paper-scale/figure.png"))
+def _paper_scale_model(name: str, prefix: str, covers: str | None) -> RegimeModel:
+    return RegimeModel(name, prefix, "on a network of the paper's family, ", f"figures/paper-scale/{name}",
+                       f"figures/paper-scale/{name}/analysis.json", f"figures/paper-scale/{name}/analysis.json",
+                       dict.fromkeys(("competence", "regime", "shuffle", "state-first", "state-used", "distance",
+                                      "nearby", "heads"), "figures/paper-scale/figure.png"), covers=covers)
+
+
+def test_a_regime_model_that_covers_the_paper_network_takes_the_placeholder_column_and_a_smaller_one_does_not():
+    paper_scale = _paper_scale_model("paper-scale", "PS", PAPER_SCALE_NETWORK.name)
+    smaller = _paper_scale_model("cpu/2x4x64", "C", None)
     assert [column.name for column in regime_matrix((LADDER_MODEL,), (PAPER_SCALE_NETWORK,)).columns] == [
         LADDER_MODEL.name, PAPER_SCALE_NETWORK.name]
-    matrix = regime_matrix((LADDER_MODEL, paper_scale), (PAPER_SCALE_NETWORK,))
-    assert [(column.name, column.untested) for column in matrix.columns] == [(LADDER_MODEL.name, None),
-                                                                             ("paper-scale", None)]
-    assert matrix.columns[1].claims["F2-shuffle"] == "PS-F2-shuffle"
+    matrix = regime_matrix((LADDER_MODEL, smaller), (PAPER_SCALE_NETWORK,))
+    assert [(column.name, column.untested) for column in matrix.columns] == [
+        (LADDER_MODEL.name, None), ("cpu/2x4x64", None), (PAPER_SCALE_NETWORK.name, PAPER_SCALE_NETWORK.claim)]
+    matrix = regime_matrix((LADDER_MODEL, smaller, paper_scale), (PAPER_SCALE_NETWORK,))
+    assert [(column.name, column.untested) for column in matrix.columns] == [
+        (LADDER_MODEL.name, None), ("cpu/2x4x64", None), ("paper-scale", None)]
+    assert matrix.columns[2].claims["F2-shuffle"] == "PS-F2-shuffle"
+
+
+def test_a_model_without_a_ceiling_is_gated_by_its_ngram_verdict():
+    model = dataclasses.replace(_paper_scale_model("cpu/2x4x64", "C", None), ceiling=False,
+                                ngram_verdict="figures/paper-scale/cpu/2x4x64/ngram-verdict.json")
+    claims = {claim.id: claim for claim in regime_claims(model)}
+    assert claims["C-competence"].sources == (model.ngram_verdict,)
+    assert claims["C-F1-in-context"].sources == (model.evaluation,)
+    assert all(claim.sources[0] == model.ngram_verdict for claim in claims.values() if claim.id != "C-F1-in-context")
+    with pytest.raises(ValueError, match="ngram_verdict: None"):
+        dataclasses.replace(model, ngram_verdict=None)
 
 
 def test_replacing_a_block_keeps_the_text_around_it():
@@ -496,3 +516,25 @@ def test_a_mechanism_claim_on_a_network_below_the_bigram_is_not_judged(tmp_path,
     gate = judge(next(claim for claim in all_claims() if claim.id == "R-competence"), root).outcome
     assert gate.verdict is (Verdict.HOLDS if competent else Verdict.NOT_REPRODUCED)
     assert ("ngram 2" in gate.reason) is competent and "model 1.910" in gate.number
+
+
+@pytest.mark.parametrize("verdict", ["beats the in-context unigram", "beats the in-context bigram",
+                                     "beats every in-context n-gram"])
+def test_a_mechanism_claim_at_128_states_is_gated_by_the_ngram_verdict(tmp_path, verdict):
+    from ledger.ladder import REGIME_MODELS
+
+    model = next(model for model in REGIME_MODELS if not model.ceiling)
+    root = _copy_results(tmp_path)
+    result = json.loads((root / model.competence).read_text())
+    (root / model.competence).write_text(json.dumps({**result, "verdict": verdict}))
+    claims = {claim.id: claim for claim in all_claims()}
+    shuffle_claim = claims[f"{model.prefix}-F2-shuffle"]
+    assert shuffle_claim.sources == (model.ngram_verdict, model.analysis)
+    competent = verdict != "beats the in-context unigram"
+    outcome = judge(shuffle_claim, root).outcome
+    assert (outcome.verdict is Verdict.NOT_JUDGED) is not competent
+    if not competent:
+        assert f"in-context-unigram level ({verdict}, {model.ngram_verdict})" in outcome.reason
+    gate = judge(claims[f"{model.prefix}-competence"], root).outcome
+    assert gate.verdict is (Verdict.HOLDS if competent else Verdict.NOT_REPRODUCED)
+    assert f"verdict: {verdict}" in gate.reason
