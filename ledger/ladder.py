@@ -362,6 +362,8 @@ REGIME_MODELS = (
                   "step 19000, decay to step 27000"),
     _states_128_model("sparse-2x4x64-2x", "S128", "paper-sparse: 8192 HMMs, 128 states, 16 tokens, Dirichlet "
                       "0.005 / 0.005; 2 layers x 4 heads x width 64 at twice the paper's budget"),
+    _states_128_model("paper-2x4x64-4x", "P128", "the paper-scale family: 8192 HMMs, 128 states, 16 tokens, "
+                      "Dirichlet 0.01 / 0.02; 2 layers x 4 heads x width 64 at four times the paper's budget"),
 )
 """The shipped regime models (models/README.md), each judged on every regime claim and the circuit."""
 

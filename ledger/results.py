@@ -293,14 +293,15 @@ RESULTS: tuple[Result, ...] = (
            canary="ngram-verdict"),
     Result("figures/paper-scale/cpu/*/ngram-verdict.json",
            "hmmtf ngram-verdict models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --threads 1 (POINT: "
-           "sparse-2x4x64-1x, sparse-2x4x64-2x, paper-2x4x64-3x; the runs' hmmtf curve commands are in models/README.md)",
+           "sparse-2x4x64-1x, sparse-2x4x64-2x, paper-2x4x64-3x, paper-2x4x64-4x; the runs' hmmtf curve commands are in "
+           "models/README.md)",
            NGRAM_VERDICT, needs="the point's run folder, models/paper-scale-cpu/POINT; a few minutes on a core",
            canary="ngram-verdict"),
     Result("figures/paper-scale/cpu/*/evaluation.json",
            "hmmtf evaluate models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --num-prompts 64 "
            "--hand-built-prompts 0 --fresh-tasks 1024 --reference-tasks 4096 --ceiling-particles 0 --threads 1 (no "
            "ceiling at 128 states, so no competence.json; 64 prompts, as the Bayes predictor over 8192 HMMs of 128 "
-           "states costs about 10 s a prompt on a core; POINT: sparse-2x4x64-2x)",
+           "states costs about 10 s a prompt on a core; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)",
            ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE),
            needs="the point's run folder, models/paper-scale-cpu/POINT; about 30 minutes on a core", canary="evaluate"),
     Result("figures/paper-scale/cpu/*/analysis.json",
@@ -308,16 +309,16 @@ RESULTS: tuple[Result, ...] = (
            "offsets patching --batch-size 16 --probe-train-prompts 1024 --probe-test-prompts 256 --shuffle-prompts 256 "
            "--hand-built-prompts 8 --max-distance 5 --max-offset 8 --seed 0 --centroid-prompts 512 --patching-prompts "
            "128 --max-forcing-items 128 --state-threshold 0.9 --probe-tasks 64 --threads 1 (the paper preset's analysis "
-           "settings, `python benchmarks/gpu_recipe_sweep.py --preset paper --analysis-flags`; POINT: sparse-2x4x64-2x)",
+           "settings, `python benchmarks/gpu_recipe_sweep.py --preset paper --analysis-flags`; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)",
            (*ANALYSIS, "hmm/families.py"), needs="the point's run folder, models/paper-scale-cpu/POINT; about 15 "
                                                    "minutes on a core", canary="analyze"),
     Result("figures/paper-scale/cpu/*/heads.json",
            "hmmtf heads models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --ceiling-particles 0 "
-           "--threads 1 (no ceiling at 128 states; POINT: sparse-2x4x64-2x)", HEADS,
+           "--threads 1 (no ceiling at 128 states; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)", HEADS,
            needs="the point's run folder, models/paper-scale-cpu/POINT; a few minutes on a core", canary="heads"),
     Result("figures/paper-scale/cpu/*/beliefs.json",
            "hmmtf beliefs models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --ceiling-particles 0 "
-           "--threads 1 (no ceiling at 128 states; POINT: sparse-2x4x64-2x)", BELIEFS,
+           "--threads 1 (no ceiling at 128 states; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)", BELIEFS,
            needs="the point's run folder, models/paper-scale-cpu/POINT; a few minutes on a core", canary="beliefs"),
     Result("figures/families/signal.json", "hmmtf signal --out figures/families",
            ("empirical/yardsticks/signal.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/regime.py",
