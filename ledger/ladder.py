@@ -154,8 +154,9 @@ class RegimeModel:
     ``ngram_verdict`` (``hmmtf ngram-verdict``'s result; None: no such claim), ``ceiling`` (False
     for a family with no prior-predictive ceiling, 128 states: no ``competence.json``, so the
     competence gate is the n-gram verdict, and Figure 1's regime diagnostic is judged from an
-    ``evaluation.json`` made without the ceiling) and ``covers`` (the name of the :class:`UntestedNetwork` this model is, whose placeholder column it
-    takes in the README's matrix; None: none)."""
+    ``evaluation.json`` made without the ceiling) and ``covers`` (the name of the
+    :class:`UntestedNetwork` this model is, whose placeholder column it takes in the README's
+    matrix; None: none)."""
 
     name: str
     prefix: str
