@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 
 import hmm
-from empirical.training.checkpoint import load_checkpoint
+from empirical.training.checkpoint import CONFIG_FILE, MODEL_CONFIG_KEY, MODEL_FILE, load_checkpoint
 from empirical.yardsticks.competence import per_prompt_loss, scope_rows
 from empirical.training.data import stream_seed
 from empirical.yardsticks.evaluate import model_predictor
@@ -36,6 +37,20 @@ def test_models_are_shipped_each_with_its_evaluation():
     assert MODELS, "no models/*/model.safetensors"
     assert (ROOT / "models" / "README.md").is_file()
     assert {folder.name for folder in MODELS} == set(EVALUATIONS)
+
+
+COMMITTED_WEIGHTS = sorted((ROOT / "models").rglob(MODEL_FILE))
+"""Every weights file under models/: the shipped models and the run folders' checkpoints."""
+
+
+@pytest.mark.parametrize("weights", COMMITTED_WEIGHTS, ids=[str(path.parent.relative_to(ROOT)) for path in COMMITTED_WEIGHTS])
+def test_every_committed_network_carries_its_config_so_that_an_edited_config_is_refused(weights):
+    """No exception to load_checkpoint's full check (empirical/training/checkpoint.py): the config
+    stored in the weights file equals config.json's model section beside it."""
+    with safe_open(str(weights), "pt") as stored:
+        metadata = stored.metadata() or {}
+    assert MODEL_CONFIG_KEY in metadata, f"{weights} has no stored config"
+    assert json.loads(metadata[MODEL_CONFIG_KEY]) == json.loads((weights.parent / CONFIG_FILE).read_text())["model"]
 
 
 @pytest.mark.long_running
