@@ -134,9 +134,18 @@ def test_an_invalid_model_field_is_refused_naming_the_config_file(tmp_path):
         load_checkpoint(checkpoint)
 
 
-def test_the_committed_model_saved_without_a_stored_config_still_loads():
+def test_a_copy_of_the_oldest_shipped_model_with_edited_heads_and_rotary_base_is_refused(tmp_path):
+    """models/tasks-8192-small predates the stored config and was re-saved with it (models/README.md):
+    an edit that changes no shape, in a copy, is refused like any other checkpoint's."""
     folder = ROOT / "models" / "tasks-8192-small"
     with safe_open(str(folder / MODEL_FILE), framework="pt") as weights:
-        assert MODEL_CONFIG_KEY not in (weights.metadata() or {})
-    saved = load_checkpoint(folder)
-    assert saved.model.config.to_dict() == json.loads((folder / CONFIG_FILE).read_text())["model"]
+        assert json.loads(weights.metadata()[MODEL_CONFIG_KEY]) == json.loads((folder / CONFIG_FILE).read_text())["model"]
+    copy = tmp_path / "tasks-8192-small"
+    copy.mkdir()
+    for name in (MODEL_FILE, CONFIG_FILE):
+        (copy / name).write_bytes((folder / name).read_bytes())
+    assert load_checkpoint(copy).model.config.num_heads == 4
+    edit_model_section(copy, num_heads=8, rotary_base=500.0)
+    with pytest.raises(ValueError, match=re.escape("num_heads = 8 there but 4 in the weights; rotary_base = 500.0 there "
+                                                   "but 10000.0 in the weights")):
+        load_checkpoint(copy)
