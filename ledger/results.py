@@ -116,6 +116,9 @@ model, the n-grams or the SMC would rewrite the same numbers, and calling the re
 would claim a recomputation that did not happen. What a run's recorded numbers were measured
 with is in its ``curve_baselines.json`` (the probe and the ceiling's SMC settings). Not the run
 folders' tensors, which it does not read (they left the tree: ``hmmtf restore-checkpoint``)."""
+EVALUATE = ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE)
+"""``hmmtf evaluate``'s ``evaluation.json`` with its regime section: the model, the training mixture's
+Bayes predictor, the oracle and the fresh HMMs."""
 NGRAM_VERDICT = ("empirical/analysis/ngram_verdict.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/evaluate.py",
                  "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", "hmm/memory.py", "hmm/families.py", *ROFORMER,
                  *MIXTURE)
@@ -155,7 +158,7 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
     needs = f"the model's checkpoint ({model})"
     return (
         Result(f"{folder}/evaluation.json", evaluate,
-               ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE), needs=needs,
+               EVALUATE, needs=needs,
                canary="evaluate"),
         Result(f"{folder}/competence.json", evaluate,
                ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
@@ -302,14 +305,12 @@ RESULTS: tuple[Result, ...] = (
            "--hand-built-prompts 0 --fresh-tasks 1024 --reference-tasks 4096 --ceiling-particles 0 --threads 1 (no "
            "ceiling at 128 states, so no competence.json; 64 prompts, as the Bayes predictor over 8192 HMMs of 128 "
            "states costs about 10 s a prompt on a core; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)",
-           ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE),
+           EVALUATE,
            needs="the point's run folder, models/paper-scale-cpu/POINT; about 30 minutes on a core", canary="evaluate"),
     Result("figures/paper-scale/cpu/*/analysis.json",
            "hmmtf analyze models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --sections shuffle probes "
-           "offsets patching --batch-size 16 --probe-train-prompts 1024 --probe-test-prompts 256 --shuffle-prompts 256 "
-           "--hand-built-prompts 8 --max-distance 5 --max-offset 8 --seed 0 --centroid-prompts 512 --patching-prompts "
-           "128 --max-forcing-items 128 --state-threshold 0.9 --probe-tasks 64 --threads 1 (the paper preset's analysis "
-           "settings, `python benchmarks/gpu_recipe_sweep.py --preset paper --analysis-flags`; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)",
+           "offsets patching $(python benchmarks/gpu_recipe_sweep.py --preset paper --analysis-flags) --threads 1 (the "
+           "paper preset's analysis settings, empirical/reproduce/config.py; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)",
            (*ANALYSIS, "hmm/families.py"), needs="the point's run folder, models/paper-scale-cpu/POINT; about 15 "
                                                    "minutes on a core", canary="analyze"),
     Result("figures/paper-scale/cpu/*/heads.json",
