@@ -309,8 +309,11 @@ RESULTS: tuple[Result, ...] = (
            needs="the point's run folder, models/paper-scale-cpu/POINT; about 30 minutes on a core", canary="evaluate"),
     Result("figures/paper-scale/cpu/*/analysis.json",
            "hmmtf analyze models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --sections shuffle probes "
-           "offsets patching $(python benchmarks/gpu_recipe_sweep.py --preset paper --analysis-flags) --threads 1 (the "
-           "paper preset's analysis settings, empirical/reproduce/config.py; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)",
+           "offsets patching --batch-size 16 --probe-train-prompts 1024 --probe-test-prompts 256 --shuffle-prompts 256 "
+           "--hand-built-prompts 8 --max-distance 5 --max-offset 8 --seed 0 --centroid-prompts 512 --patching-prompts "
+           "128 --max-forcing-items 128 --state-threshold 0.9 --probe-tasks 64 --threads 1 (the paper preset's analysis "
+           "settings, `python benchmarks/gpu_recipe_sweep.py --preset paper --analysis-flags`; POINT: sparse-2x4x64-2x, "
+           "paper-2x4x64-4x)",
            (*ANALYSIS, "hmm/families.py"), needs="the point's run folder, models/paper-scale-cpu/POINT; about 15 "
                                                    "minutes on a core", canary="analyze"),
     Result("figures/paper-scale/cpu/*/heads.json",
