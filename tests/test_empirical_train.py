@@ -29,6 +29,7 @@ from empirical.training.train import (
     Batch,
     DistributedContext,
     TrainConfig,
+    TrainingDiverged,
     accumulate_gradients,
     branch_run,
     learning_rate,
@@ -229,6 +230,49 @@ def test_a_stop_request_ends_the_run_with_a_checkpoint_that_resumes_bit_for_bit(
     assert (resumed.step, resumed.interrupted, resumed_at) == (8, False, [3])
     assert_same_runs(tmp_path / "straight", tmp_path / "stopped")
     assert resumed.last_loss == straight.last_loss
+
+
+def test_a_non_finite_gradient_stops_the_run_keeping_the_last_finite_checkpoint(tmp_path, monkeypatch):
+    """Fault injection: the gradient norm reads NaN at step 8 (the third of the window 6..10, log
+    and checkpoints every 5). The run stops at that window's end, names step 8 and the checkpoint
+    at step 5, writes no record or checkpoint after step 5, and what it kept is the uninterrupted
+    run's step 5, bit for bit."""
+    config = TrainConfig(steps=12, batch_size=8, learning_rate=3e-3, warmup_steps=2, log_every=5, checkpoint_every=5)
+    train(MODEL, config, random_batch, tmp_path / "straight", stop_at=5, progress=False)
+    clip = torch.nn.utils.clip_grad_norm_
+    calls = []
+
+    def clip_reading_nan_at_step_8(parameters, max_norm):
+        calls.append(True)
+        norm = clip(parameters, max_norm)
+        return torch.full_like(norm, math.nan) if len(calls) == 8 else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_reading_nan_at_step_8)
+    with pytest.raises(TrainingDiverged) as stopped:
+        train(MODEL, config, random_batch, tmp_path / "diverged", progress=False)
+    assert str(stopped.value) == (
+        f"training: gradient norm nan at step 8 (learning rate {learning_rate(config, 7):g}); stopped there and the "
+        f"run's last checkpoint, at step 5, is kept in {str(tmp_path / 'diverged' / CHECKPOINT_DIR)!r}; expected "
+        f"finite gradients (a lower learning_rate or a longer warm-up, or fp32 precision)")
+    assert len(calls) == 10, "the window runs to its end, where the loss is read anyway"
+    assert_same_runs(tmp_path / "straight", tmp_path / "diverged")
+
+
+def test_a_run_that_diverges_before_its_first_checkpoint_says_none_was_written(tmp_path):
+    """A real divergence: a rate of 1e30 overflows the weights at the first update."""
+    config = TrainConfig(steps=6, batch_size=8, learning_rate=1e30, log_every=3, checkpoint_every=3)
+    with pytest.raises(TrainingDiverged, match=r"^training: gradient norm (nan|inf) at step [23] .*no checkpoint "
+                                               r"was written; expected finite gradients"):
+        train(MODEL, config, random_batch, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / CHECKPOINT_DIR).exists()
+    assert (tmp_path / "run" / METRICS_FILE).read_text() == ""
+
+
+@pytest.mark.parametrize("field", ["learning_rate", "weight_decay", "grad_clip"])
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_a_non_finite_rate_decay_or_clip_is_refused_naming_it(field, value):
+    with pytest.raises(ValueError, match=rf"^{field}: {value!r}; expected a finite number"):
+        TrainConfig(steps=4, batch_size=8, **{field: value})
 
 
 LOCK_HOLDER = """

@@ -217,6 +217,8 @@ def hmmtf_train_error(argv: list[str], capsys) -> str:
     (["--steps", "-5"], r"steps: -5; expected an integer >= 1"),
     (["--log-every", "0"], r"log_every: 0; expected an integer >= 1"),
     (["--eval-prompts", "0"], r"eval_prompts: 0; expected an integer >= 1"),
+    (["--learning-rate", "inf"], r"learning_rate: inf; expected a finite number > 0"),
+    (["--learning-rate", "nan"], r"learning_rate: nan; expected a finite number > 0"),
     (["--vocab-size", "9"], (r"--vocab-size: '9'; expected no value: the vocabulary is the mixture's tokens plus "
                              r"the delimiter \(choose the mixture instead")),
 ])
@@ -235,6 +237,16 @@ def test_hmmtf_train_refuses_a_run_folder_another_training_holds(tmp_path, capsy
         error = hmmtf_train_error(["--preset", "tiny", "--run-dir", str(tmp_path), "--no-progress"], capsys)
     assert f"run_dir: '{tmp_path}' is locked by process {os.getpid()} " in error
     assert not (tmp_path / CHECKPOINT_DIR).exists()
+
+
+def test_hmmtf_train_that_diverges_exits_with_one_line_and_writes_no_non_finite_number(tmp_path, capsys):
+    run = tmp_path / "run"
+    error = hmmtf_train_error(["--preset", "tiny", "--run-dir", str(run), "--no-progress", "--steps", "8",
+                               "--learning-rate", "1e30", "--warmup-steps", "0", "--log-every", "4"], capsys)
+    assert re.fullmatch(r"hmmtf train: error: training: gradient norm (nan|inf) at step [1-4] \(learning rate [0-9.]+e\+(29|30)\); "
+                        r"stopped there and no checkpoint was written; expected finite gradients \(.*\)\n", error)
+    assert sorted(path.name for path in run.iterdir()) == ["metrics.jsonl", LOCK_FILE]  # the lock file stays, unheld
+    assert (run / "metrics.jsonl").read_text() == ""
 
 
 @pytest.mark.long_running

@@ -117,17 +117,17 @@ class TrainConfig(JSONConfig):
         if self.decay_steps > self.steps - self.warmup_steps:
             raise ValueError(f"decay_steps: {self.decay_steps}; expected at most steps - warmup_steps = "
                              f"{self.steps - self.warmup_steps}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate: {self.learning_rate!r}; expected a number > 0")
+        if not 0 < self.learning_rate < math.inf:
+            raise ValueError(f"learning_rate: {self.learning_rate!r}; expected a finite number > 0")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio: {self.min_lr_ratio!r}; expected a number in [0, 1]")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"weight_decay: {self.weight_decay!r}; expected a number >= 0")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"weight_decay: {self.weight_decay!r}; expected a finite number >= 0")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name}: {getattr(self, name)!r}; expected a number in [0, 1)")
-        if not self.grad_clip > 0:
-            raise ValueError(f"grad_clip: {self.grad_clip!r}; expected a number > 0")
+        if not 0 < self.grad_clip < math.inf:
+            raise ValueError(f"grad_clip: {self.grad_clip!r}; expected a finite number > 0")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: {self.precision!r}; expected one of {PRECISIONS}")
 
@@ -387,6 +387,23 @@ def _stop_requested_on_any_rank(stop_requested: Callable[[], bool] | None, conte
     return bool(flag.item())
 
 
+class TrainingDiverged(ValueError):
+    """A step's gradient norm was not finite (NaN or infinite: the loss or a gradient overflowed):
+    the run stops before anything from that window is logged or saved. A ``ValueError``, so the
+    command line reports it as one line: the settings (the learning rate, the precision) are what
+    the user changes."""
+
+
+def _diverged(step: int, grad_norm: float, learning_rate_at_step: float, checkpoint_dir: Path | None,
+              checkpoint_step: int | None) -> TrainingDiverged:
+    """The one-line report of a run that diverged at ``step``, naming what is kept."""
+    kept = ("no checkpoint was written" if checkpoint_dir is None or checkpoint_step is None else
+            f"the run's last checkpoint, at step {checkpoint_step}, is kept in {str(checkpoint_dir)!r}")
+    return TrainingDiverged(f"training: gradient norm {grad_norm} at step {step + 1} (learning rate "
+                            f"{learning_rate_at_step:g}); stopped there and {kept}; expected finite gradients "
+                            f"(a lower learning_rate or a longer warm-up, or fp32 precision)")
+
+
 class TrainResult(NamedTuple):
     model: RoFormer
     """The trained (unwrapped) model."""
@@ -435,6 +452,11 @@ def train(
         on_resume: called on rank 0 with the checkpoint's step when a checkpoint is resumed.
         device: defaults to CUDA when available.
         progress: show a tqdm bar (rank 0 only).
+
+    Raises :class:`TrainingDiverged` when a step's gradient norm is not finite, at the end of that
+    step's log window, before its record or a checkpoint is written: the last checkpoint on disk
+    is the last one whose every step was finite. (The check costs no synchronisation: the first
+    bad step is kept on the device and read with the window's loss.)
     """
     context = distributed_context()
     if train_config.batch_size % context.world_size:
@@ -462,11 +484,12 @@ def train(
         # in mid-window; None for a checkpoint written without them.
         window: dict | None = {"loss_sum": 0.0, "counted": 0}
         origin: dict = {}  # where a branched run came from (branch_run), kept by every later save
+        saved_step: int | None = None  # the step of the checkpoint on disk
         if checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
             saved = load_checkpoint(checkpoint_dir, device)
             _check_same_run(saved.config, model_config, train_config, task, run_dir)
             model.load_state_dict(saved.model.state_dict())
-            start = saved.config["step"]
+            start = saved_step = saved.config["step"]
             if start < stop_at:  # a finished run only hands back its weights: no step needs the moments
                 optimizer.load_state_dict(require_optimizer_state(saved, checkpoint_dir, f"resuming it to step {stop_at}"))
             window = saved.config.get("log_window")
@@ -508,6 +531,9 @@ def train(
             if context.rank == 0:
                 loss_since_log.fill_(window["loss_sum"])
         window_loss_sum, window_counted = 0.0, 0
+        # The first step of the log window whose gradient norm is not finite (-1: none), and that norm.
+        first_nonfinite = torch.full((), -1, dtype=torch.long, device=device)
+        nonfinite_norm = torch.zeros((), device=device)
         end, interrupted = start, False
         started = time.perf_counter()
         model.train()
@@ -528,6 +554,9 @@ def train(
             local_sum, global_count = accumulate_gradients(trained, global_batch, context, device,
                                                            train_config.precision)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
+            first_bad = (first_nonfinite < 0) & ~torch.isfinite(grad_norm)
+            first_nonfinite = torch.where(first_bad, step, first_nonfinite)
+            nonfinite_norm = torch.where(first_bad, grad_norm.to(nonfinite_norm.dtype), nonfinite_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             tokens_since_log += global_batch.inputs.numel()
@@ -541,6 +570,10 @@ def train(
                 if context.world_size > 1:
                     dist.all_reduce(loss_since_log)
                 loss_sum = loss_since_log.item()
+                bad_step = int(first_nonfinite.item())
+                if bad_step >= 0:
+                    raise _diverged(bad_step, nonfinite_norm.item(), learning_rate(train_config, bad_step),
+                                    checkpoint_dir, saved_step)
                 last_loss = loss_sum / counted_since_log
                 if end % train_config.log_every:  # a stop in mid-window: its checkpoint keeps the sums
                     window_loss_sum, window_counted = loss_sum, counted_since_log
@@ -562,6 +595,7 @@ def train(
                 loss_since_log.zero_()
             if stopping or (train_config.checkpoint_every and end % train_config.checkpoint_every == 0):
                 save(end, window_loss_sum, window_counted)
+                saved_step = end
             bar.update(1)
             if interrupted:
                 break
