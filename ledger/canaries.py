@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -351,22 +352,59 @@ def option_defaults(subcommand: str) -> dict[str, str]:
             if sub.dest != "help" and not VOLATILE_KEY.fullmatch(sub.dest)}
 
 
-def _constant_text(value) -> str | None:
-    """A full-size setting's value as text, the repository's path as ``<repository>`` and the
-    project's module names as their last name (None: not a setting: a function, class, module)."""
+def _field_default(field: dataclasses.Field):
+    """The default of a dataclass ``field`` (its factory's value), or ``dataclasses.MISSING``."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def _is_default(field: dataclasses.Field, value) -> bool:
+    """Whether ``value`` is ``field``'s default: equal, of the same type (an array or tensor, whose
+    ``==`` is not one truth value, never is)."""
+    default = _field_default(field)
+    same = type(default) is type(value) and default == value
+    return same if isinstance(same, bool) else False
+
+
+def _value_text(value, classes: set[type]) -> str:
+    """``repr(value)``, except that a dataclass instance, at any depth of lists, tuples and dicts,
+    is written ``Name(field=..., ...)`` with only the fields whose value differs from their default:
+    a field added with a default that keeps the old behaviour leaves the text as it was. The
+    dataclasses met are added to ``classes``, whose defaults :func:`settings` records apart."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        classes.add(type(value))
+        changed = [f"{field.name}={_value_text(getattr(value, field.name), classes)}"
+                   for field in dataclasses.fields(value) if not _is_default(field, getattr(value, field.name))]
+        return f"{type(value).__name__}({', '.join(changed)})"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_value_text(item, classes) for item in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_value_text(key, classes)}: {_value_text(item, classes)}"
+                               for key, item in value.items()) + "}"
+    return repr(value)
+
+
+def _constant_text(value, classes: set[type]) -> str | None:
+    """A full-size setting's value as text (:func:`_value_text`), the repository's path as
+    ``<repository>`` and the project's module names as their last name (None: not a setting: a
+    function, class, module)."""
     if callable(value) or inspect.ismodule(value):
         return None
     if hasattr(value, "tobytes"):
         return hashlib.sha256(value.tobytes()).hexdigest()
-    return MODULE_PATH.sub(r"\1", repr(value).replace(str(REPOSITORY), "<repository>"))
+    return MODULE_PATH.sub(r"\1", _value_text(value, classes).replace(str(REPOSITORY), "<repository>"))
 
 
 def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
     """The full-size settings: the option defaults of its command (``option:NAME``) and the
     module-level constants (upper-case names) of ``modules`` by name, a dict's entries one by one
     (``NAME[key]``), each as a digest of its values' texts (a constant that modules import from one
-    another is one value)."""
+    another is one value); and the default of every field of the dataclasses those values hold
+    (``default:Class.field``), which their texts leave out where a value equals it."""
     entries: dict[str, list[str]] = {}
+    classes: set[type] = set()
     for name in modules:
         module = importlib.import_module(name)
         for constant, value in vars(module).items():
@@ -374,13 +412,18 @@ def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
                 continue
             if isinstance(value, dict) and all(isinstance(key, str) for key in value):
                 for key, item in value.items():
-                    text = _constant_text(item)
+                    text = _constant_text(item, classes)
                     if text is not None:
                         entries.setdefault(f"{constant}[{key}]", []).append(text)
             else:
-                text = _constant_text(value)
+                text = _constant_text(value, classes)
                 if text is not None:
                     entries.setdefault(constant, []).append(text)
+    for kind in classes:
+        for field in dataclasses.fields(kind):
+            default = _field_default(field)
+            if default is not dataclasses.MISSING:
+                entries[f"default:{kind.__qualname__}.{field.name}"] = [_value_text(default, set())]
     if canary.subcommand:
         for option, default in option_defaults(canary.subcommand).items():
             entries[f"option:{option}"] = [default]

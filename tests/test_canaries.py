@@ -3,9 +3,11 @@ docs/ledger.md "Canaries"), on planted changes in a throwaway git repository: a 
 updated keeps a result fresh with no canary; a behaviour-preserving rewrite keeps it fresh by its
 canary; a changed constant, whether the canary's tiny run uses it or not, makes it stale; a change of
 a named setting counts only for the results that name it."""
+import dataclasses
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -242,3 +244,36 @@ def test_a_key_the_code_now_adds_to_its_output_leaves_the_old_numbers_to_judge(r
 def test_the_bits_are_compared_on_one_software_stack(other, same):
     here = {"python": "3.11.7", "numpy": "2.4.6", "torch": "2.13.0+cpu"}
     assert canaries.same_software(here, {**here, **other}) is same
+
+
+def _config_class(**fields):
+    """A frozen dataclass named ``Config`` with ``fields`` as ``name=(type, default)``."""
+    return dataclasses.make_dataclass("Config", [(name, kind, dataclasses.field(default=default))
+                                                 for name, (kind, default) in fields.items()], frozen=True)
+
+
+def _settings_of(monkeypatch, value) -> dict[str, str]:
+    """The settings :func:`ledger.canaries.settings` records for a module whose one constant is ``value``."""
+    module = types.ModuleType("planted_settings")
+    module.PRESETS = {"point": value}
+    monkeypatch.setitem(sys.modules, "planted_settings", module)
+    return canaries.settings(types.SimpleNamespace(subcommand=None), ["planted_settings"])
+
+
+def test_a_field_added_with_its_default_leaves_a_setting_as_it_was_and_a_changed_value_or_default_does_not(
+        monkeypatch):
+    """A config that gains a field whose default keeps the old behaviour (a new training option, off)
+    is written as it was, so the results that name it stay fresh; a preset that sets the new field,
+    a changed value and a changed default each change the settings."""
+    before = _config_class(steps=(int, 0), rate=(float, 1e-3))
+    after = _config_class(steps=(int, 0), rate=(float, 1e-3), soft=(bool, False))
+    old = _settings_of(monkeypatch, before(steps=8))
+    new = _settings_of(monkeypatch, after(steps=8))
+    shared = set(old) & set(new)
+    assert "PRESETS[point]" in shared and "default:Config.rate" in shared
+    assert {key: old[key] for key in shared} == {key: new[key] for key in shared}
+    assert set(new) - set(old) == {"default:Config.soft"}
+    for changed, entry in ((after(steps=8, soft=True), "PRESETS[point]"), (after(steps=9), "PRESETS[point]"),
+                           (_config_class(steps=(int, 0), rate=(float, 3e-4), soft=(bool, False))(steps=8),
+                            "default:Config.rate")):
+        assert _settings_of(monkeypatch, changed)[entry] != new[entry], changed
