@@ -6,8 +6,9 @@ Public API (other packages rely on these names):
   :class:`Mixture`, :class:`PromptFormat`, :class:`Prompts`;
 - filtering: :func:`filter_beliefs`, :func:`next_token_probs`, :func:`log_likelihood`;
 - sampling: :func:`sample_sequences`, :func:`sample_prompts`;
-- mixtures: :func:`bayes_predictive`; presets: :func:`mixture_preset`, :data:`PROMPT_FORMATS`
-  (the paper's family, and the observable family of :mod:`hmm.families`);
+- mixtures: :func:`bayes_predictive`, :func:`own_task_predictive` (each prompt's own HMM: the
+  oracle); presets: :func:`mixture_preset`, :data:`PROMPT_FORMATS` (the paper's family, and the
+  observable family of :mod:`hmm.families`);
 - generators: :func:`random_hmm`, :func:`dirichlet_rows`, :func:`low_rank_transition`,
   :func:`observable_emission`;
 - chains: :func:`stationary_distribution`, :func:`spectral_gap`, :func:`dobrushin_coefficient`.
@@ -17,6 +18,7 @@ from hmm.bayes import BayesPrediction, bayes_predictive
 from hmm.filtering import FilterResult, filter_beliefs, log_likelihood, next_token_probs
 from hmm.generators import LowRankTransition, dirichlet_rows, low_rank_transition, observable_emission, random_hmm
 from hmm.markov import dobrushin_coefficient, spectral_gap, stationary_distribution
+from hmm.memory import own_task_predictive
 from hmm.model import HMM, check_stochastic, check_tokens
 from hmm.presets import MIXTURE_SPECS, PROMPT_FORMATS, MixtureSpec, mixture_preset
 from hmm.prompts import Mixture, PromptFormat, Prompts, sample_prompts, sample_sequences
@@ -43,6 +45,7 @@ __all__ = [
     "low_rank_transition",
     "next_token_probs",
     "observable_emission",
+    "own_task_predictive",
     "random_hmm",
     "sample_prompts",
     "sample_sequences",

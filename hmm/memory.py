@@ -29,6 +29,7 @@ import torch
 from hmm.filtering import next_token_probs
 from hmm.markov import stationary_distribution
 from hmm.model import HMM, as_tensor, check_stochastic, check_tokens
+from hmm.prompts import Mixture, Prompts
 
 
 def _window_start_check(L: int, length: int) -> None:
@@ -71,6 +72,33 @@ def memory_predictor(model: HMM, obs, L: int, prior="stationary") -> torch.Tenso
     tail = next_token_probs(windowed, windows)[..., -1, :]
     batch = torch.broadcast_shapes(exact_head.shape[:-2], tail.shape[:-2])
     return torch.cat([exact_head.expand(*batch, -1, -1), tail.expand(*batch, -1, -1)], dim=-2)
+
+
+def own_task_predictive(mixture: Mixture, prompts: Prompts) -> torch.Tensor:
+    """``(B, N, p)`` float64: the exact next-token distribution of each prompt's own HMM (task
+    ``prompts.task_ids[b]`` of ``mixture``) at every position -- :func:`memory_predictor` with every
+    segment's whole length as L, the oracle; and the Rao-Blackwellised training target
+    (``E[one_hot(x_{t+1}) | x_{<=t}, task]``).
+
+    Every segment restarts the chain from the task's ``initial`` law, so row t of a segment is the
+    forward filter of that segment's tokens up to t (:func:`hmm.filtering.next_token_probs`, all
+    demonstrations of all prompts in one batch); a delimiter row is the next segment's first-token
+    law ``mu^T O``; the last row predicts past the prompt's end (it is never a target).
+    """
+    fmt = prompts.format
+    model = mixture.hmm[prompts.task_ids.to(mixture.hmm.device)]
+    tokens = prompts.tokens.to(mixture.hmm.device)
+    probabilities = torch.empty(*tokens.shape, mixture.num_tokens, dtype=torch.float64, device=tokens.device)
+    span = fmt.demo_length + 1
+    if fmt.num_demos:
+        demos = tokens[:, : fmt.num_demos * span].view(-1, fmt.num_demos, span)[:, :, : fmt.demo_length]
+        each_demo = HMM._derived(model.initial[:, None], model.transition[:, None], model.emission[:, None])
+        demo_rows = probabilities[:, : fmt.num_demos * span].view(-1, fmt.num_demos, span, mixture.num_tokens)
+        demo_rows[:, :, : fmt.demo_length] = next_token_probs(each_demo, demos).double()
+        demo_rows[:, :, fmt.demo_length] = (model.initial[:, None, :] @ model.emission).double()
+    start = fmt.num_demos * span
+    probabilities[:, start:] = next_token_probs(model, tokens[:, start:]).double()
+    return probabilities
 
 
 def one_hot_history(obs, L: int, num_tokens: int) -> torch.Tensor:

@@ -450,13 +450,17 @@ def test_paper_mini_interrupted_in_training_and_in_the_analysis_resumes_to_the_u
     records (``record.json``, ``progress.json``: invocations and wall times), the training log's
     wall-clock fields and the command line (with its ``--out``) in the checkpoint's config."""
     resumed = tmp_path / "resumed"
-    class Interrupting(stages.PromptStream):
-        def __call__(self, step: int):
+    def interrupting_stream(mixture, preset):
+        stream = training_stream(mixture, preset)
+
+        def batch(step: int):
             if step == 20:
                 os.kill(os.getpid(), signal.SIGINT)
-            return super().__call__(step)
+            return stream(step)
+        return batch
 
-    monkeypatch.setattr(stages, "PromptStream", Interrupting)
+    training_stream = stages.training_stream
+    monkeypatch.setattr(stages, "training_stream", interrupting_stream)
     monkeypatch.setattr(stages, "analyze", signal_once(signal.SIGTERM, stages.analyze))
     assert reproduce(resumed, "--threads", "1") == 130
     checkpoint = resumed / "train" / "checkpoint"

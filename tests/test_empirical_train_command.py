@@ -158,7 +158,7 @@ def test_a_folder_name_too_long_to_read_asks_for_run_dir():
 
 
 @pytest.mark.parametrize("content, message", [
-    ({"model": {"widht": 64}}, (r"\[model\] has unknown key 'widht'; expected some of \['init_std', 'mlp_ratio', "
+    ({"model": {"widht": 64}}, (r"\[model\] has unknown key 'widht'; expected some of \['attention_scale', 'init_std', 'mlp_ratio', "
                                 r"'num_heads', 'num_layers', 'rotary_base', 'tie_embeddings', 'width'\]")),
     ({"modle": {"width": 64}}, r"has unknown key 'modle'; expected some of \['data', 'model', 'preset', 'train'\]"),
     ({"model": {"vocab_size": 5}}, (r"model.vocab_size in '.*': 5; expected no value: the vocabulary is the "

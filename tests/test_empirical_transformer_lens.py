@@ -38,6 +38,8 @@ TINY = RoFormerConfig(vocab_size=7, num_layers=1, num_heads=2, width=8)
 # Non-default base, MLP width and tying, so a base, d_mlp or unembedding mistake shows.
 SEVERAL = RoFormerConfig(vocab_size=7, num_layers=3, num_heads=4, width=32, mlp_ratio=2, rotary_base=500.0,
                          tie_embeddings=True)
+SCALED = dataclasses.replace(SEVERAL, attention_scale=2.5)
+"""A non-default attention scale, so an attn_scale mistake shows."""
 PROMPT_SHAPE = (3, 40)
 
 
@@ -79,7 +81,7 @@ def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, config: 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("config", [TINY, SEVERAL], ids=["1x2", "3x4x32"])
+@pytest.mark.parametrize("config", [TINY, SEVERAL, SCALED], ids=["1x2", "3x4x32", "3x4x32-scaled"])
 def test_hooked_transformer_has_our_logits_and_activations(config, dtype):
     model = random_roformer(config, dtype)
     hooked = to_hooked_transformer(model)

@@ -19,7 +19,6 @@ import torch
 import hmm
 from empirical.yardsticks.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.yardsticks.competence import CEILING_SETTINGS, competence_section
-from empirical.training.data import PromptStream
 from empirical.training.prefetch import PrefetchedBatches
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.yardsticks.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
@@ -30,6 +29,7 @@ from empirical.training.presets import PRESETS
 from empirical.yardsticks.regime import oracle_predictor, regime_section
 from empirical.training.runs import load_run, CHECKPOINT_EXPECTED, checkpoint_folder
 from empirical.training.run_control import interrupted_line, stop_on_signals
+from empirical.training.streams import training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
 from hmmtf_options import check_output_folder, non_negative_int, output_folder, positive_float, positive_int
@@ -51,7 +51,7 @@ def run_train(args) -> int:
     default_device = init_distributed()
     device = torch.device(args.device) if args.device else default_device
     mixture = preset.build_mixture()
-    stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
+    stream = training_stream(mixture, preset)
     checkpoint = run_dir / CHECKPOINT_DIR
     started = time.perf_counter()
     with stop_on_signals() as stop, ExitStack() as stack:

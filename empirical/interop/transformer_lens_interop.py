@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +64,7 @@ EXPRESSIBLE_FIELDS = {
     "rotary_base": "rotary_base",
     "tie_embeddings": "W_U = E^T, copied",
     "init_std": "initialisation only; not part of the function the model computes",
+    "attention_scale": "attn_scale = sqrt(d_head) / attention_scale (HookedTransformer divides the scores by it)",
 }
 """Every :class:`~empirical.training.model.RoFormerConfig` field the export knows, and where it goes."""
 
@@ -110,6 +112,7 @@ def hooked_transformer_config(config: RoFormerConfig, dtype: torch.dtype = torch
         "rotary_base": config.rotary_base,
         "rotary_adjacent_pairs": True,
         "attention_dir": "causal",
+        "attn_scale": math.sqrt(config.head_dim) / config.attention_scale,
         "default_prepend_bos": False,
         "dtype": str(dtype).removeprefix("torch."),
     }

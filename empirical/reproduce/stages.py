@@ -49,7 +49,7 @@ from empirical.analysis.commands import REPORT_FILE, write_figures, write_patchi
 from empirical.analysis.report import analyze, patching_report
 from empirical.training.checkpoint import CONFIG_FILE, load_checkpoint
 from empirical.cli.commands import EVALUATION_FILE
-from empirical.training.data import PromptStream, held_out_prompts
+from empirical.training.data import held_out_prompts
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.training.model import training_flops_per_token
 from empirical.cli.plots import plot_in_context, plot_training_loss
@@ -67,6 +67,7 @@ from empirical.reproduce.record import (
 )
 from empirical.measurement.roofline import synchronize, timed
 from empirical.training.run_control import StopRequest
+from empirical.training.streams import training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, train
 
 MIXTURE_FILE = "mixture.json"
@@ -149,7 +150,7 @@ def train_stage(run: Reproduction) -> dict:
     preset = run.config.preset
     folder = run.folder("train")
     start = checkpoint_step(run) or 0
-    stream = PromptStream(run.mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
+    stream = training_stream(run.mixture, preset)
     model_config = preset.model_config(preset.mixture_spec.num_tokens)
     result = train(model_config, preset.train, stream, folder, task=preset.task(), command=run.command,
                    stop_requested=run.stop, device=run.config.device)

@@ -120,6 +120,9 @@ class RoFormerConfig(JSONConfig):
         tie_embeddings: share the embedding matrix with the unembedding (``logits = x E^T``).
         init_std: standard deviation of the normal initialisation of every weight matrix
             (default :data:`INIT_STD`); see :meth:`RoFormer._init_weights`.
+        attention_scale: ``c`` in the attention scores ``c q.k / sqrt(d_head)``: an inverse
+            softmax temperature (1: the standard scale), a lever on the length of the counting
+            plateau (issue 51; Gopalani & Hu 2025).
     """
 
     vocab_size: int
@@ -130,6 +133,7 @@ class RoFormerConfig(JSONConfig):
     rotary_base: float = 10000.0
     tie_embeddings: bool = False
     init_std: float = INIT_STD
+    attention_scale: float = 1.0
 
     def __post_init__(self) -> None:
         check_integers(self, ("vocab_size", "num_layers", "num_heads", "width", "mlp_ratio"), minimum=1)
@@ -146,6 +150,8 @@ class RoFormerConfig(JSONConfig):
             raise ValueError(f"rotary_base: {self.rotary_base!r}; expected a number > 1")
         if not self.init_std > 0:
             raise ValueError(f"init_std: {self.init_std!r}; expected a number > 0")
+        if not 0 < self.attention_scale < math.inf:
+            raise ValueError(f"attention_scale: {self.attention_scale!r}; expected a finite number > 0")
 
     @property
     def head_dim(self) -> int:
@@ -199,9 +205,10 @@ class RotarySelfAttention(nn.Module):
         cos, sin = rotary
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         if cache is None:
-            mixed = F.scaled_dot_product_attention(query, key, value, is_causal=True)
+            mixed = F.scaled_dot_product_attention(query, key, value, is_causal=True,
+                                                   scale=self.config.attention_scale / math.sqrt(head_dim))
         else:
-            scores = query @ key.transpose(-1, -2) / math.sqrt(head_dim)
+            scores = query @ key.transpose(-1, -2) * self.config.attention_scale / math.sqrt(head_dim)
             future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
             pattern = scores.softmax(dim=-1)

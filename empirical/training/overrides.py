@@ -95,6 +95,12 @@ HELP = {
     "checkpoint_every": "steps between periodic checkpoints, a multiple of --log-every (0: a checkpoint at the end "
                         "and at a stop only)",
     "precision": f"one of {PRECISIONS}",
+    "attention_scale": "c in the attention scores c q.k / sqrt(d_head) (1: the standard scale)",
+    "soft_targets": "train against each prompt's own HMM's next-token distribution (its forward filter), not the "
+                    "sampled next token",
+    "curriculum_mixture": "a mixture of the same tokens mixed into the first --curriculum-steps steps ('': none)",
+    "curriculum_steps": "steps over which the curriculum's share of a batch falls linearly to none",
+    "curriculum_share": "the curriculum's share of a batch at step 0",
 }
 METAVARS = {int: "INT", float: "FLOAT", str: "NAME"}
 MAX_RUN_NAME = 120

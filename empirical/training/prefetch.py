@@ -35,7 +35,8 @@ POLL_SECONDS = 1.0
 
 def _draw(batch_fn: Callable[[int], Batch], first: int, batches: multiprocessing.Queue) -> None:
     """The worker: ``batch_fn(first), batch_fn(first + 1), ...`` into ``batches`` as
-    ``(step, inputs, targets)``, or ``(step, None, traceback)`` once a draw raises. The arrays go
+    ``(step, parts, None)``, ``parts`` the batch's fields (:class:`Batch`: inputs, targets and the
+    optional target distributions), or ``(step, None, traceback)`` once a draw raises. The arrays go
     as numpy arrays, pickled by value: torch would send a tensor as a shared-memory handle that
     only a live sender can hand over (and one file descriptor per batch). It leaves
     SIGINT and SIGTERM to the parent: a fork inherits the handlers of
@@ -50,7 +51,7 @@ def _draw(batch_fn: Callable[[int], Batch], first: int, batches: multiprocessing
         except Exception:  # handed to the parent, which raises it where the batch was asked
             batches.put((step, None, traceback.format_exc()))
             return
-        batches.put((step, batch.inputs.numpy(), batch.targets.numpy()))
+        batches.put((step, tuple(None if part is None else part.numpy() for part in batch), None))
         step += 1
 
 
@@ -88,14 +89,14 @@ class PrefetchedBatches:
     def __call__(self, step: int) -> Batch:
         if step != self.next_step:
             self._start(step)
-        drawn, inputs, targets = self._receive()
-        if inputs is None:
+        drawn, parts, failure = self._receive()
+        if parts is None:
             self.close()
-            raise RuntimeError(f"prefetch: drawing the batch of step {drawn} failed in the worker:\n{targets}")
+            raise RuntimeError(f"prefetch: drawing the batch of step {drawn} failed in the worker:\n{failure}")
         if drawn != step:
             raise RuntimeError(f"prefetch: the worker handed over step {drawn}; expected step {step}")
         self.next_step = step + 1
-        return Batch(torch.from_numpy(inputs), torch.from_numpy(targets))
+        return Batch(*(None if part is None else torch.from_numpy(part) for part in parts))
 
     def close(self) -> None:
         """End the worker, if any (SIGKILL: it holds nothing to clean up, and its queue is dropped);

@@ -57,10 +57,14 @@ BRANCHED_FROM = "branched_from"
 
 class Batch(NamedTuple):
     """One batch: ``inputs (B, N)`` int64 tokens and ``targets (B, N)`` int64, where ``targets[b, t]``
-    is the token the model must predict after ``inputs[b, :t+1]``, or :data:`IGNORE_INDEX`."""
+    is the token the model must predict after ``inputs[b, :t+1]``, or :data:`IGNORE_INDEX`; and
+    optionally ``target_probs (B, N, V)``, a distribution over the next token at every position,
+    which then replaces the one-hot of ``targets`` in the loss (still counted where ``targets`` is
+    not :data:`IGNORE_INDEX`): the Rao-Blackwellised targets of ``TrainConfig.soft_targets``."""
 
     inputs: torch.Tensor
     targets: torch.Tensor
+    target_probs: torch.Tensor | None = None
 
 
 BatchFunction = Callable[[int], Batch]
@@ -86,6 +90,18 @@ class TrainConfig(JSONConfig):
     with ``lr_min = min_lr_ratio * lr_max``. A constant run (``min_lr_ratio = 1``) takes the same
     rates as a decaying one over its stable steps, so it can be branched into its decay
     (:func:`branch_run`).
+
+    The last four fields shape the objective and the data, and are read by the prompt stream
+    (:func:`empirical.training.data.training_stream`), not by this loop (plateau study, issue 51):
+
+    - ``soft_targets``: the loss is the cross-entropy against each prompt's own HMM's next-token
+      distribution (its forward filter) instead of the sampled next token. Since the loss is
+      linear in the target and ``E[one_hot(x_{t+1}) | x_{<=t}, task] = P(x_{t+1} | x_{<=t}, task)``,
+      the expected gradient is unchanged and the target's sampling noise is gone.
+    - ``curriculum_mixture``, ``curriculum_steps``, ``curriculum_share``: at step ``s`` a share
+      ``curriculum_share * max(0, 1 - s / curriculum_steps)`` of each batch (rounded to prompts)
+      comes from another mixture of the same tokens (an easier family), annealed linearly to none
+      at ``curriculum_steps``; ``""``: no curriculum.
     """
 
     steps: int
@@ -103,10 +119,14 @@ class TrainConfig(JSONConfig):
     checkpoint_every: int = 0
     precision: str = "bf16"
     compile: bool = False
+    soft_targets: bool = False
+    curriculum_mixture: str = ""
+    curriculum_steps: int = 0
+    curriculum_share: float = 0.5
 
     def __post_init__(self) -> None:
         check_integers(self, ("steps", "batch_size", "log_every"), minimum=1)
-        check_integers(self, ("warmup_steps", "decay_steps", "checkpoint_every"), minimum=0)
+        check_integers(self, ("warmup_steps", "decay_steps", "checkpoint_every", "curriculum_steps"), minimum=0)
         if self.checkpoint_every % self.log_every:
             raise ValueError(
                 f"checkpoint_every: {self.checkpoint_every}; expected a multiple of log_every = {self.log_every} "
@@ -130,6 +150,11 @@ class TrainConfig(JSONConfig):
             raise ValueError(f"grad_clip: {self.grad_clip!r}; expected a finite number > 0")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: {self.precision!r}; expected one of {PRECISIONS}")
+        if not 0 <= self.curriculum_share <= 1:
+            raise ValueError(f"curriculum_share: {self.curriculum_share!r}; expected a number in [0, 1]")
+        if bool(self.curriculum_mixture) != bool(self.curriculum_steps):
+            raise ValueError(f"curriculum_steps: {self.curriculum_steps} with curriculum_mixture "
+                             f"{self.curriculum_mixture!r}; expected both set (a mixture and steps > 0) or neither")
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
@@ -198,7 +223,7 @@ def shutdown_distributed() -> None:
 def _local_rows(batch: Batch, context: DistributedContext) -> Batch:
     rows = batch.inputs.shape[0] // context.world_size
     start = context.rank * rows
-    return Batch(batch.inputs[start:start + rows], batch.targets[start:start + rows])
+    return Batch(*(None if part is None else part[start:start + rows] for part in batch))
 
 
 def _autocast(device: torch.device, precision: str):
@@ -209,13 +234,16 @@ def _autocast(device: torch.device, precision: str):
 
 
 def loss_sum_and_count(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum over counted targets of ``-log softmax(logits)[target]`` (in float32, or float64 for a
-    float64 model), and their number."""
+    """Sum over counted targets of ``-log softmax(logits)[target]``, or with ``batch.target_probs``
+    ``q`` of ``-sum_k q_k log softmax(logits)_k`` (in float32, or float64 for a float64 model), and
+    their number."""
     logits = model(batch.inputs)
-    total = F.cross_entropy(
-        logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)), batch.targets.flatten(),
-        ignore_index=IGNORE_INDEX, reduction="sum",
-    )
+    scores = logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32))
+    if batch.target_probs is None:
+        total = F.cross_entropy(scores, batch.targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+    else:
+        counted = batch.targets.flatten() != IGNORE_INDEX
+        total = -(batch.target_probs.flatten(0, 1)[counted].to(scores.dtype) * scores[counted].log_softmax(-1)).sum()
     return total, (batch.targets != IGNORE_INDEX).sum()
 
 
@@ -230,7 +258,8 @@ def accumulate_gradients(trained: torch.nn.Module, global_batch: Batch, context:
     global_count = int((global_batch.targets != IGNORE_INDEX).sum())
     if global_count == 0:
         raise ValueError("global_batch: no target differs from IGNORE_INDEX; expected at least one counted target")
-    local = Batch(*(t.to(device, non_blocking=True) for t in _local_rows(global_batch, context)))
+    local = Batch(*(None if part is None else part.to(device, non_blocking=True)
+                    for part in _local_rows(global_batch, context)))
     with _autocast(device, precision):
         local_sum, _ = loss_sum_and_count(trained, local)
     (local_sum * context.world_size / global_count).backward()

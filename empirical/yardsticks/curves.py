@@ -36,11 +36,11 @@ import hmm
 from empirical.training.checkpoint import CONFIG_FILE, has_checkpoint
 from empirical.yardsticks.competence import (CEILING_SETTINGS, ceiling_estimates, fitted_ngrams, gap_closed, paired,
                                   per_prompt_loss, scope_rows)
-from empirical.training.data import PromptStream
 from empirical.yardsticks.evaluate import model_predictor
 from empirical.training.model import RoFormer, RoFormerConfig
 from empirical.training.presets import ExperimentPreset
 from empirical.yardsticks.regime import fresh_prompts, oracle_predictor
+from empirical.training.streams import training_stream
 from empirical.training.train import CHECKPOINT_DIR, branch_run, train
 from hmm.prior_predictive import SMCSettings
 
@@ -164,7 +164,7 @@ def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run
         baselines_path.write_text(json.dumps(build_probe(preset, num_prompts, fresh_tasks, settings)) + "\n")
     probe = load_probe(preset, json.loads(baselines_path.read_text()))
     mixture = preset.build_mixture()
-    stream = PromptStream(mixture, preset.prompt_format, preset.train.batch_size, preset.data_seed)
+    stream = training_stream(mixture, preset)
     done = {point["step"] for point in written_points(run_dir)}
     tokens_per_step = preset.train.batch_size * preset.prompt_format.length
     for stop in range(every, preset.train.steps + 1, every):
