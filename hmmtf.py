@@ -44,6 +44,7 @@ SUBCOMMAND_MODULES = {
     "beliefs": "empirical.analysis.belief_commands",
     "ngram-verdict": "empirical.analysis.ngram_verdict",
     "ladder": "empirical.studies.ladder",
+    "plateau": "empirical.studies.plateau_commands",
     "signal": "empirical.cli.study_commands",
     "family-calibration": "empirical.cli.study_commands",
     "curve": "empirical.cli.study_commands",
@@ -180,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser(subcommand_of(argv)).parse_args(argv)
     except UsageError as error:
-        print(error_line(error.prog, str(error)), file=sys.stderr)
+        # The main parser refuses the words no parser took; they follow the subcommand, so say its name.
+        unrecognized = error.prog == "hmmtf" and str(error).startswith("unrecognized arguments")
+        prog = f"hmmtf {subcommand_of(argv)}" if unrecognized and subcommand_of(argv) else error.prog
+        print(error_line(prog, str(error)), file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     args.command_line = shlex.join(["hmmtf", *argv])
     args.git_commit = source_commit()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -103,3 +104,47 @@ def config_from_command_line(config_class: type, options: dict):
         if separator and field in {known.name for known in dataclasses.fields(config_class)}:
             raise ValueError(f"--{field.replace('_', '-')}: {rest}") from error
         raise
+
+
+RESULTS_ROOT = Path("runs")
+"""Where a command's results go by default: a folder outside the tracked tree (``.gitignore``)."""
+
+
+def default_results_folder(command: str, source: str | Path) -> Path:
+    """``runs/COMMAND/SOURCE``: a command's default output folder for the input ``source`` (a
+    checkpoint or run folder), unique to it. ``SOURCE`` is the input's path relative to the working
+    folder where it lies inside it, else its absolute path under ``_absolute/``; a checkpoint's own
+    ``checkpoint`` folder stands for its run (``runs/R/checkpoint`` is ``runs/R``)."""
+    path = Path(source).resolve()
+    if path.name == "checkpoint":
+        path = path.parent
+    try:
+        relative = path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        relative = Path("_absolute", *path.parts[1:])
+    return RESULTS_ROOT / command / relative
+
+
+def check_results_owner(out: Path, source: str | Path, results: tuple[str, ...], overwrite: bool,
+                        option: str = "--out") -> None:
+    """Refuse ``out`` when one of its ``results`` (JSON files) records another input under
+    ``checkpoint`` (or ``source.checkpoint``, an export's) than ``source`` (compared as resolved
+    paths), or none, unless ``overwrite``: a second
+    model's evaluation must not silently replace the first one's. A folder with none of them, or
+    with this input's, is accepted (a rerun replaces its own results)."""
+    if overwrite:
+        return
+    mine = Path(source).resolve()
+    for name in results:
+        path = Path(out) / name
+        if not path.is_file():
+            continue
+        try:
+            document = json.loads(path.read_text())
+            recorded = document.get("checkpoint", (document.get("source") or {}).get("checkpoint"))
+        except (ValueError, AttributeError):
+            recorded = None
+        if recorded is None or Path(recorded).resolve() != mine:
+            theirs = "no input it names" if recorded is None else f"the results of {recorded!r}"
+            raise ValueError(f"{option}: {str(out)!r} holds {name} with {theirs}, not of {str(source)!r}; expected an "
+                             f"empty folder or this input's, or --overwrite to replace them")

@@ -214,6 +214,11 @@ def _curves(shop: Workshop) -> None:
     run_hmmtf(["curves", curve, "--title", "canary", "--out", shop.path("curves")])
 
 
+def _plateau(shop: Workshop) -> None:
+    _curves(shop)
+    run_hmmtf(["plateau", "--arm", "plain", shop.path("curve"), "--baseline", "plain", "--out", shop.path("plateau")])
+
+
 def _ladder(shop: Workshop) -> None:
     run_hmmtf(["ladder", str(REPOSITORY / "figures/ladder"), "--out", shop.path("ladder")])
 
@@ -263,6 +268,8 @@ CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
     Canary("family-calibration", _family_calibration, ("family-calibration/family_calibration.json",),
            "family-calibration", "the concentrations the canary does not measure (it measures a 2 x 2 grid)"),
     Canary("curves", _curves, ("curves/curves.json",), "curves", "the committed run folders the study summarises"),
+    Canary("plateau", _plateau, ("plateau/plateau.json",), "plateau", "the committed run folders the study "
+           "summarises"),
     Canary("ladder", _ladder, ("ladder/ladder.json",), "ladder", "nothing beyond the common blind spots (it runs on "
            "the committed points)"),
     Canary("prior-predictive", _prior_predictive, ("prior_predictive.json",), None,

@@ -107,6 +107,12 @@ FRESH_HMM_REFERENCES = ("empirical/yardsticks/curves.py", "empirical/yardsticks/
 """What the one-checkpoint commands (``hmmtf heads``, ``klmap``, ``beliefs``) share: the fresh-HMM
 prompts of ``hmmtf curve``'s probe, the model's predictions and the in-context references (the
 n-grams, the ceiling, the oracle)."""
+PLATEAU_STUDY = ("empirical/studies/plateau.py", "empirical/yardsticks/curves.py", "models/plateau/",
+                 "!models/plateau/*/checkpoint/*.safetensors", "models/paper-scale-cpu/paper-2x4x64-4x/",
+                 "!models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/*.safetensors", "models/paper-scale-cpu/sparse-2x4x64-1x/",
+                 "!models/paper-scale-cpu/sparse-2x4x64-1x/checkpoint/*.safetensors")
+"""``hmmtf plateau``: like ``hmmtf curves`` (:data:`CURVE_STUDY`), summaries of the runs' recorded
+curves, so its producers are the summarising code and the run folders, the plain recipe's included."""
 CURVE_STUDY = ("empirical/yardsticks/curves.py", "models/curves/", "!models/curves/*/checkpoint/*.safetensors")
 """``hmmtf curves``: it computes nothing but summaries of recorded data, each run folder's curve
 points and baselines (``curve.jsonl``, ``curve_baselines.json``), which ``hmmtf curve`` measured
@@ -342,6 +348,13 @@ RESULTS: tuple[Result, ...] = (
            needs="the runs' folders (models/curves/RUN; to extend a run, first `hmmtf restore-checkpoint "
                  "models/curves/RUN/checkpoint`, then its recorded hmmtf curve command)",
            canary="curves"),
+    Result("figures/plateau/plateau.json",
+           "hmmtf plateau --arm ARM RUN_DIR --baseline plain --verdicts figures/paper-scale/cpu --out figures/plateau "
+           "(one --arm per arm, its run folders after its name; the command is in the JSON)",
+           PLATEAU_STUDY,
+           needs="the runs' folders (models/plateau/RUN and models/paper-scale-cpu/paper-2x4x64-4x; to extend a run, "
+                 "first `hmmtf restore-checkpoint models/plateau/RUN/checkpoint`, then its recorded hmmtf curve command)",
+           canary="plateau"),
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
            ANALYSIS, needs="the point's checkpoint", canary="analyze"),

@@ -4,7 +4,9 @@ with (also in fields that change no shape); weights whose tensors do not fit the
 describes (the only check for weights saved before the config was stored beside them, such as the
 committed models/tasks-8192-small, which keeps loading)."""
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,19 @@ def test_a_checkpoint_round_trips_and_stores_its_model_config_with_the_weights(t
     assert loaded.model.config == CONFIG and loaded.optimizer_state is not None
     with safe_open(str(checkpoint / MODEL_FILE), framework="pt") as weights:
         assert json.loads(weights.metadata()[MODEL_CONFIG_KEY]) == CONFIG.to_dict()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_the_tensor_files_have_the_mode_the_umask_gives_a_new_file(tmp_path, umask):
+    """safetensors writes 0600 whatever the umask (issue 53: every weight file was 0600 under umask
+    022); a checkpoint's files take the mode ``0o666 & ~umask``, as its config.json does."""
+    previous = os.umask(umask)
+    try:
+        checkpoint = saved_checkpoint(tmp_path)
+    finally:
+        os.umask(previous)
+    modes = {name: stat.S_IMODE((checkpoint / name).stat().st_mode) for name in (MODEL_FILE, OPTIMIZER_FILE, CONFIG_FILE)}
+    assert modes == dict.fromkeys(modes, 0o666 & ~umask)
 
 
 @pytest.mark.parametrize("name", [MODEL_FILE, OPTIMIZER_FILE])

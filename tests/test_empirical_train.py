@@ -293,7 +293,7 @@ def test_a_run_folder_locked_by_another_process_is_refused_naming_it(tmp_path):
         assert holder.stdout.readline() == "locked\n"
         assert (tmp_path / LOCK_FILE).read_text() == f"{holder.pid}\n"
         with pytest.raises(RunFolderLocked, match=rf"run_dir: '{re.escape(str(tmp_path))}' is locked by process "
-                                                  rf"{holder.pid} \(a training writing to it"):
+                                                  rf"{holder.pid} \(an hmmtf command writing to it"):
             train(MODEL, config, random_batch, tmp_path, progress=False)
         assert not (tmp_path / CHECKPOINT_DIR).exists() and not (tmp_path / METRICS_FILE).exists()
     finally:

@@ -213,17 +213,28 @@ def hmmtf_train_error(argv: list[str], capsys) -> str:
 @pytest.mark.parametrize("argv, message", [
     (["--threads", "0"], r"argument --threads: 0; expected an integer >= 1"),
     (["--threads", "-1"], r"argument --threads: -1; expected an integer >= 1"),
-    (["--steps", "0"], r"steps: 0; expected an integer >= 1"),
-    (["--steps", "-5"], r"steps: -5; expected an integer >= 1"),
-    (["--log-every", "0"], r"log_every: 0; expected an integer >= 1"),
-    (["--eval-prompts", "0"], r"eval_prompts: 0; expected an integer >= 1"),
-    (["--learning-rate", "inf"], r"learning_rate: inf; expected a finite number > 0"),
-    (["--learning-rate", "nan"], r"learning_rate: nan; expected a finite number > 0"),
+    (["--steps", "0"], r"error: --steps: 0; expected an integer >= 1"),
+    (["--steps", "-5"], r"error: --steps: -5; expected an integer >= 1"),
+    (["--log-every", "0"], r"error: --log-every: 0; expected an integer >= 1"),
+    (["--eval-prompts", "0"], r"error: --eval-prompts: 0; expected an integer >= 1"),
+    (["--learning-rate", "inf"], r"error: --learning-rate: inf; expected a finite number > 0"),
+    (["--learning-rate", "nan"], r"error: --learning-rate: nan; expected a finite number > 0"),
+    (["--curriculum-share", "2"], r"error: --curriculum-share: 2.0; expected a number in \[0, 1\]"),
+    (["--attention-scale", "-1"], r"error: --attention-scale: -1.0; expected a finite number > 0"),
+    (["--checkpoint-every", "3"], r"error: --checkpoint-every: 3; expected a multiple of log_every = 10"),
+    (["--bogus", "1"], r"^hmmtf train: error: unrecognized arguments: --bogus 1$"),
     (["--vocab-size", "9"], (r"--vocab-size: '9'; expected no value: the vocabulary is the mixture's tokens plus "
                              r"the delimiter \(choose the mixture instead")),
 ])
 def test_hmmtf_train_refuses_a_bad_flag_before_it_writes_anything(tmp_path, capsys, argv, message):
     assert re.search(message, hmmtf_train_error(["--preset", "tiny", "--run-dir", str(tmp_path / "run"), *argv], capsys))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_value_of_a_config_file_is_named_with_its_section_and_file(tmp_path, capsys):
+    config = write_config(tmp_path, "run.toml", "[train]\ngrad_clip = -1.0\n")
+    error = hmmtf_train_error(["--preset", "tiny", "--config", str(config), "--run-dir", str(tmp_path / "run")], capsys)
+    assert f"error: train.grad_clip in '{config}': -1.0; expected a finite number > 0" in error
     assert not (tmp_path / "run").exists()
 
 

@@ -7,7 +7,9 @@ import dataclasses
 import importlib
 import json
 import math
+import os
 import socket
+import stat
 import sys
 
 import pytest
@@ -131,7 +133,9 @@ def test_export_directory_reloads_offline_with_the_same_logits(tmp_path, monkeyp
     document = json.loads((out / CONFIG_FILE).read_text())
     assert document["hooked_transformer_config"] == hooked_transformer_config(SEVERAL, torch.float32, 64)
     assert document["source"]["step"] == 7 and document["source"]["model"] == SEVERAL.to_dict()
-    assert (out / WEIGHTS_FILE).is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((out / WEIGHTS_FILE).stat().st_mode) == 0o666 & ~umask  # as its config.json, not 0600
 
     def refuse(*args, **kwargs):
         raise AssertionError("load_hooked_transformer tried to open a network connection")

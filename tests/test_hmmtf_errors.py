@@ -183,14 +183,17 @@ def test_default_outputs_are_outside_the_committed_results(command):
     assert Path(args.out).parts[0] == "runs"
 
 
-def test_analyze_writes_beside_its_checkpoint_by_default(checkpoint, monkeypatch, capsys):
+def test_analyze_writes_to_its_inputs_own_run_folder_by_default(checkpoint, monkeypatch, capsys):
+    """Without ``--out``: runs/analysis/RUN, one folder per input, outside the tracked tree."""
     import empirical.analysis.commands as commands
 
+    monkeypatch.chdir(checkpoint.parent.parent)
     monkeypatch.setattr(commands, "preset_from_task", lambda task: SimpleNamespace(prompt_format=None))
     monkeypatch.setattr(commands, "analyze", lambda model, preset, config, device: SimpleNamespace(report={}))
     assert hmmtf.main(["analyze", str(checkpoint)]) == 0
-    assert json.loads(capsys.readouterr().out)["out"] == str(checkpoint.parent / "analysis")
-    assert (checkpoint.parent / "analysis" / "analysis.json").is_file()
+    out = Path("runs", "analysis", checkpoint.parent.name)
+    assert json.loads(capsys.readouterr().out)["out"] == str(out)
+    assert (out / "analysis.json").is_file()
 
 
 @pytest.mark.parametrize("result", [result for result in RESULTS if result.command and result.command.startswith("hmmtf")],
@@ -254,11 +257,14 @@ def test_an_output_folder_that_cannot_be_written_is_refused_at_once_in_one_line(
 
 
 def test_evaluate_checks_its_default_output_folder_before_computing(checkpoint, monkeypatch, capsys):
-    """Without ``--out``: RUN_DIR/evaluation, beside the checkpoint, where a file of that name blocks it."""
-    (checkpoint.parent / "evaluation").write_text("")
+    """Without ``--out``: runs/evaluate/RUN, where a file of that name blocks it."""
+    monkeypatch.chdir(checkpoint.parent.parent)
+    default = Path("runs", "evaluate", checkpoint.parent.name)
+    default.parent.mkdir(parents=True)
+    default.write_text("")
     import empirical.cli.commands
     monkeypatch.setattr(empirical.cli.commands, "load_run", no_computation)
     assert hmmtf.main(["evaluate", str(checkpoint)]) == 2
     assert error_line(capsys, "evaluate") == (
-        f"hmmtf evaluate: error: --out: {str(checkpoint.parent / 'evaluation')!r}: "
-        f"{str(checkpoint.parent / 'evaluation')!r} is not a folder; expected a folder this user can write to")
+        f"hmmtf evaluate: error: --out: {str(default)!r}: {str(default)!r} is not a folder; expected a folder this "
+        f"user can write to")

@@ -30,7 +30,9 @@ from empirical.training.checkpoint import Checkpoint, load_checkpoint
 from empirical.training.configs import add_config_options
 from empirical.training.presets import ExperimentPreset, preset_from_task
 from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
-from hmmtf_options import check_output_folder, config_from_command_line, non_negative_int, output_folder, positive_int
+from empirical.training.run_control import run_folder_lock
+from hmmtf_options import (check_output_folder, check_results_owner, config_from_command_line, default_results_folder,
+                           non_negative_int, output_folder, positive_int)
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
 REPORT_FILE = "analysis.json"
@@ -88,6 +90,8 @@ def add_measure_command(subparsers, name: str, help: str, settings_class: type, 
     parser = subparsers.add_parser(name, help=help)
     parser.add_argument("checkpoint", help=CHECKPOINT_EXPECTED)
     parser.add_argument("--out", type=output_folder, required=True, help=f"folder of {report_file} and {figure_file}")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the results of another input that --out holds (refused otherwise)")
     for field in dataclasses.fields(settings_class):
         kind = non_negative_int if field.name in counts_from_zero else positive_int
         parser.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default,
@@ -114,14 +118,25 @@ def measure_checkpoint(args, settings_class: type, measure: Callable[..., dict],
     torch.set_num_threads(args.threads)
     settings = config_from_command_line(settings_class, vars(args))
     folder = checkpoint_folder(args.checkpoint, "checkpoint")
-    device, saved, preset = load_on_device(folder, args)
+    out = Path(args.out)
+    check_results_owner(out, folder, (report_file,), args.overwrite)
+    device, saved, preset = load_on_device(folder, args)  # a checkpoint it refuses leaves --out as it was
+    with run_folder_lock(out, "--out"):
+        return _measure_into(args, settings, measure, plot, (report_file, figure_file), folder, (device, saved, preset),
+                             out, started)
+
+
+def _measure_into(args, settings, measure: Callable[..., dict], plot: Callable[[dict, Path], None],
+                  files: tuple[str, str], folder: Path, loaded: tuple, out: Path, started: float) -> dict:
+    """:func:`measure_checkpoint`'s measurement of the checkpoint ``folder``, ``loaded`` as
+    ``(device, checkpoint, preset)``, into ``out``'s ``files`` (report, figure)."""
+    (report_file, figure_file), (device, saved, preset) = files, loaded
     report = {
         "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(folder),
         "step": saved.config["step"], "task": saved.config["task"], "model": saved.config["model"],
         "device": str(device),
         **measure(saved.model.eval(), preset, settings, device),
     }
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plot(report, out / figure_file)
     report["runtime_s"] = time.perf_counter() - started
@@ -134,8 +149,17 @@ def run_analyze(args) -> int:
     torch.set_num_threads(args.threads)
     config = config_from_command_line(AnalysisConfig, vars(args))
     folder = checkpoint_folder(args.checkpoint, "checkpoint")
-    out = check_output_folder(args.out if args.out else folder.parent / DEFAULT_OUT)
-    device, saved, preset = load_on_device(folder, args)
+    out = check_output_folder(args.out if args.out else default_results_folder(DEFAULT_OUT, folder))
+    check_results_owner(out, folder, (REPORT_FILE,), args.overwrite)
+    loaded = load_on_device(folder, args)  # a checkpoint it refuses leaves --out as it was
+    with run_folder_lock(out, "--out"):
+        return _analyze_into(args, config, folder, loaded, out, started)
+
+
+def _analyze_into(args, config: AnalysisConfig, folder: Path, loaded: tuple, out: Path, started: float) -> int:
+    """:func:`run_analyze`'s analysis of the checkpoint ``folder``, ``loaded`` as ``(device,
+    checkpoint, preset)``, into ``out``."""
+    device, saved, preset = loaded
     analysis = analyze(saved.model, preset, config, device)
     report = {
         "command": args.command_line, "git_commit": args.git_commit, "checkpoint": str(folder),
@@ -159,8 +183,10 @@ def register(subparsers) -> None:
                                                    "activation patching")
     parser.add_argument("checkpoint", nargs="?", default=DEFAULT_CHECKPOINT,
                         help=f"{CHECKPOINT_EXPECTED} (default {DEFAULT_CHECKPOINT})")
-    parser.add_argument("--out", type=output_folder, help=f"folder for analysis.json and the figures (default RUN_DIR/{DEFAULT_OUT}, "
-                                      f"beside the checkpoint)")
+    parser.add_argument("--out", type=output_folder,
+                        help=f"folder for {REPORT_FILE} and the figures (default runs/{DEFAULT_OUT}/INPUT: one per input)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the results of another input that --out holds (refused otherwise)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     add_config_options(parser, AnalysisConfig)
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")

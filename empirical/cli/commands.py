@@ -27,17 +27,20 @@ from empirical.cli.plots import (plot_calibration, plot_competence, plot_in_cont
 from empirical.training.overrides import add_override_options, flag_overrides, training_run
 from empirical.training.presets import PRESETS
 from empirical.yardsticks.regime import oracle_predictor, regime_section
-from empirical.training.runs import load_run, CHECKPOINT_EXPECTED, checkpoint_folder
-from empirical.training.run_control import interrupted_line, stop_on_signals
+from empirical.training.runs import CHECKPOINT_EXPECTED, LoadedRun, checkpoint_folder, load_run
+from empirical.training.run_control import interrupted_line, run_folder_lock, stop_on_signals
 from empirical.training.streams import training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import check_output_folder, non_negative_int, output_folder, positive_float, positive_int
+from hmmtf_options import (check_output_folder, check_results_owner, default_results_folder, non_negative_int,
+                           output_folder, positive_float, positive_int)
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
 COMPETENCE_FILE = "competence.json"
 SIDE_BY_SIDE_FILE = "hand_built.json"
+EVALUATE_RESULTS = (EVALUATION_FILE, COMPETENCE_FILE, SIDE_BY_SIDE_FILE)
+"""The results of ``hmmtf evaluate``, each recording its checkpoint (``check_results_owner`` reads it)."""
 
 
 def run_train(args) -> int:
@@ -100,14 +103,24 @@ def run_train(args) -> int:
 
 def run_evaluate(args) -> int:
     """``hmmtf evaluate CHECKPOINT``: the checkpoint (or run) folder, resolved as :func:`empirical.training.runs.load_run`
-    resolves it, evaluated into ``--out`` (checked for writing first); an optional input that is
-    missing (the run's training log) is said on stderr, with what it leaves out."""
+    resolves it, evaluated into ``--out`` (default ``runs/evaluate/INPUT``, one folder per input:
+    :func:`hmmtf_options.default_results_folder`), which is checked for writing first, refused when
+    it holds another input's results (unless ``--overwrite``) and locked while it is written."""
     torch.set_num_threads(args.threads)
     checkpoint_dir = checkpoint_folder(args.checkpoint, "checkpoint")
-    run_dir = checkpoint_dir.parent
-    out = check_output_folder(args.out if args.out else run_dir / "evaluation")
+    out = check_output_folder(args.out if args.out else default_results_folder("evaluate", checkpoint_dir))
+    check_results_owner(out, checkpoint_dir, EVALUATE_RESULTS, args.overwrite)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    run = load_run(checkpoint_dir, args.num_prompts, device)
+    run = load_run(checkpoint_dir, args.num_prompts, device)  # a checkpoint it refuses leaves --out as it was
+    with run_folder_lock(out, "--out"):
+        return evaluate_into(args, run, device, out)
+
+
+def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
+    """:func:`run_evaluate`'s evaluation of the loaded ``run`` into ``out``; an optional input that
+    is missing (the run's training log) is said on stderr, with what it leaves out."""
+    checkpoint_dir = run.checkpoint
+    run_dir = checkpoint_dir.parent
     preset, mixture, prompts = run.preset, run.mixture, run.prompts
     num_prompts = prompts.tokens.shape[0]
     predictors = in_context_predictors(run.model, mixture, preset, num_prompts, device)
@@ -249,7 +262,10 @@ def register(subparsers) -> None:
 
     parser = subparsers.add_parser("evaluate", help="in-context accuracy/loss of a checkpoint vs Bayes-optimal")
     parser.add_argument("checkpoint", help=CHECKPOINT_EXPECTED)
-    parser.add_argument("--out", type=output_folder, help="folder for evaluation.json and figures (default RUN_DIR/evaluation)")
+    parser.add_argument("--out", type=output_folder,
+                        help="folder for evaluation.json and figures (default runs/evaluate/INPUT: one per input)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the results of another input that --out holds (refused otherwise)")
     parser.add_argument("--num-prompts", type=positive_int, help="held-out prompts (default: the preset's)")
     parser.add_argument("--device", help="default: CUDA if available, else CPU")
     parser.add_argument("--hand-built-prompts", type=non_negative_int, default=256,

@@ -40,10 +40,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from construction import Stage, Trace
-from empirical.training.checkpoint import load_checkpoint
+from empirical.training.checkpoint import load_checkpoint, with_umask_mode
 from empirical.training.model import RoFormer, RoFormerConfig
+from empirical.training.run_control import run_folder_lock
 from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
-from hmmtf_options import output_folder, positive_int
+from hmmtf_options import check_results_owner, output_folder, positive_int
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -201,6 +202,7 @@ def export_hooked_transformer(model_or_checkpoint: RoFormer | str | Path, direct
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(hooked_transformer_state_dict(model), str(directory / WEIGHTS_FILE))
+    with_umask_mode(directory / WEIGHTS_FILE)
     document = {"hooked_transformer_config": config_kwargs, "source": source or {}}
     (directory / CONFIG_FILE).write_text(json.dumps(document, indent=2) + "\n")
     return directory
@@ -260,7 +262,9 @@ def run_export(args) -> int:
     checkpoint = load_checkpoint(folder)
     source = {"command": args.command_line, "checkpoint": str(folder),
               "step": checkpoint.config["step"], "model": checkpoint.config["model"]}
-    out = export_hooked_transformer(checkpoint.model, args.out, args.context_length, source)
+    check_results_owner(Path(args.out), folder, (CONFIG_FILE,), args.overwrite, option="out")
+    with run_folder_lock(Path(args.out), "out"):
+        out = export_hooked_transformer(checkpoint.model, args.out, args.context_length, source)
     print(json.dumps({"out": str(out), "files": [CONFIG_FILE, WEIGHTS_FILE], "format": args.to}, indent=2))
     return 0
 
@@ -275,4 +279,6 @@ def register(subparsers) -> None:
                                     "empirical.interop.transformer_lens_interop.load_hooked_transformer)")
     parser.add_argument("--context-length", type=positive_int, default=DEFAULT_CONTEXT_LENGTH,
                         help="longest prompt the exported model accepts (its n_ctx)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace another checkpoint's export that the output folder holds (refused otherwise)")
     parser.set_defaults(run=run_export)

@@ -35,7 +35,7 @@ from empirical.reproduce.record import (
     write_json,
 )
 from empirical.reproduce.stages import STAGE_NAMES, check_settings, done_stages, plan_costs, run_stages
-from empirical.training.run_control import interrupted_line, stop_on_signals
+from empirical.training.run_control import interrupted_line, run_folder_lock, stop_on_signals
 from hmmtf_options import check_output_folder, positive_float, positive_int
 
 SESSION_DEVICE_MINUTES = 15.0
@@ -167,7 +167,8 @@ def reproduce(args) -> int:
             except ValueError as error:
                 print(f"over the budget: {error}")
             return stop.exit_code if stop() else 0
-        record, stopped = run_stages(config, out, args.command_line, rates, host, budget, args.stop_after, stop)
+        with run_folder_lock(out, "--out"):  # a second run of the same folder is refused, naming the first
+            record, stopped = run_stages(config, out, args.command_line, rates, host, budget, args.stop_after, stop)
     print(summary(record))
     if stopped is None:
         return 0

@@ -125,6 +125,15 @@ def has_checkpoint(directory: Path) -> bool:
     return directory.is_dir()
 
 
+def with_umask_mode(path: Path) -> None:
+    """Give the file ``path`` the mode a file created under the process's umask has
+    (``0o666 & ~umask``): safetensors writes its files with mode 0600 whatever the umask, so a
+    checkpoint or export would be unreadable to the group that can read the rest of the folder."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Optimizer | None, config: dict) -> None:
     """Write ``model`` (unwrapped: not DDP, not compiled), ``optimizer`` and ``config`` to ``directory``."""
     directory = Path(directory)
@@ -133,10 +142,12 @@ def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Opt
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     save_model(model, str(staging / MODEL_FILE), metadata={MODEL_CONFIG_KEY: json.dumps(model.config.to_dict())})
+    with_umask_mode(staging / MODEL_FILE)
     full_config = dict(config, model=model.config.to_dict())
     if optimizer is not None:
         tensors, groups = _flatten_optimizer_state(optimizer.state_dict())
         save_file(tensors, str(staging / OPTIMIZER_FILE))
+        with_umask_mode(staging / OPTIMIZER_FILE)
         full_config["optimizer_param_groups"] = groups
     (staging / CONFIG_FILE).write_text(json.dumps(full_config, indent=2) + "\n")
     if directory.exists():

@@ -286,4 +286,21 @@ def training_run(preset_flag: str | None, config_file: str | None, flags: Overri
     if name is None:
         raise ValueError(f"--preset: not given; expected one of {sorted(PRESETS)} (or a top-level "
                          f"{PRESET_KEY!r} in --config)")
-    return resolve(name, file_values, flags)
+    try:
+        return resolve(name, file_values, flags)
+    except ValueError as error:
+        raise ValueError(_named_where_given(str(error), flags, file_values, config_file)) from error
+
+
+def _named_where_given(message: str, flags: Overrides, file_values: Overrides, config_file: str | None) -> str:
+    """``message`` (``field: value; expected ...``, the configs' convention) with the field named as
+    the user gave it: ``--field-name`` for a flag, ``section.field in 'FILE'`` for a config file's
+    value; unchanged for a value neither gave (the preset's, or one derived from another)."""
+    field, separator, rest = message.partition(": ")
+    for section in SECTIONS:
+        if separator and field in flags.get(section, {}):
+            return f"{_flag(field)}: {rest}"
+    for section in SECTIONS:
+        if separator and field in file_values.get(section, {}):
+            return f"{section}.{field} in {str(config_file)!r}: {rest}"
+    return message

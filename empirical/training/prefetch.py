@@ -16,12 +16,21 @@ with ``fork``: it inherits the batch function (the paper mixture's 1.2 GB are no
 pickled) and draws on the CPU only, with one thread, so the parent's CUDA context is never touched
 in it. It runs ``depth`` batches ahead at most (a bounded queue); a step other than the next one
 asked (a resumed or restarted run) starts a new worker at that step.
+
+The worker never outlives the training: a forked child shares the run folder's lock (the parent's
+``flock``, :mod:`empirical.training.run_control`), so a worker left behind by a trainer killed with
+SIGKILL would keep the folder locked, and the rerun would be refused. On Linux the worker asks the
+kernel to kill it when its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), and exits at once if
+the parent died before it asked (tests/test_fault_injection.py kills trainers at random steps).
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import queue
 import signal
+import sys
 import traceback
 from typing import Callable
 
@@ -33,7 +42,23 @@ POLL_SECONDS = 1.0
 """How often a wait for the worker's next batch checks that the worker is still alive."""
 
 
-def _draw(batch_fn: Callable[[int], Batch], first: int, batches: multiprocessing.Queue) -> None:
+PR_SET_PDEATHSIG = 1
+"""Linux's ``prctl`` option: the signal the kernel sends this process when its parent dies."""
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel kill this process (SIGKILL) when its parent, process ``parent``, dies; exit
+    now if it already has (this process's parent is then another). Linux only: elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _draw(batch_fn: Callable[[int], Batch], first: int, batches: multiprocessing.Queue, parent: int) -> None:
     """The worker: ``batch_fn(first), batch_fn(first + 1), ...`` into ``batches`` as
     ``(step, parts, None)``, ``parts`` the batch's fields (:class:`Batch`: inputs, targets and the
     optional target distributions), or ``(step, None, traceback)`` once a draw raises. The arrays go
@@ -43,6 +68,7 @@ def _draw(batch_fn: Callable[[int], Batch], first: int, batches: multiprocessing
     :func:`empirical.training.run_control.stop_on_signals`, which would only set a flag here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with(parent)
     torch.set_num_threads(1)
     step = first
     while True:
@@ -72,7 +98,8 @@ class PrefetchedBatches:
     def _start(self, step: int) -> None:
         self.close()
         self.batches = self.context.Queue(maxsize=self.depth)
-        self.worker = self.context.Process(target=_draw, args=(self.batch_fn, step, self.batches), daemon=True)
+        self.worker = self.context.Process(target=_draw, args=(self.batch_fn, step, self.batches, os.getpid()),
+                                           daemon=True)
         self.worker.start()
         self.next_step = step
 

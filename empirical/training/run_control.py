@@ -2,8 +2,8 @@
 SIGINT and SIGTERM request.
 
 **Lock.** :func:`run_folder_lock` holds an exclusive ``flock`` on ``RUN_DIR/train.lock`` while a
-training writes to the folder, with the holder's process ID in the file; a second training on the
-folder is refused, naming that ID (:class:`RunFolderLocked`). The kernel releases a ``flock`` when
+training (or another command) writes to the folder, with the holder's process ID in the file; a
+second one on the folder is refused, naming that ID (:class:`RunFolderLocked`). The kernel releases a ``flock`` when
 its holder exits, however it exits, so the lock file a killed process leaves behind blocks nothing.
 The file is kept (emptied on release): deleting it would let a process that opened it before the
 deletion and one that creates a new file both hold "the" lock.
@@ -40,9 +40,12 @@ def _holder(descriptor: int) -> str:
 
 
 @contextmanager
-def run_folder_lock(run_dir: Path) -> Iterator[Path]:
+def run_folder_lock(run_dir: Path, name: str = "run_dir") -> Iterator[Path]:
     """Hold the lock of ``run_dir`` (created if missing) for the ``with`` block; yields the lock
-    file's path. :class:`RunFolderLocked`, naming the holder's process ID, if another process holds it."""
+    file's path. :class:`RunFolderLocked`, naming the argument ``name`` (``run_dir`` of
+    :func:`~empirical.training.train.train`, a command's ``--out``) and the holder's process ID, if
+    another process holds it. Every command that writes results into a folder takes it (training,
+    evaluation, analysis, export, reproduction)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_FILE
@@ -52,9 +55,9 @@ def run_folder_lock(run_dir: Path) -> Iterator[Path]:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunFolderLocked(
-                f"run_dir: {str(run_dir)!r} is locked by {_holder(descriptor)} (a training writing to it; lock file "
-                f"{str(path)!r}); expected a folder no other training writes to: wait for that one, stop it, or "
-                f"choose another run folder") from None
+                f"{name}: {str(run_dir)!r} is locked by {_holder(descriptor)} (an hmmtf command writing to it; lock "
+                f"file {str(path)!r}); expected a folder no other command writes to: wait for that one, stop it, or "
+                f"choose another folder") from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
         try:

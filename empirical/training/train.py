@@ -92,7 +92,7 @@ class TrainConfig(JSONConfig):
     (:func:`branch_run`).
 
     The last four fields shape the objective and the data, and are read by the prompt stream
-    (:func:`empirical.training.data.training_stream`), not by this loop (plateau study, issue 51):
+    (:func:`empirical.training.streams.training_stream`), not by this loop (plateau study, issue 51):
 
     - ``soft_targets``: the loss is the cross-entropy against each prompt's own HMM's next-token
       distribution (its forward filter) instead of the sampled next token. Since the loss is

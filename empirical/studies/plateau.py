@@ -1,0 +1,127 @@
+"""The plateau study (``hmmtf plateau``, issue 51; ``docs/empirical.md``, "The plateau study"): when
+a network trained on a 128-state family leaves the in-context unigram counter, for each training
+recipe (an *arm*: the plain recipe, soft targets, a curriculum, an attention scale, another
+learning rate or batch at the same tokens) and family, from the learning curves that
+``hmmtf curve`` recorded while the runs trained (``curve.jsonl``: 256 prompts of 1024 fresh HMMs
+per point, paired per prompt against the in-context n-grams).
+
+The rules, fixed before the study's runs were read, are :data:`RULES`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from empirical.training.presets import PRESETS
+from empirical.yardsticks.curves import run_summary
+
+RULES = """\
+- **Escape.** A run escapes at the first curve point at which its test-sequence loss is below the
+  in-context bigram's with 95% confidence: the upper end of the paired interval of ``model -
+  bigram`` (``test_sequence.model_minus["ngram 2"].interval_95``) is below 0. Its escape budget is
+  that point's training tokens over the paper's budget (131,072
+  prompts of 263 tokens), bracketed by the point before: the escape happened in ``(previous,
+  escape]``. A run that has not escaped at its last point is *censored* there (it escapes later,
+  if at all).
+- **An arm over seeds.** Its escape range is the hull of its seeds' brackets, ``[lowest start,
+  highest end]``: with two seeds a range, not a confidence interval. An arm with a censored seed
+  has escaped, at the earliest, after that seed's last point.
+- **Comparison.** Arm A escapes earlier than arm B when A's range ends at or before B's begins:
+  every seed of A escaped before any seed of B. B escapes later likewise. A censored arm is later
+  than an arm whose range ends at or before its censoring point. Otherwise the study does not
+  resolve a difference.
+- **Budget.** Screening runs stop at 4x the paper's budget, or one point after their escape; the
+  best two arms and the plain recipe go to 8x with a second seed.
+"""
+"""The escape, range and comparison rules, as ``plateau.json`` states them."""
+ESCAPE_SCOPE = "test_sequence"
+ESCAPE_BASELINE = "ngram 2"
+"""The rule's scope and yardstick: the test sequence, the in-context bigram."""
+VERDICT_FILE = "ngram-verdict.json"
+PLATEAU_FILE = "plateau.json"
+
+
+def paper_budget_tokens() -> int:
+    """The paper's training budget in tokens: the ``paper`` preset's steps x batch x prompt length
+    (4096 x 32 x 263 = 34,471,936)."""
+    paper = PRESETS["paper"]
+    return paper.train.steps * paper.train.batch_size * paper.prompt_format.length
+
+
+def escape(points: list[dict], budget_tokens: int) -> dict:
+    """The escape rule (:data:`RULES`) on a run's curve ``points`` (in order of step):
+    ``{"escaped": True, "step", "budget", "bracket": [previous budget, budget]}``, or
+    ``{"escaped": False, "censored_at": last budget}``; budgets in units of ``budget_tokens``."""
+    if not points:
+        raise ValueError("points: none; expected a run with at least one curve point")
+    previous = 0
+    for point in points:
+        if point[ESCAPE_SCOPE]["model_minus"][ESCAPE_BASELINE]["interval_95"][1] < 0:
+            return {"escaped": True, "step": point["step"], "budget": point["tokens"] / budget_tokens,
+                    "bracket": [previous / budget_tokens, point["tokens"] / budget_tokens]}
+        previous = point["tokens"]
+    return {"escaped": False, "censored_at": points[-1]["tokens"] / budget_tokens}
+
+
+def escape_range(escapes: list[dict]) -> dict:
+    """An arm's escape over its seeds' :func:`escape` records: ``{"escaped": True, "range": [lowest
+    bracket start, highest bracket end]}`` when every seed escaped, else ``{"escaped": False,
+    "after": the earliest censoring point}`` (at least one seed escapes after it, if at all)."""
+    censored = [record["censored_at"] for record in escapes if not record["escaped"]]
+    if censored:
+        return {"escaped": False, "after": min(censored)}
+    return {"escaped": True, "range": [min(record["bracket"][0] for record in escapes),
+                                       max(record["bracket"][1] for record in escapes)]}
+
+
+def compare(arm: dict, baseline: dict) -> str:
+    """``"earlier"``, ``"later"`` or ``"unresolved"``: ``arm``'s :func:`escape_range` against the
+    ``baseline``'s, by the comparison rule of :data:`RULES`."""
+    if arm["escaped"] and baseline["escaped"]:
+        if arm["range"][1] <= baseline["range"][0]:
+            return "earlier"
+        if baseline["range"][1] <= arm["range"][0]:
+            return "later"
+        return "unresolved"
+    if arm["escaped"] and arm["range"][1] <= baseline["after"]:
+        return "earlier"
+    if baseline["escaped"] and baseline["range"][1] <= arm["after"]:
+        return "later"
+    return "unresolved"
+
+
+def run_record(run_dir: Path, verdicts: Path | None, budget_tokens: int) -> dict:
+    """One run: its :func:`~empirical.yardsticks.curves.run_summary`, its seeds, its escape and,
+    when ``verdicts/RUN/ngram-verdict.json`` exists, that verdict (step and words)."""
+    summary = run_summary(run_dir)
+    record = {**summary, "seed": summary["train"]["seed"], "escape": escape(summary["points"], budget_tokens)}
+    verdict_path = None if verdicts is None else verdicts / summary["run"] / VERDICT_FILE
+    if verdict_path is not None and verdict_path.is_file():
+        verdict = json.loads(verdict_path.read_text())
+        record["ngram_verdict"] = {"file": str(verdict_path), "step": verdict["step"], "verdict": verdict["verdict"],
+                                   "beats": verdict["beats"]}
+    return record
+
+
+def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: Path | None) -> dict:
+    """The study over ``arms`` (``(name, run folders)``; one family per run, read from its
+    checkpoint): per arm and family its runs (:func:`run_record`), their :func:`escape_range`, and
+    its :func:`compare` against the ``baseline`` arm on the same family."""
+    names = [name for name, _ in arms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--arm: names {names}; expected each arm named once")
+    if baseline not in names:
+        raise ValueError(f"--baseline: {baseline!r}; expected one of the arms {names}")
+    budget_tokens = paper_budget_tokens()
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for name, run_dirs in arms:
+        for run_dir in run_dirs:
+            record = run_record(Path(run_dir), verdicts, budget_tokens)
+            groups.setdefault((name, record["mixture"]), []).append(record)
+    rows = [{"arm": name, "family": family, "runs": runs, "escape": escape_range([run["escape"] for run in runs])}
+            for (name, family), runs in groups.items()]
+    reference = {row["family"]: row["escape"] for row in rows if row["arm"] == baseline}
+    for row in rows:
+        if row["arm"] != baseline and row["family"] in reference:
+            row["against_baseline"] = compare(row["escape"], reference[row["family"]])
+    return {"rules": RULES, "paper_budget_tokens": budget_tokens, "baseline": baseline, "arms": rows}

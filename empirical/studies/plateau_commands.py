@@ -1,0 +1,45 @@
+"""``hmmtf plateau``: the plateau study's escapes per arm and family (:mod:`empirical.studies.plateau`)
+in ``plateau.json`` and its figure ``plateau.png`` (:mod:`empirical.studies.plateau_figures`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from empirical.studies.plateau import PLATEAU_FILE, plateau_study
+from empirical.studies.plateau_figures import plot_plateau
+from hmmtf_options import output_folder
+
+
+def run_plateau(args) -> int:
+    """Gather the arms' runs, write the study and its figure, print one line per arm and family."""
+    arms = [(arm[0], [Path(run_dir) for run_dir in arm[1:]]) for arm in args.arm]
+    empty = [name for name, runs in arms if not runs]
+    if empty:
+        raise ValueError(f"--arm: {empty[0]!r} names no run folder; expected NAME RUN_DIR [RUN_DIR ...]")
+    study = plateau_study(arms, args.baseline, Path(args.verdicts) if args.verdicts else None)
+    study = {"command": args.command_line, "git_commit": args.git_commit, **study}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PLATEAU_FILE).write_text(json.dumps(study, indent=1) + "\n")
+    plot_plateau(study, out / "plateau.png")
+    for row in study["arms"]:
+        escape = row["escape"]
+        when = (f"escaped in ({escape['range'][0]:.3g}, {escape['range'][1]:.3g}]x the paper's budget"
+                if escape["escaped"] else f"not escaped by {escape['after']:.3g}x")
+        against = f"; {row['against_baseline']} than {study['baseline']}" if "against_baseline" in row else ""
+        print(f"{row['family']} / {row['arm']}: {len(row['runs'])} run(s), {when}{against}")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``plateau`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser("plateau", help="the plateau study: when each training recipe's runs (of hmmtf "
+                                                   "curve) escape the in-context unigram counter, against a baseline")
+    parser.add_argument("--arm", nargs="+", action="append", required=True, metavar="NAME_THEN_RUN_DIRS",
+                        help="an arm: its name, then its run folders (one per seed and family); repeat per arm")
+    parser.add_argument("--baseline", required=True, help="the arm every other is compared with (the plain recipe)")
+    parser.add_argument("--verdicts", help="folder holding RUN/ngram-verdict.json of the runs that have one")
+    parser.add_argument("--out", type=output_folder, default="runs/plateau",
+                        help="folder of plateau.json and plateau.png (default: %(default)s; the committed result is "
+                             "written with --out figures/plateau)")
+    parser.set_defaults(run=run_plateau)

@@ -1,0 +1,114 @@
+"""The plateau study (``hmmtf plateau``): the escape rule, an arm's range over seeds and the
+comparison with the baseline, on planted learning curves whose answers are known by construction."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import hmmtf
+from empirical.studies.plateau import compare, escape, escape_range, paper_budget_tokens
+
+BUDGET = 1000
+"""Tokens of one paper budget in the planted curves of the rule's tests."""
+
+
+def point(step: int, upper: float, tokens_per_step: int = 100) -> dict:
+    """A curve point whose test-sequence ``model - bigram`` interval ends at ``upper``."""
+    difference = {"mean": upper - 0.01, "stderr": 0.005, "interval_95": [upper - 0.02, upper]}
+    return {"step": step, "tokens": step * tokens_per_step,
+            "test_sequence": {"model_loss": 2.7, "model_minus": {"ngram 2": difference}},
+            "all_positions": {"model_loss": 2.7, "model_minus": {"ngram 2": difference}}}
+
+
+def test_a_run_escapes_at_its_first_point_below_the_bigram_with_its_interval():
+    points = [point(5, 0.1), point(10, 0.001), point(15, -0.002), point(20, 0.01)]
+    assert escape(points, BUDGET) == {"escaped": True, "step": 15, "budget": 1.5, "bracket": [1.0, 1.5]}
+    assert escape([point(5, -0.1)], BUDGET)["bracket"] == [0.0, 0.5]
+
+
+def test_a_run_that_never_escapes_is_censored_at_its_last_point():
+    assert escape([point(5, 0.1), point(10, 0.0)], BUDGET) == {"escaped": False, "censored_at": 1.0}
+    with pytest.raises(ValueError, match="points: none"):
+        escape([], BUDGET)
+
+
+def test_an_arm_range_is_the_hull_of_its_seeds_and_a_censored_seed_bounds_it_from_below():
+    escaped = [{"escaped": True, "bracket": [1.0, 1.25]}, {"escaped": True, "bracket": [1.5, 1.75]}]
+    assert escape_range(escaped) == {"escaped": True, "range": [1.0, 1.75]}
+    assert escape_range([*escaped, {"escaped": False, "censored_at": 3.0}, {"escaped": False, "censored_at": 2.0}]) == {
+        "escaped": False, "after": 2.0}
+
+
+@pytest.mark.parametrize("arm, baseline, expected", [
+    ({"escaped": True, "range": [0.5, 1.0]}, {"escaped": True, "range": [1.0, 1.5]}, "earlier"),
+    ({"escaped": True, "range": [1.5, 2.0]}, {"escaped": True, "range": [1.0, 1.5]}, "later"),
+    ({"escaped": True, "range": [0.75, 1.25]}, {"escaped": True, "range": [1.0, 1.5]}, "unresolved"),
+    ({"escaped": True, "range": [0.5, 1.0]}, {"escaped": False, "after": 1.0}, "earlier"),
+    ({"escaped": True, "range": [0.5, 1.25]}, {"escaped": False, "after": 1.0}, "unresolved"),
+    ({"escaped": False, "after": 2.0}, {"escaped": True, "range": [1.5, 1.75]}, "later"),
+    ({"escaped": False, "after": 1.0}, {"escaped": True, "range": [1.5, 1.75]}, "unresolved"),
+    ({"escaped": False, "after": 1.0}, {"escaped": False, "after": 2.0}, "unresolved"),
+])
+def test_an_arm_is_earlier_or_later_only_when_every_seed_is(arm, baseline, expected):
+    assert compare(arm, baseline) == expected
+
+
+def test_the_paper_budget_is_its_prompts_times_their_length():
+    assert paper_budget_tokens() == 131_072 * 263
+
+
+def plant_run(folder: Path, uppers: list[float], seed: int = 0, mixture: str = "paper", every: int = 512) -> Path:
+    """A run folder of ``hmmtf curve`` with one point every ``every`` steps of 32 prompts of 263 tokens."""
+    (folder / "checkpoint").mkdir(parents=True)
+    config = {"command": f"hmmtf curve --run-dir {folder}", "model": {"num_layers": 2}, "step": every * len(uppers),
+              "train": {"seed": seed, "batch_size": 32}, "task": {"mixture": mixture}}
+    (folder / "checkpoint" / "config.json").write_text(json.dumps(config))
+    baselines = {"num_prompts": 256, "fresh_tasks": 1024, "ceiling_settings": None,
+                 "losses": {"test_sequence": {"ngram 2": [2.6, 2.6]}, "all_positions": {"ngram 2": [2.6, 2.6]}}}
+    (folder / "curve_baselines.json").write_text(json.dumps(baselines))
+    (folder / "curve.jsonl").write_text("".join(json.dumps(point(every * (index + 1), upper, 32 * 263)) + "\n"
+                                                for index, upper in enumerate(uppers)))
+    return folder
+
+
+def test_the_command_writes_each_arm_per_family_against_the_baseline(tmp_path, capsys):
+    plain = plant_run(tmp_path / "plain", [0.1, 0.1, 0.1, -0.01])
+    soft = plant_run(tmp_path / "soft", [0.1, -0.01])
+    soft_again = plant_run(tmp_path / "soft-seed1", [0.1, 0.1, -0.01], seed=1)
+    sparse = plant_run(tmp_path / "sparse", [-0.01], mixture="paper-sparse")
+    verdict = tmp_path / "verdicts" / "soft"
+    verdict.mkdir(parents=True)
+    (verdict / "ngram-verdict.json").write_text(json.dumps({"step": 1024, "verdict": "beats the in-context unigram",
+                                                            "beats": {"test_sequence": {"ngram 2": False}}}))
+    out = tmp_path / "out"
+    assert hmmtf.main(["plateau", "--arm", "plain", str(plain), str(sparse), "--arm", "soft", str(soft), str(soft_again),
+                       "--baseline", "plain", "--verdicts", str(tmp_path / "verdicts"), "--out", str(out)]) == 0
+    study = json.loads((out / "plateau.json").read_text())
+    assert (out / "plateau.png").stat().st_size > 0
+    rows = {(row["arm"], row["family"]): row for row in study["arms"]}
+    quarter = 512 * 32 * 263 / paper_budget_tokens()  # 512 steps of 32 prompts: 1/8 of the paper's budget
+    assert quarter == 0.125
+    assert rows["plain", "paper"]["escape"] == {"escaped": True, "range": [0.375, 0.5]}
+    assert rows["soft", "paper"]["escape"] == {"escaped": True, "range": [0.125, 0.375]}
+    assert rows["soft", "paper"]["against_baseline"] == "earlier"
+    assert rows["plain", "paper-sparse"]["escape"] == {"escaped": True, "range": [0.0, 0.125]}
+    assert [run["seed"] for run in rows["soft", "paper"]["runs"]] == [0, 1]
+    assert rows["soft", "paper"]["runs"][0]["ngram_verdict"]["verdict"] == "beats the in-context unigram"
+    assert "ngram_verdict" not in rows["soft", "paper"]["runs"][1]
+    assert "Escape" in study["rules"] and study["baseline"] == "plain"
+    assert "paper / soft: 2 run(s), escaped in (0.125, 0.375]x the paper's budget; earlier than plain" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("arms, baseline, message", [
+    ([["plain"]], "plain", "--arm: 'plain' names no run folder"),
+    ([["plain", "RUN"], ["plain", "RUN"]], "plain", "--arm: names \\['plain', 'plain'\\]; expected each arm named once"),
+    ([["plain", "RUN"]], "soft", "--baseline: 'soft'; expected one of the arms \\['plain'\\]"),
+])
+def test_an_arm_without_runs_twice_named_or_an_unknown_baseline_is_refused_in_one_line(tmp_path, capsys, arms,
+                                                                                      baseline, message):
+    run = plant_run(tmp_path / "run", [0.1])
+    words = [word for arm in arms for word in ["--arm", *[str(run) if item == "RUN" else item for item in arm]]]
+    assert hmmtf.main(["plateau", *words, "--baseline", baseline, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err
