@@ -24,6 +24,9 @@ preset (a top-level ``preset``, which ``--preset`` overrides)::
     learning_rate = 1e-3
 
 Resolution (:func:`resolve`), key by key, later layers winning: the preset, the file, the flags.
+Every number is checked there, for flags and files alike: a value that is not finite is refused
+whatever the field (a NaN or infinite rate, scale or standard deviation), then each config checks
+its own ranges.
 A named ``prompt_format`` replaces the preset's format, then ``num_demos``, ``demo_length`` and
 ``test_length`` replace its fields. When ``steps`` is set and ``warmup_steps`` is not, the warm-up
 follows the shorter or longer run: ``min(preset's warm-up, steps // 10)``.
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import typing
 from pathlib import Path
@@ -256,6 +260,10 @@ def resolve(preset_name: str, *layers: Overrides) -> TrainingRun:
     base = get_preset(preset_name)
     merged = {section: {field: value for layer in layers for field, value in layer.get(section, {}).items()}
               for section in SECTIONS}
+    for values in merged.values():
+        for field, value in values.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{field}: {value!r}; expected a finite number")
     data = merged["data"]
     prompt_format = base.prompt_format
     if "prompt_format" in data:
