@@ -223,8 +223,9 @@ def test_the_plan_splits_the_stages_to_run_into_calls_at_stage_boundaries():
     assert split == ("in calls of at most 10 min, cut at stage boundaries: call 1: a, b (500 s; --stop-after b); "
                      "call 2: c (200 s; --stop-after c); call 3: d (700 s, longer than a call: only a detached run "
                      "(--detach) holds it, running on between calls); call 4: e (50 s)")
-    assert detached == ("or detached (--detach, then --wait in each call; the run goes on between calls): 3 call(s) "
-                        "of following")
+    assert detached == ("or detached (--detach, then --wait in each call; the run goes on between calls): 3 calls "
+                        "of --wait to follow it to its end")
+    assert plan.budget_lines(costs[:1], plan.Budget(30, 10))[2].endswith(": 1 call of --wait to follow it to its end")
     # A stage that resumes from a checkpoint costs less to run again.
     resumed = costs[:3] + [costs[3]._replace(resumed_s=90.0)] + costs[4:]
     assert plan.budget_lines(resumed, plan.Budget(30, 10))[0].endswith(

@@ -90,3 +90,16 @@ def test_an_export_into_another_checkpoints_export_is_refused(tiny_run, tmp_path
     error = error_of(["export", str(tmp_path / "other"), "--to", "transformer-lens", str(out)], capsys)
     assert f"holds config.json with the results of '{tiny_run / 'checkpoint'}'" in error
     assert hmmtf.main(["export", str(tmp_path / "other"), "--to", "transformer-lens", str(out), "--overwrite"]) == 0
+
+
+def test_a_second_reproduction_of_a_folder_is_refused_naming_its_out_and_the_first(tmp_path, capsys):
+    """``hmmtf reproduce`` holds its ``--out`` while it runs (a second one started after training
+    reran the analysis over the first's files); the refusal names ``--out``, not the training's
+    run folder inside it."""
+    out = tmp_path / "run"
+    with run_folder_lock(out):
+        assert hmmtf.main(["reproduce", "--preset", "paper-mini", "--out", str(out), "--threads", "1"]) == 2
+    error = capsys.readouterr().err
+    assert error.splitlines()[-1].startswith(f"hmmtf reproduce: error: --out: '{out}' is locked by process "
+                                             f"{os.getpid()}"), error
+    assert sorted(path.name for path in out.iterdir()) == ["train.lock"]

@@ -167,6 +167,7 @@ def reproduce(args) -> int:
             except ValueError as error:
                 print(f"over the budget: {error}")
             return stop.exit_code if stop() else 0
+        plan.check_budget(plan.stages_to_run(costs, done, args.stop_after), budget)  # before the lock makes --out
         with run_folder_lock(out, "--out"):  # a second run of the same folder is refused, naming the first
             record, stopped = run_stages(config, out, args.command_line, rates, host, budget, args.stop_after, stop)
     print(summary(record))

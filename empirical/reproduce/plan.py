@@ -501,7 +501,12 @@ def budget_lines(to_run: list[StageCost], budget: Budget) -> list[str]:
     return [session,
             f"in calls of at most {budget.call_minutes:g} min, cut at stage boundaries: {'; '.join(parts)}",
             f"or detached (--detach, then --wait in each call; the run goes on between calls): "
-            f"{math.ceil(total / call_s)} call(s) of following"]
+            f"{_count(math.ceil(total / call_s), 'call')} of --wait to follow it to its end"]
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 call``, ``3 calls``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def format_plan(costs: list[StageCost], rates: Rates, done: set[str], stop_after: str | None, budget: Budget,
