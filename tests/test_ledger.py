@@ -538,3 +538,17 @@ def test_a_mechanism_claim_at_128_states_is_gated_by_the_ngram_verdict(tmp_path,
     gate = judge(claims[f"{model.prefix}-competence"], root).outcome
     assert gate.verdict is (Verdict.HOLDS if competent else Verdict.NOT_REPRODUCED)
     assert f"verdict: {verdict}" in gate.reason
+
+
+def test_every_committed_json_is_strict_json():
+    """No result holds NaN or Infinity, which Python's json writes and strict readers refuse (issue 53)."""
+    def refuse(constant: str):
+        raise ValueError(f"the non-JSON constant {constant}")
+
+    loose = []
+    for path in sorted((ROOT / "figures").rglob("*.json")) + sorted((ROOT / "models").rglob("*.json")):
+        try:
+            json.loads(path.read_text(), parse_constant=refuse)
+        except ValueError as error:
+            loose.append(f"{path.relative_to(ROOT)}: {error}")
+    assert loose == []
