@@ -26,7 +26,9 @@ def run_plateau(args) -> int:
         escape = row["escape"]
         when = (f"escaped in ({escape['range'][0]:.3g}, {escape['range'][1]:.3g}]x the paper's budget"
                 if escape["escaped"] else f"not escaped by {escape['after']:.3g}x")
-        against = f"; {row['against_baseline']} than {study['baseline']}" if "against_baseline" in row else ""
+        relation = row.get("against_baseline")
+        against = ("" if relation is None else f"; not resolved against {study['baseline']}" if relation == "unresolved"
+                   else f"; {relation} than {study['baseline']}")
         print(f"{row['family']} / {row['arm']}: {len(row['runs'])} run(s), {when}{against}")
     return 0
 
