@@ -106,7 +106,7 @@ def run_hmmtf(*argv: str, **environ: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(("argv", "line"), [
     (["train", "--preset", "no-such-preset"], "hmmtf train: error: argument --preset: invalid choice: "),
-    (["train", "--preset", "tiny", "--steps", "0"], "hmmtf train: error: steps: 0; expected an integer >= 1"),
+    (["train", "--preset", "tiny", "--steps", "0"], "hmmtf train: error: --steps: 0; expected an integer >= 1"),
     (["reproduce", "--preset", "huge", "--device", "cpu"], "hmmtf reproduce: error: --preset: 'huge'; expected one of"),
 ])
 def test_a_user_error_of_a_training_command_is_one_line_on_stderr_whether_it_restarted_or_not(argv, line):

@@ -509,7 +509,7 @@ def test_iid_cells_are_not_trained():
         ({"architectures": ("3-layer",)}, r"architectures: \['3-layer'\]; expected a non-empty subset"),
         ({"seeds": 0}, r"seeds: 0; expected an integer >= 1"),
         ({"init_std": -0.1}, r"init_std: -0.1; expected a finite number > 0"),
-        ({"learning_rate": 0.0}, r"learning_rate: 0.0; expected a number > 0"),
+        ({"learning_rate": 0.0}, r"learning_rate: 0.0; expected a finite number > 0"),
     ],
 )
 def test_sweep_config_rejects_bad_values(overrides, message):

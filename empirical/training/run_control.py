@@ -45,8 +45,10 @@ def run_folder_lock(run_dir: Path, name: str = "run_dir") -> Iterator[Path]:
     file's path. :class:`RunFolderLocked`, naming the argument ``name`` (``run_dir`` of
     :func:`~empirical.training.train.train`, a command's ``--out``) and the holder's process ID, if
     another process holds it. Every command that writes results into a folder takes it (training,
-    evaluation, analysis, export, reproduction)."""
+    evaluation, analysis, export, reproduction). A folder it created is removed again when the
+    block raises before anything but the lock file was written there."""
     run_dir = Path(run_dir)
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_FILE
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -62,6 +64,11 @@ def run_folder_lock(run_dir: Path, name: str = "run_dir") -> Iterator[Path]:
         os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
         try:
             yield path
+        except BaseException:
+            if created and [entry.name for entry in run_dir.iterdir()] == [LOCK_FILE]:
+                path.unlink()  # a command refused before it wrote leaves no folder it made (still locked: no race)
+                run_dir.rmdir()
+            raise
         finally:
             os.ftruncate(descriptor, 0)
     finally:
