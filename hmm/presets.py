@@ -66,6 +66,12 @@ MIXTURE_SPECS: dict[str, MixtureSpec] = {
     # `paper`, where the margins are a few hundredths of a nat (docs/empirical.md, "128 states").
     "paper-sparse": MixtureSpec(num_tasks=8192, num_states=128, num_tokens=16, transition_concentration=0.005,
                                 emission_concentration=0.005),
+    # The calibration grid's cell between the two above (Dirichlet 0.01 / 0.01: `paper`'s transitions,
+    # sparser emissions), the paper's sizes otherwise: its bigram gains 0.178 nats over the in-context
+    # unigram (figures/families/paper-scale/). With `paper` (0.115) and `paper-sparse` (0.428) it is
+    # the third point of the plateau study's escape budget against the family's signal (issue 51).
+    "paper-dirichlet-0.01": MixtureSpec(num_tasks=8192, num_states=128, num_tokens=16, transition_concentration=0.01,
+                                        emission_concentration=0.01),
     "paper-mini": MixtureSpec(num_tasks=128, num_states=16, num_tokens=8),
     # The task-count ladder of the regime study (docs/empirical.md, "Regimes"): cpu-small's HMMs
     # (16 states, 8 tokens), more of them; 8192 is the paper's count.
@@ -78,6 +84,7 @@ PROMPT_FORMATS: dict[str, PromptFormat] = {
     "paper": PromptFormat(num_demos=7, demo_length=32, test_length=32),
     "paper-dirichlet-0.1": PromptFormat(num_demos=7, demo_length=32, test_length=32),
     "paper-sparse": PromptFormat(num_demos=7, demo_length=32, test_length=32),
+    "paper-dirichlet-0.01": PromptFormat(num_demos=7, demo_length=32, test_length=32),
     "paper-mini": PromptFormat(num_demos=3, demo_length=16, test_length=16),
     **{f"tasks-{count}": PromptFormat(num_demos=6, demo_length=16, test_length=16) for count in (64, 1024, 8192)},
 }
