@@ -98,7 +98,10 @@ class Recipe:
     ``decay_fraction``: warmup-stable-decay, the peak rate held after the warm-up and decayed
     linearly to ``min_lr_ratio`` over this fraction of the steps, the last ones (``hmmtf train
     --decay-steps``; None: the preset's cosine from the warm-up's end); ``mixture``: the mixture of
-    :data:`hmm.MIXTURE_SPECS` and its prompt format (``--mixture NAME --prompt-format NAME``)."""
+    :data:`hmm.MIXTURE_SPECS` and its prompt format (``--mixture NAME --prompt-format NAME``);
+    ``curriculum_mixture``: a data curriculum (``hmmtf train --curriculum-mixture``, issue 51), that
+    mixture in a share ``curriculum_share (1 - step / K)`` of each batch, ``K`` the first
+    ``curriculum_fraction`` of the steps; ``soft_targets``: ``hmmtf train --soft-targets``."""
 
     name: str
     learning_rate: float | None = None
@@ -108,6 +111,10 @@ class Recipe:
     min_lr_ratio: float | None = None
     decay_fraction: float | None = None
     mixture: str | None = None
+    curriculum_mixture: str | None = None
+    curriculum_fraction: float | None = None
+    curriculum_share: float | None = None
+    soft_targets: bool = False
 
 
 RECIPES = (
@@ -119,6 +126,8 @@ RECIPES = (
     Recipe("wsd-lr1e-3", learning_rate=1e-3, warmup_fraction=0.1, decay_fraction=0.2, min_lr_ratio=0.0),
     Recipe("wsd-lr1e-3-sparse", learning_rate=1e-3, warmup_fraction=0.1, decay_fraction=0.2, min_lr_ratio=0.0,
            mixture="paper-sparse"),
+    Recipe("wsd-lr1e-3-curriculum", learning_rate=1e-3, warmup_fraction=0.1, decay_fraction=0.2, min_lr_ratio=0.0,
+           curriculum_mixture="paper-sparse", curriculum_fraction=0.5, curriculum_share=0.75),
 )
 """The default sweep (``/work/shared/design/GPU.md``, "What peers used"): the preset's recipe
 (init 0.02, lr 3e-4, warm-up 200 of 4096 steps, cosine, batch 32 for ``paper``); a 3x higher rate;
@@ -128,7 +137,12 @@ this cheap leaves the paper-scale audit of one session time to analyse); warmup-
 1e-3 (10% warm-up, the peak held, a linear decay to 0 over the last 20%: the schedule with which
 2 x 4 x 64 networks left the token counter at 1.25-1.5 times the paper's budget on the CPU,
 ``/work/shared/design/PLATEAU.md``; ``benchmarks/gpu_session.sh`` runs it at twice the budget), and
-the same on ``paper-sparse`` (Dirichlet 0.005 / 0.005: more in-context signal).
+the same on ``paper-sparse`` (Dirichlet 0.005 / 0.005: more in-context signal), and the same on
+``paper`` with the plateau study's earliest arm (issue 51, ``figures/plateau/``): ``paper-sparse``
+in 3/4 of each batch at the first step, falling linearly to none at half the steps (the paper's
+budget, when the run sees twice it, as ``benchmarks/gpu_session.sh``'s does). On the CPU, 2 x 4 x 64
+networks with that curriculum left the counter in (0.625, 0.75] times the paper's budget, against
+(1.5, 1.75] without it.
 Init scale: 0.02 at width 1024 is 0.64 / sqrt(width), about the relative scale of the init 0.1 that
 ended the plateau at width 64 (0.8 / sqrt(64)), so the default sweep leaves it; ``--recipes FILE``
 adds others (a JSON list of :class:`Recipe` fields)."""
@@ -159,11 +173,36 @@ def run_flags(recipe: Recipe, preset_name: str, budget_prompts: int) -> list[str
                              f"hmm.MIXTURE_SPECS and hmm.PROMPT_FORMATS: "
                              f"{sorted(set(MIXTURE_SPECS) & set(PROMPT_FORMATS))}")
         flags += ["--mixture", recipe.mixture, "--prompt-format", recipe.mixture]
+    flags += curriculum_flags(recipe, steps)
+    if recipe.soft_targets:
+        flags.append("--soft-targets")
     for field in ("learning_rate", "init_std", "min_lr_ratio"):
         value = getattr(recipe, field)
         if value is not None:
             flags += ["--" + field.replace("_", "-"), repr(value)]
     return flags
+
+
+def curriculum_flags(recipe: Recipe, steps: int) -> list[str]:
+    """The ``hmmtf train`` flags of ``recipe``'s data curriculum over a run of ``steps`` steps (none
+    without ``curriculum_mixture``); ``ValueError`` naming the recipe when a field is missing or out
+    of range (``hmmtf train`` checks the mixture's tokens against the preset's)."""
+    fields = (recipe.curriculum_mixture, recipe.curriculum_fraction, recipe.curriculum_share)
+    if all(field is None for field in fields):
+        return []
+    if None in fields:
+        raise ValueError(f"recipe {recipe.name!r}: curriculum_mixture, curriculum_fraction, curriculum_share "
+                         f"{list(fields)}; expected all three or none")
+    if recipe.curriculum_mixture not in MIXTURE_SPECS:
+        raise ValueError(f"recipe {recipe.name!r}: curriculum_mixture {recipe.curriculum_mixture!r}; expected one "
+                         f"of hmm.MIXTURE_SPECS: {sorted(MIXTURE_SPECS)}")
+    for name, value in (("curriculum_fraction", recipe.curriculum_fraction),
+                        ("curriculum_share", recipe.curriculum_share)):
+        if not 0 < value <= 1:
+            raise ValueError(f"recipe {recipe.name!r}: {name} {value}; expected a fraction in (0, 1]")
+    return ["--curriculum-mixture", recipe.curriculum_mixture,
+            "--curriculum-steps", str(max(round(recipe.curriculum_fraction * steps), 1)),
+            "--curriculum-share", repr(recipe.curriculum_share)]
 
 
 def in_context_runs(report: dict) -> list[str]:

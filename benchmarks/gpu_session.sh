@@ -4,13 +4,17 @@
 # `timeout` from the job's time budget JOB_SECONDS (an audit step runs only when what is left of
 # the budget holds its planned seconds):
 #
-#   1. sweep: benchmarks/gpu_recipe_sweep.py, the recipe RUNS (default wsd-lr1e-3: the `paper`
-#      preset's 16 x 16 x 1024 RoFormer on the `paper` mixture, lr 1e-3, warm-up 10% of the steps,
-#      the peak held, then a linear decay to 0 over the last 20%) at BUDGET prompts (default 262,144:
-#      twice the paper's 131,072; 8192 steps of 32), with `--prefetch 2`, stopped at TRAIN_MINUTES
-#      with a checkpoint if still training, then scored by `hmmtf ngram-verdict` (VERDICT prompts of
-#      as many fresh HMMs). Small networks left the in-context unigram counter at 1.25-1.5 times the
-#      paper's budget with this schedule on the CPU (/work/shared/design/PLATEAU.md).
+#   1. sweep: benchmarks/gpu_recipe_sweep.py, the recipe RUNS (default wsd-lr1e-3-curriculum: the
+#      `paper` preset's 16 x 16 x 1024 RoFormer on the `paper` mixture, lr 1e-3, warm-up 10% of the
+#      steps, the peak held, then a linear decay to 0 over the last 20%, with the plateau study's
+#      curriculum: `paper-sparse` prompts in 3/4 of each batch at the first step, falling linearly to
+#      none at half the steps) at BUDGET prompts (default 262,144: twice the paper's 131,072; 8192
+#      steps of 32), with `--prefetch 2`, stopped at TRAIN_MINUTES with a checkpoint if still
+#      training, then scored by `hmmtf ngram-verdict` (VERDICT prompts of as many fresh HMMs). On the
+#      CPU, 2 x 4 x 64 networks on `paper` left the in-context unigram counter in (0.625, 0.75] times
+#      the paper's budget with this curriculum, in (1.5, 1.75] without it (figures/plateau/, issue
+#      51). RECIPES (a JSON file of gpu_recipe_sweep.py's --recipes) replaces the script's recipes:
+#      the rehearsal's, whose curriculum mixture must have paper-mini's 8 tokens.
 #   2. the paper-scale audit of that checkpoint, IF its verdict beats at least the in-context bigram
 #      (gpu_recipe_sweep.py --in-context-runs; GPU_SESSION_FORCE_AUDIT=1 audits the first of RUNS
 #      whatever its verdict: the rehearsal's switch, never for a device run), before it is deleted:
@@ -69,16 +73,22 @@
 # `start` starts the job detached and returns at once; `follow SECONDS` follows it until it ends or
 # SECONDS pass, then copies what exists to $OUT.
 # The CPU rehearsal (every step at paper-mini's size, the audit forced: 16 steps do not beat the
-# bigram), from the repository root:
+# bigram; the default recipe with cpu-small, paper-mini's 8 tokens, as its curriculum mixture:
+# benchmarks/gpu_rehearsal_recipes.json), from the repository root:
 #   export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 GPU_SESSION_DEVICE=cpu GPU_SESSION_PRESET=paper-mini \
 #     GPU_SESSION_BUDGET=512 GPU_SESSION_VERDICT=16 GPU_SESSION_TRAIN_MINUTES=3 GPU_SESSION_JOB_SECONDS=600 \
 #     GPU_SESSION_SWEEP_THREADS=1 GPU_SESSION_AUDIT_THREADS=1 GPU_SESSION_FORCE_AUDIT=1 GPU_SESSION_WORK=/tmp/gs \
-#     OUT=/tmp/gs-out PYTHON=.venv/bin/python
+#     GPU_SESSION_RECIPES=benchmarks/gpu_rehearsal_recipes.json OUT=/tmp/gs-out PYTHON=.venv/bin/python
 #   bash benchmarks/gpu_session.sh start && bash benchmarks/gpu_session.sh follow 600
 # took 4.6-5.0 minutes on the 2 loaded cores here, twice (job 275-289 s: sweep 60-68 s, evaluate
 # 18-20, analyze 40-57, heads 25-28, patching 24; the step benchmark's CPU compile ran into its 100 s
 # cap) and brought back the eight files session.log, sweep.json, sweep.png, evaluation.json,
-# analysis.json, heads.json, patching.json and in_context.png.
+# analysis.json, heads.json, patching.json and in_context.png. With the curriculum recipe (commit
+# 6c1901c, the two cores busy with two training runs): 3.8 minutes (job 229 s: sweep 61 s, evaluate
+# 17, analyze 48, heads 23, patching 19, the step benchmark 61), the same eight files. The
+# curriculum adds the building of its mixture (paper-sparse's 8192 HMMs, as long as `paper`'s: 10 s
+# on the GPU host, GPU.md; 62 s on a loaded core here) to the training's start: inside the 53 s
+# the 510 s cap leaves over the slower plan.
 # What comes back, flat in $OUT: the first 8 of these that exist (each at most 16 MiB):
 #   session.log (the commit, the plan's budget, every step's output, exit code and seconds), sweep.json
 #   (the run's recipe, curve, tokens/s and verdict, the device, torch and CUDA versions, the commit),
@@ -88,7 +98,8 @@
 set -u
 DEVICE=${GPU_SESSION_DEVICE:-cuda}
 PRESET=${GPU_SESSION_PRESET:-paper}
-RUNS=${GPU_SESSION_RUNS:-wsd-lr1e-3}
+RUNS=${GPU_SESSION_RUNS:-wsd-lr1e-3-curriculum}
+RECIPES=${GPU_SESSION_RECIPES:-}
 PREFETCH=${GPU_SESSION_PREFETCH:-2}
 BUDGET=${GPU_SESSION_BUDGET:-262144}
 VERDICT=${GPU_SESSION_VERDICT:-1024}
@@ -133,7 +144,7 @@ steps() {
     # shellcheck disable=SC2086
     step sweep 492 "$(awk "BEGIN {print int($TRAIN_MINUTES * 60 + 90)}")" \
         "$PYTHON" benchmarks/gpu_recipe_sweep.py --preset "$PRESET" --device "$DEVICE" --out "$WORK/sweep" \
-        --work-dir "$WORK/runs" --runs $RUNS --concurrent 2 --train-minutes "$TRAIN_MINUTES" \
+        --work-dir "$WORK/runs" ${RECIPES:+--recipes "$RECIPES"} --runs $RUNS --concurrent 2 --train-minutes "$TRAIN_MINUTES" \
         --budget-prompts "$BUDGET" --prefetch "$PREFETCH" --verdict-prompts "$VERDICT" --verdict-fresh-tasks "$VERDICT" \
         --threads "$SWEEP_THREADS"
     [ -e "$WORK/sweep/sweep.json" ] || tail -c 3000 "$WORK"/runs/*.train.log

@@ -67,7 +67,35 @@ def test_a_recipes_mixture_is_trained_with_its_prompt_format():
     assert "--mixture" not in sweep.run_flags(sweep.Recipe("p"), "paper", 131_072)
 
 
+def test_the_curriculum_recipe_anneals_paper_sparse_away_over_the_papers_budget_of_a_run_of_twice_it():
+    (recipe,) = [recipe for recipe in sweep.RECIPES if recipe.name == "wsd-lr1e-3-curriculum"]
+    flags = sweep.run_flags(recipe, "paper", 2 * 131_072)
+    assert [flag(flags, name) for name in ("--curriculum-mixture", "--curriculum-steps", "--curriculum-share")] == [
+        "paper-sparse", "4096", "0.75"]
+    train = resolved_train_run(flags).preset.train
+    assert (train.curriculum_mixture, train.curriculum_steps, train.curriculum_share) == ("paper-sparse", 4096, 0.75)
+    assert not train.soft_targets
+    assert "--curriculum-mixture" not in sweep.run_flags(sweep.Recipe("p"), "paper", 131_072)
+    assert resolved_train_run(sweep.run_flags(sweep.Recipe("s", soft_targets=True), "paper", 131_072)
+                              ).preset.train.soft_targets
+
+
+def test_the_rehearsals_recipe_is_the_sessions_with_a_curriculum_mixture_of_paper_minis_tokens():
+    (default,) = [recipe for recipe in sweep.RECIPES if recipe.name == "wsd-lr1e-3-curriculum"]
+    (rehearsal,) = sweep.load_recipes(str(Path(sweep.__file__).parent / "gpu_rehearsal_recipes.json"))
+    assert dataclasses.replace(rehearsal, curriculum_mixture=default.curriculum_mixture) == default
+    flags = sweep.run_flags(rehearsal, "paper-mini", 512)
+    assert resolved_train_run(flags, "paper-mini").preset.train.curriculum_mixture == "cpu-small"
+
+
 @pytest.mark.parametrize("entry, expected", [
+    ({"name": "c", "curriculum_mixture": "paper-sparse"}, "recipe 'c': curriculum_mixture, curriculum_fraction, "
+                                                          "curriculum_share ['paper-sparse', None, None]; expected all "
+                                                          "three or none"),
+    ({"name": "c", "curriculum_mixture": "nope", "curriculum_fraction": 0.5, "curriculum_share": 0.5},
+     "recipe 'c': curriculum_mixture 'nope'; expected one of hmm.MIXTURE_SPECS"),
+    ({"name": "c", "curriculum_mixture": "cpu-small", "curriculum_fraction": 0.0, "curriculum_share": 0.5},
+     "recipe 'c': curriculum_fraction 0.0; expected a fraction in (0, 1]"),
     ({"name": "w", "decay_fraction": 0.0}, "recipe 'w': decay_fraction 0.0; expected a fraction in (0, 1)"),
     ({"name": "w", "decay_fraction": 0.5, "warmup_fraction": 0.6}, "recipe 'w': decay_fraction 0.5; expected a "
                                                                     "fraction in (0, 1) of the steps, at most 1 - "
