@@ -58,14 +58,17 @@ def test_the_paper_budget_is_its_prompts_times_their_length():
     assert paper_budget_tokens() == 131_072 * 263
 
 
-def plant_run(folder: Path, uppers: list[float], seed: int = 0, mixture: str = "paper", every: int = 512) -> Path:
-    """A run folder of ``hmmtf curve`` with one point every ``every`` steps of 32 prompts of 263 tokens."""
+def plant_run(folder: Path, uppers: list[float], seed: int = 0, mixture: str = "paper", every: int = 512,
+              signal: float = 0.125) -> Path:
+    """A run folder of ``hmmtf curve`` with one point every ``every`` steps of 32 prompts of 263 tokens,
+    whose scoring prompts' in-context unigram loses ``signal`` nats to the bigram."""
     (folder / "checkpoint").mkdir(parents=True)
     config = {"command": f"hmmtf curve --run-dir {folder}", "model": {"num_layers": 2}, "step": every * len(uppers),
               "train": {"seed": seed, "batch_size": 32}, "task": {"mixture": mixture}}
     (folder / "checkpoint" / "config.json").write_text(json.dumps(config))
     baselines = {"num_prompts": 256, "fresh_tasks": 1024, "ceiling_settings": None,
-                 "losses": {"test_sequence": {"ngram 2": [2.6, 2.6]}, "all_positions": {"ngram 2": [2.6, 2.6]}}}
+                 "losses": {"test_sequence": {"ngram 1": [2.5 + signal, 2.75 + signal], "ngram 2": [2.5, 2.75]},
+                            "all_positions": {"ngram 1": [2.7, 2.7], "ngram 2": [2.6, 2.6]}}}
     (folder / "curve_baselines.json").write_text(json.dumps(baselines))
     (folder / "curve.jsonl").write_text("".join(json.dumps(point(every * (index + 1), upper, 32 * 263)) + "\n"
                                                 for index, upper in enumerate(uppers)))
@@ -75,8 +78,8 @@ def plant_run(folder: Path, uppers: list[float], seed: int = 0, mixture: str = "
 def test_the_command_writes_each_arm_per_family_against_the_baseline(tmp_path, capsys):
     plain = plant_run(tmp_path / "plain", [0.1, 0.1, 0.1, -0.01])
     soft = plant_run(tmp_path / "soft", [0.1, -0.01])
-    soft_again = plant_run(tmp_path / "soft-seed1", [0.1, 0.1, -0.01], seed=1)
-    sparse = plant_run(tmp_path / "sparse", [-0.01], mixture="paper-sparse")
+    soft_again = plant_run(tmp_path / "soft-seed1", [0.1, 0.1, -0.01], seed=1, signal=0.25)
+    sparse = plant_run(tmp_path / "sparse", [-0.01], mixture="paper-sparse", signal=0.5)
     verdict = tmp_path / "verdicts" / "soft"
     verdict.mkdir(parents=True)
     (verdict / "ngram-verdict.json").write_text(json.dumps({"step": 1024, "verdict": "beats the in-context unigram",
@@ -96,7 +99,9 @@ def test_the_command_writes_each_arm_per_family_against_the_baseline(tmp_path, c
     assert [run["seed"] for run in rows["soft", "paper"]["runs"]] == [0, 1]
     assert rows["soft", "paper"]["runs"][0]["ngram_verdict"]["verdict"] == "beats the in-context unigram"
     assert "ngram_verdict" not in rows["soft", "paper"]["runs"][1]
-    assert "Escape" in study["rules"] and study["baseline"] == "plain"
+    assert study["families"] == {"paper": {"signal_nats": (0.125 + 0.125 + 0.25) / 3, "runs": 3},
+                                 "paper-sparse": {"signal_nats": 0.5, "runs": 1}}
+    assert "Escape" in study["rules"] and "Signal" in study["rules"] and study["baseline"] == "plain"
     assert "paper / soft: 2 run(s), escaped in (0.125, 0.375]x the paper's budget; earlier than plain" in capsys.readouterr().out
 
 

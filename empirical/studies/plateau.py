@@ -30,8 +30,12 @@ RULES = """\
   every seed of A escaped before any seed of B. B escapes later likewise. A censored arm is later
   than an arm whose range ends at or before its censoring point. Otherwise the study does not
   resolve a difference.
-- **Budget.** Screening runs stop at 4x the paper's budget, or one point after their escape; the
-  best two arms and the plain recipe go to 8x with a second seed.
+- **Budget.** A run stops one curve point after its escape, or, censored, at 4x the paper's budget
+  in screening; the best two arms and the plain recipe get a second seed, under the same stop,
+  capped at 8x (``benchmarks/plateau_queue.py`` applies it).
+- **Signal.** A family's in-context signal is the in-context unigram's mean test-sequence loss
+  minus the bigram's, on the scoring prompts of its runs (``curve_baselines.json``), averaged over
+  them; each arm's escape range is reported against it, per family.
 """
 """The escape, range and comparison rules, as ``plateau.json`` states them."""
 ESCAPE_SCOPE = "test_sequence"
@@ -103,10 +107,22 @@ def run_record(run_dir: Path, verdicts: Path | None, budget_tokens: int) -> dict
     return record
 
 
+def family_signals(rows: list[dict]) -> dict[str, dict]:
+    """Per family of the study's ``rows``, its in-context signal (:data:`RULES`): ``{"signal_nats":
+    mean over its runs of loss(unigram) - loss(bigram) on the test sequence, "runs": count}``."""
+    gains: dict[str, list[float]] = {}
+    for row in rows:
+        for run in row["runs"]:
+            losses = run["baselines"][ESCAPE_SCOPE]
+            gains.setdefault(row["family"], []).append(losses["ngram 1"] - losses[ESCAPE_BASELINE])
+    return {family: {"signal_nats": sum(values) / len(values), "runs": len(values)} for family, values in gains.items()}
+
+
 def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: Path | None) -> dict:
     """The study over ``arms`` (``(name, run folders)``; one family per run, read from its
     checkpoint): per arm and family its runs (:func:`run_record`), their :func:`escape_range`, and
-    its :func:`compare` against the ``baseline`` arm on the same family."""
+    its :func:`compare` against the ``baseline`` arm on the same family; per family its
+    :func:`family_signals`."""
     names = [name for name, _ in arms]
     if len(set(names)) != len(names):
         raise ValueError(f"--arm: names {names}; expected each arm named once")
@@ -124,4 +140,5 @@ def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: P
     for row in rows:
         if row["arm"] != baseline and row["family"] in reference:
             row["against_baseline"] = compare(row["escape"], reference[row["family"]])
-    return {"rules": RULES, "paper_budget_tokens": budget_tokens, "baseline": baseline, "arms": rows}
+    return {"rules": RULES, "paper_budget_tokens": budget_tokens, "baseline": baseline, "arms": rows,
+            "families": family_signals(rows)}
