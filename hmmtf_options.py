@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -148,3 +149,36 @@ def check_results_owner(out: Path, source: str | Path, results: tuple[str, ...],
             theirs = "no input it names" if recorded is None else f"the results of {recorded!r}"
             raise ValueError(f"{option}: {str(out)!r} holds {name} with {theirs}, not of {str(source)!r}; expected an "
                              f"empty folder or this input's, or --overwrite to replace them")
+
+
+OVERWRITE_OPTION = "--overwrite"
+"""The option that lets a command replace results another input or command line wrote."""
+
+
+def add_overwrite_option(parser: argparse.ArgumentParser) -> None:
+    """Add :data:`OVERWRITE_OPTION` to a study command's ``parser`` (see :func:`check_study_owner`)."""
+    parser.add_argument(OVERWRITE_OPTION, action="store_true",
+                        help="replace the results of another command line in --out (without it they are refused)")
+
+
+def check_study_owner(out: Path, command_line: str, results: tuple[str, ...], overwrite: bool) -> None:
+    """Refuse ``out`` when one of its ``results`` (JSON files) records another command line than
+    ``command_line`` under ``command`` (the two read word by word, without :data:`OVERWRITE_OPTION`),
+    or none, unless ``overwrite``: a study's input is its command line (the runs, arms and settings
+    it names), so a study over other runs must not silently replace the one in ``out``; the same
+    command again (a rerun) replaces its own results."""
+    if overwrite:
+        return
+    mine = [word for word in shlex.split(command_line) if word != OVERWRITE_OPTION]
+    for name in results:
+        path = Path(out) / name
+        if not path.is_file():
+            continue
+        try:
+            recorded = json.loads(path.read_text()).get("command")
+        except (ValueError, AttributeError):
+            recorded = None
+        if not isinstance(recorded, str) or [word for word in shlex.split(recorded) if word != OVERWRITE_OPTION] != mine:
+            theirs = "no command it names" if not isinstance(recorded, str) else f"the results of {recorded!r}"
+            raise ValueError(f"--out: {str(out)!r} holds {name} with {theirs}, not of this command line; expected an "
+                             f"empty folder or this command's, or {OVERWRITE_OPTION} to replace them")

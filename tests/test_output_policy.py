@@ -12,7 +12,7 @@ import pytest
 
 import hmmtf
 from empirical.training.run_control import run_folder_lock
-from hmmtf_options import RESULTS_ROOT, check_results_owner, default_results_folder
+from hmmtf_options import RESULTS_ROOT, check_results_owner, check_study_owner, default_results_folder
 
 QUICK_EVALUATION = ["--num-prompts", "4", "--hand-built-prompts", "0", "--fresh-tasks", "0", "--ceiling-particles", "0"]
 """``hmmtf evaluate`` without its long sections: what the policy is tested on takes seconds."""
@@ -102,4 +102,61 @@ def test_a_second_reproduction_of_a_folder_is_refused_naming_its_out_and_the_fir
     error = capsys.readouterr().err
     assert error.splitlines()[-1].startswith(f"hmmtf reproduce: error: --out: '{out}' is locked by process "
                                              f"{os.getpid()}"), error
+    assert sorted(path.name for path in out.iterdir()) == ["train.lock"]
+
+
+def test_a_study_folder_holding_another_command_lines_results_is_refused_and_its_own_or_overwrite_is_not(tmp_path):
+    """A study's input is its command line: the same one again (``--overwrite`` aside) replaces its
+    own results; another, or a result naming none, is refused unless ``--overwrite``."""
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = "hmmtf plateau --arm plain runs/a --baseline plain"
+    check_study_owner(out, mine, ("plateau.json",), overwrite=False)  # empty
+    (out / "plateau.json").write_text(json.dumps({"command": mine}))
+    check_study_owner(out, mine + " --overwrite", ("plateau.json",), overwrite=False)  # its own
+    other = "hmmtf plateau --arm plain runs/a runs/b --baseline plain"
+    with pytest.raises(ValueError, match=re.escape(f"--out: '{out}' holds plateau.json with the results of {mine!r}, not "
+                                                   f"of this command line; expected an empty folder or this command's, "
+                                                   f"or --overwrite to replace them")):
+        check_study_owner(out, other, ("plateau.json",), overwrite=False)
+    check_study_owner(out, other, ("plateau.json",), overwrite=True)
+    (out / "plateau.json").write_text("[]")
+    with pytest.raises(ValueError, match="holds plateau.json with no command it names"):
+        check_study_owner(out, mine, ("plateau.json",), overwrite=False)
+
+
+STUDY_COMMANDS = {
+    "plateau": (["plateau", "--arm", "plain", "RUN", "--baseline", "plain"], "plateau.json"),
+    "curves": (["curves", "RUN", "--title", "t"], "curves.json"),
+    "ladder": (["ladder", "ROOT"], "ladder.json"),
+    "signal": (["signal", "--num-prompts", "1"], "signal.json"),
+    "family-calibration": (["family-calibration", "--num-prompts", "1"], "family_calibration.json"),
+    "calibrate": (["calibrate", "--preset", "tiny"], "tiny.json"),
+    "markov-sweep": (["markov-sweep"], "results.json"),
+    "markov-incontext": (["markov-incontext", "--runs", "ROOT"], "results.json"),
+}
+"""Every study command that writes into ``--out``, with the words that make it run (``RUN``: a run
+folder of ``hmmtf curve``; ``ROOT``: a folder) and the result it records its command line in."""
+
+
+@pytest.mark.parametrize("name", sorted(STUDY_COMMANDS))
+def test_every_study_refuses_another_command_lines_results_and_a_locked_folder_before_it_computes(
+        name, tmp_path, capsys):
+    """Both refusals come before the study computes anything (so they take no time here) and leave the
+    folder's files as they were."""
+    words, result = STUDY_COMMANDS[name]
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    argv = [str(run) if word == "RUN" else str(tmp_path) if word == "ROOT" else word for word in words]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / result).write_text(json.dumps({"command": "hmmtf another study"}))
+    error = error_of([*argv, "--out", str(out)], capsys)
+    assert f"--out: '{out}' holds {result} with the results of 'hmmtf another study'" in error
+    assert "or --overwrite to replace them" in error
+    assert json.loads((out / result).read_text()) == {"command": "hmmtf another study"}
+    (out / result).unlink()
+    with run_folder_lock(out):
+        error = error_of([*argv, "--out", str(out)], capsys)
+    assert f"--out: '{out}' is locked by process {os.getpid()}" in error
     assert sorted(path.name for path in out.iterdir()) == ["train.lock"]

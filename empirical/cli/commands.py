@@ -32,8 +32,8 @@ from empirical.training.run_control import interrupted_line, run_folder_lock, st
 from empirical.training.streams import training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import (check_output_folder, check_results_owner, default_results_folder, non_negative_int,
-                           output_folder, positive_float, positive_int)
+from hmmtf_options import (add_overwrite_option, check_output_folder, check_results_owner, check_study_owner,
+                           default_results_folder, non_negative_int, output_folder, positive_float, positive_int)
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
 EVALUATION_FILE = "evaluation.json"
@@ -220,15 +220,16 @@ def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixt
 
 
 def run_calibrate(args) -> int:
-    start = time.perf_counter()
-    report = calibrate(args.preset, args.concentrations, args.num_prompts, args.seed)
-    report["command"] = args.command_line
-    report["git_commit"] = args.git_commit
-    report["seconds"] = time.perf_counter() - start
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.preset}.json").write_text(json.dumps(report, indent=2))
-    plot_calibration(report, out / f"{args.preset}.png")
+    check_study_owner(out, args.command_line, (f"{args.preset}.json",), args.overwrite)
+    with run_folder_lock(out, "--out"):
+        start = time.perf_counter()
+        report = calibrate(args.preset, args.concentrations, args.num_prompts, args.seed)
+        report["command"] = args.command_line
+        report["git_commit"] = args.git_commit
+        report["seconds"] = time.perf_counter() - start
+        (out / f"{args.preset}.json").write_text(json.dumps(report, indent=2))
+        plot_calibration(report, out / f"{args.preset}.png")
     print(f"{'concentration':>13} | Bayes accuracy after 0 .. n demonstrations")
     for entry in report["results"]:
         print(f"{entry['concentration']:>13g} | " + " ".join(f"{value:.3f}" for value in entry["bayes_accuracy"]))
@@ -299,4 +300,5 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=output_folder, default="runs/calibration",
                         help="folder of PRESET.json and PRESET.png (default: %(default)s; the committed result is "
                              "written with --out figures/calibration)")
+    add_overwrite_option(parser)
     parser.set_defaults(run=run_calibrate)

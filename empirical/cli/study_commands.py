@@ -22,9 +22,10 @@ from empirical.training.overrides import add_override_options, flag_overrides, t
 from empirical.yardsticks.family_calibration import GRID, calibration_report, grid_specs
 from empirical.cli.plots import plot_curve, plot_curves, plot_family_calibration, plot_signal
 from empirical.training.presets import PRESETS
+from empirical.training.run_control import run_folder_lock
 from empirical.yardsticks.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import non_negative_int, output_folder, positive_float, positive_int
+from hmmtf_options import add_overwrite_option, check_study_owner, non_negative_int, output_folder, positive_float, positive_int
 
 SIGNAL_FILE = "signal.json"
 FAMILY_CALIBRATION_FILE = "family_calibration.json"
@@ -37,15 +38,16 @@ def run_signal(args) -> int:
     if unknown:
         raise ValueError(f"--families: {unknown}; expected names of {sorted(CANDIDATES)}")
     settings = SMCSettings(particles=args.particles, moves=args.moves, seed=args.seed)
-    started = time.perf_counter()
-    report = signal_report({name: CANDIDATES[name] for name in args.families}, hmm.PROMPT_FORMATS["tasks-8192"],
-                           args.num_prompts, args.fresh_tasks, settings)
-    report = {"command": args.command_line, "git_commit": args.git_commit, "seconds": time.perf_counter() - started,
-              **report}
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SIGNAL_FILE).write_text(json.dumps(report, indent=2) + "\n")
-    plot_signal(report, out / "signal.png")
+    check_study_owner(out, args.command_line, (SIGNAL_FILE,), args.overwrite)
+    with run_folder_lock(out, "--out"):
+        started = time.perf_counter()
+        report = signal_report({name: CANDIDATES[name] for name in args.families}, hmm.PROMPT_FORMATS["tasks-8192"],
+                               args.num_prompts, args.fresh_tasks, settings)
+        report = {"command": args.command_line, "git_commit": args.git_commit,
+                  "seconds": time.perf_counter() - started, **report}
+        (out / SIGNAL_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        plot_signal(report, out / "signal.png")
     print(json.dumps({name: {"signal": round(family["scopes"]["all_positions"]["signal"]["mean"], 4),
                              "bigram_share": round(family["scopes"]["all_positions"]["bigram_share"], 3)}
                       for name, family in report["families"].items()}, indent=1))
@@ -57,18 +59,19 @@ def run_family_calibration(args) -> int:
     ``family_calibration.json``, the maps in ``family_calibration.png``."""
     torch.set_num_threads(args.threads)
     specs = grid_specs(args.concentrations)
-    started = time.perf_counter()
+    out = Path(args.out)
+    check_study_owner(out, args.command_line, (FAMILY_CALIBRATION_FILE,), args.overwrite)
 
     def progress(name: str, seconds: float) -> None:
         print(f"{name}: {seconds:.1f} s", flush=True)
 
-    report = calibration_report(specs, hmm.PROMPT_FORMATS["paper"], args.num_prompts, args.fresh_tasks, progress)
-    report = {"command": args.command_line, "git_commit": args.git_commit, "threads": args.threads,
-              "seconds": time.perf_counter() - started, **report}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / FAMILY_CALIBRATION_FILE).write_text(json.dumps(report, indent=1) + "\n")
-    plot_family_calibration(report, out / "family_calibration.png")
+    with run_folder_lock(out, "--out"):
+        started = time.perf_counter()
+        report = calibration_report(specs, hmm.PROMPT_FORMATS["paper"], args.num_prompts, args.fresh_tasks, progress)
+        report = {"command": args.command_line, "git_commit": args.git_commit, "threads": args.threads,
+                  "seconds": time.perf_counter() - started, **report}
+        (out / FAMILY_CALIBRATION_FILE).write_text(json.dumps(report, indent=1) + "\n")
+        plot_family_calibration(report, out / "family_calibration.png")
     print(f"choice: {report['choice']}")
     return 0
 
@@ -87,17 +90,18 @@ def run_curve(args) -> int:
 
 def run_curves(args) -> int:
     """``hmmtf curves``: the runs' summaries in ``curves.json`` and their curves in ``curves.png``."""
-    runs = [run_summary(Path(run_dir)) for run_dir in args.run_dirs]
-    for run in runs[1:]:
-        if (run["mixture"], run["probe"]) != (runs[0]["mixture"], runs[0]["probe"]):
-            raise ValueError(f"run_dirs: {run['run']!r} was scored on {run['mixture']!r} with {run['probe']}, "
-                             f"{runs[0]['run']!r} on {runs[0]['mixture']!r} with {runs[0]['probe']}; expected one "
-                             f"mixture and one probe per study")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    study = {"command": args.command_line, "git_commit": args.git_commit, "title": args.title, "runs": runs}
-    (out / STUDY_FILE).write_text(json.dumps(study, indent=1) + "\n")
-    plot_curves(study, out / "curves.png")
+    check_study_owner(out, args.command_line, (STUDY_FILE,), args.overwrite)
+    with run_folder_lock(out, "--out"):
+        runs = [run_summary(Path(run_dir)) for run_dir in args.run_dirs]
+        for run in runs[1:]:
+            if (run["mixture"], run["probe"]) != (runs[0]["mixture"], runs[0]["probe"]):
+                raise ValueError(f"run_dirs: {run['run']!r} was scored on {run['mixture']!r} with {run['probe']}, "
+                                 f"{runs[0]['run']!r} on {runs[0]['mixture']!r} with {runs[0]['probe']}; expected "
+                                 f"one mixture and one probe per study")
+        study = {"command": args.command_line, "git_commit": args.git_commit, "title": args.title, "runs": runs}
+        (out / STUDY_FILE).write_text(json.dumps(study, indent=1) + "\n")
+        plot_curves(study, out / "curves.png")
     for run in runs:
         last = run["points"][-1]["all_positions"]
         print(f"{run['run']}: step {run['points'][-1]['step']}, model - bigram {last['model_minus']['ngram 2']['mean']:+.4f}, "
@@ -121,6 +125,7 @@ def register(subparsers) -> None:
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     parser.add_argument("--out", type=output_folder, default="runs/families",
                         help="folder of signal.json and signal.png (the committed result: --out figures/families)")
+    add_overwrite_option(parser)
     parser.set_defaults(run=run_signal)
 
     parser = subparsers.add_parser("family-calibration", help="the paper-scale family: oracle, in-context n-grams "
@@ -134,6 +139,7 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=output_folder, default="runs/families/paper-scale",
                         help="folder of family_calibration.json and .png (the committed result: --out "
                              "figures/families/paper-scale)")
+    add_overwrite_option(parser)
     parser.set_defaults(run=run_family_calibration)
 
     parser = subparsers.add_parser("curve", help="train with a learning curve on fresh HMMs against the in-context "
@@ -158,4 +164,5 @@ def register(subparsers) -> None:
     parser.add_argument("run_dirs", nargs="+", help="run folders of hmmtf curve")
     parser.add_argument("--title", required=True, help="what the study compares (the figure's title)")
     parser.add_argument("--out", type=output_folder, required=True, help="folder of curves.json and curves.png")
+    add_overwrite_option(parser)
     parser.set_defaults(run=run_curves)

@@ -29,7 +29,8 @@ from empirical.studies.ladder_figures import (
     plot_learning_curves,
     plot_regime_ladder,
 )
-from hmmtf_options import output_folder
+from empirical.training.run_control import run_folder_lock
+from hmmtf_options import add_overwrite_option, check_study_owner, output_folder
 
 EVALUATION_FILE = "evaluation.json"
 ANALYSIS_FILE = "analysis.json"
@@ -167,16 +168,17 @@ def run_ladder(args) -> int:
     if not root.is_dir():
         raise FileNotFoundError(f"root: {str(root)!r} is not a folder; expected a folder with one subfolder per "
                                 f"ladder point")
-    points = collect_points(root)
-    out.mkdir(parents=True, exist_ok=True)
-    report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
-    (out / LADDER_FILE).write_text(json.dumps(report, indent=2) + "\n")
-    (out / "ladder.md").write_text(ladder_table(points))
-    plot_regime_ladder(points, out / "ladder_regime.png")
-    plot_claim1_ladder(points, out / "ladder_claim1.png")
-    plot_claim2_ladder(points, out / "ladder_claim2.png")
-    plot_claim3_ladder(points, out / "ladder_claim3.png")
-    plot_learning_curves(points, root, out / "ladder_learning_curves.png")
+    check_study_owner(out, args.command_line, (LADDER_FILE,), args.overwrite)
+    with run_folder_lock(out, "--out"):
+        points = collect_points(root)
+        report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
+        (out / LADDER_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        (out / "ladder.md").write_text(ladder_table(points))
+        plot_regime_ladder(points, out / "ladder_regime.png")
+        plot_claim1_ladder(points, out / "ladder_claim1.png")
+        plot_claim2_ladder(points, out / "ladder_claim2.png")
+        plot_claim3_ladder(points, out / "ladder_claim3.png")
+        plot_learning_curves(points, root, out / "ladder_learning_curves.png")
     print(ladder_table(points))
     return 0
 
@@ -189,4 +191,5 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=output_folder, default="runs/ladder",
                         help="folder for ladder.json and the figures (default: %(default)s; the committed result is "
                              "written with --out figures/ladder)")
+    add_overwrite_option(parser)
     parser.set_defaults(run=run_ladder)

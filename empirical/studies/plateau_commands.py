@@ -7,7 +7,8 @@ from pathlib import Path
 
 from empirical.studies.plateau import PLATEAU_FILE, plateau_study
 from empirical.studies.plateau_figures import plot_plateau
-from hmmtf_options import output_folder
+from empirical.training.run_control import run_folder_lock
+from hmmtf_options import add_overwrite_option, check_study_owner, output_folder
 
 
 def run_plateau(args) -> int:
@@ -16,12 +17,13 @@ def run_plateau(args) -> int:
     empty = [name for name, runs in arms if not runs]
     if empty:
         raise ValueError(f"--arm: {empty[0]!r} names no run folder; expected NAME RUN_DIR [RUN_DIR ...]")
-    study = plateau_study(arms, args.baseline, Path(args.verdicts) if args.verdicts else None)
-    study = {"command": args.command_line, "git_commit": args.git_commit, **study}
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / PLATEAU_FILE).write_text(json.dumps(study, indent=1) + "\n")
-    plot_plateau(study, out / "plateau.png")
+    check_study_owner(out, args.command_line, (PLATEAU_FILE,), args.overwrite)
+    with run_folder_lock(out, "--out"):
+        study = plateau_study(arms, args.baseline, Path(args.verdicts) if args.verdicts else None)
+        study = {"command": args.command_line, "git_commit": args.git_commit, **study}
+        (out / PLATEAU_FILE).write_text(json.dumps(study, indent=1) + "\n")
+        plot_plateau(study, out / "plateau.png")
     for row in study["arms"]:
         escape = row["escape"]
         when = (f"escaped in ({escape['range'][0]:.3g}, {escape['range'][1]:.3g}]x the paper's budget"
@@ -44,4 +46,5 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=output_folder, default="runs/plateau",
                         help="folder of plateau.json and plateau.png (default: %(default)s; the committed result is "
                              "written with --out figures/plateau)")
+    add_overwrite_option(parser)
     parser.set_defaults(run=run_plateau)

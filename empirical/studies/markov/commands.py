@@ -22,7 +22,8 @@ from empirical.studies.markov.config import MarkovSweepConfig
 from empirical.studies.markov.criterion import TRAP_CRITERION
 from empirical.studies.markov.figures import plot_loss_curves, plot_phase_diagram, plot_plateau_survival, plot_read_back
 from empirical.studies.markov.runs import run_sweep
-from hmmtf_options import config_from_command_line, output_folder
+from empirical.training.run_control import run_folder_lock
+from hmmtf_options import add_overwrite_option, check_study_owner, config_from_command_line, output_folder
 
 
 def source_revision() -> dict | None:
@@ -87,15 +88,19 @@ def read_results(path: Path, argument: str) -> dict:
 
 
 def run_markov_sweep(args) -> int:
+    out = Path(args.out)
     if args.redraw:
-        draw_figures(read_results(Path(args.out) / "results.json", "--out"), Path(args.out))
+        document = read_results(out / "results.json", "--out")
+        with run_folder_lock(out, "--out"):
+            draw_figures(document, out)
         print(f"redrew the figures of {args.out} from its results.json")
         return 0
     config = config_from_command_line(MarkovSweepConfig, vars(args))
-    started = time.perf_counter()
-    runs = run_sweep(config, progress=not args.no_progress)
-    document = write_sweep(runs, config, Path(args.out), command=args.command_line,
-                           wall_seconds=time.perf_counter() - started)
+    check_study_owner(out, args.command_line, ("results.json",), args.overwrite)
+    with run_folder_lock(out, "--out"):
+        started = time.perf_counter()
+        runs = run_sweep(config, progress=not args.no_progress)
+        document = write_sweep(runs, config, out, command=args.command_line, wall_seconds=time.perf_counter() - started)
     for record in document["sides"]:
         print("{:>13} {:>15}  {}: trapped {}/{} [{:.2f}, {:.2f}]".format(
             record["init"], record["architecture"], record["side"], record["trapped"], record["seeds"],
@@ -195,6 +200,7 @@ def register(subparsers) -> None:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--redraw", action="store_true",
                         help="train nothing: redraw the figures of --out from its results.json (other options ignored)")
+    add_overwrite_option(parser)
     parser.set_defaults(run=run_markov_sweep)
     verdict = subparsers.add_parser(
         "markov-verdict",

@@ -23,7 +23,8 @@ from empirical.training.checkpoint import load_checkpoint
 from empirical.training.configs import add_config_options
 from empirical.studies.markov.incontext import PREDICTORS, InContextConfig, held_out_chains, measure_model, train_depth
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
-from hmmtf_options import config_from_command_line, output_folder, positive_int
+from empirical.training.run_control import run_folder_lock
+from hmmtf_options import add_overwrite_option, check_study_owner, config_from_command_line, output_folder, positive_int
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
@@ -120,14 +121,15 @@ def plot_incontext(document: dict, path: Path) -> None:
 def run_markov_incontext(args) -> int:
     config = config_from_command_line(InContextConfig, vars(args))
     out, runs = Path(args.out), Path(args.runs)
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    train_all(config, runs, args.workers)
-    document = {"command": args.command_line, "git_commit": args.git_commit, "config": config.to_dict(),
-                "runs": str(runs), "models": measure_all(config, runs),
-                "wall_seconds": time.monotonic() - started}
-    (out / RESULTS_FILE).write_text(json.dumps(document, indent=1) + "\n")
-    plot_incontext(document, out / FIGURE_FILE)
+    check_study_owner(out, args.command_line, (RESULTS_FILE,), args.overwrite)
+    with run_folder_lock(out, "--out"):
+        started = time.monotonic()
+        train_all(config, runs, args.workers)
+        document = {"command": args.command_line, "git_commit": args.git_commit, "config": config.to_dict(),
+                    "runs": str(runs), "models": measure_all(config, runs),
+                    "wall_seconds": time.monotonic() - started}
+        (out / RESULTS_FILE).write_text(json.dumps(document, indent=1) + "\n")
+        plot_incontext(document, out / FIGURE_FILE)
     for name, measured in document["models"].items():
         excess = measured["largest_excess"]["induction"]
         change = measured["ablation"]["induction"]["bayes"]["minus_random"]
@@ -155,4 +157,5 @@ def register(subparsers) -> None:
                              "the committed models are models/markov-incontext)")
     parser.add_argument("--workers", type=positive_int, default=2, help="depths trained at once (default: %(default)s)")
     add_config_options(parser, InContextConfig)
+    add_overwrite_option(parser)
     parser.set_defaults(run=run_markov_incontext)
