@@ -1,4 +1,5 @@
-# The two commands of the README: `make run` (main job on built-in defaults) and `make test`.
+# The two commands of the README: `make run` (main job on built-in defaults) and `make test`
+# (`make test-all`, what CI runs, adds the long-running tests).
 # Both create .venv on first use and install what is missing; later calls only check a stamp.
 #
 # Every dependency is installed at the exact version of constraints.txt (the lock), so a fresh
@@ -43,7 +44,7 @@ EXTRAS := test,interp
 # pip freeze of a venv in the lock's form (torch without its local "+cpu" label).
 freeze = $(1)/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/torch==$(TORCH_VERSION)/'
 
-.PHONY: run lint test test-quick test-latest bench lock clean-venv wheels unpack-paper
+.PHONY: run lint test test-slow test-all test-latest bench lock clean-venv wheels unpack-paper
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,14 +79,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Two tiers (README, "Tests"): `make test` is the suite without its long-running tests (marker
+# long_running: the pipelines end to end, the shipped models' replays, the wheel in a fresh venv,
+# the fault injection, the DDP group, ...), the edit-test loop; `make test-slow` runs those alone;
+# `make test-all` runs both, and is what CI runs (.ci/run).
 test: $(STAMP) $(BYTECODE) lint
-	$(PY) -m pytest $(PYTEST_ARGS)
-
-# The suite without its long-running tests (the pipelines end to end, the DDP process group,
-# the committed Markov run's replay, ...), for the edit-test loop: about 16 s where the whole
-# suite takes 35 s (2 cores, README's Tests paragraph). Not what CI runs.
-test-quick: $(STAMP) $(BYTECODE)
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not long_running"
+
+test-slow: $(STAMP) $(BYTECODE)
+	$(PY) -m pytest $(PYTEST_ARGS) -m long_running
+
+test-all: test test-slow
 
 test-latest:
 	rm -rf $(LATEST_VENV)
