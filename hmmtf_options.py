@@ -79,8 +79,9 @@ def check_output_folder(path: str | Path, name: str = "--out") -> Path:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as error:
-        raise ValueError(f"{name}: {str(path)!r} cannot be written ({str(existing)!r}: {error.strerror}); "
-                         f"{expected}") from None
+        where = "it" if existing == path else f"{str(existing)!r}, the nearest of its folders that exists,"
+        raise ValueError(f"{name}: {str(path)!r} cannot be written: {where} refuses a new file (the operating "
+                         f"system says: {error.strerror}); {expected}") from None
     return path
 
 

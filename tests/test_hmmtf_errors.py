@@ -23,7 +23,8 @@ from empirical.studies.markov.incontext import InContextConfig
 from empirical.training.model import RoFormer, RoFormerConfig
 from empirical.training.overrides import SECTIONS
 from empirical.training.runs import CHECKPOINT_EXPECTED
-from hmmtf_options import config_from_command_line, non_negative_int, output_folder, positive_float, positive_int
+from hmmtf_options import (check_output_folder, config_from_command_line, non_negative_int, output_folder, positive_float,
+                           positive_int)
 from ledger.results import RESULTS
 
 CHECKED_TYPES = (positive_int, non_negative_int, positive_float)
@@ -254,6 +255,18 @@ def test_an_output_folder_that_cannot_be_written_is_refused_at_once_in_one_line(
     line = error_line(capsys, command)
     assert "--out: " in line and f"{str(out)!r}" in line and reason in line and f"{str(where)!r}" in line, line
     assert line.endswith("expected a folder this user can write to"), line
+
+
+def test_a_folder_under_proc_is_refused_at_the_folder_that_refuses_a_file_not_as_a_missing_one():
+    """``/proc`` exists but refuses every new file, and the operating system says so with ENOENT: the
+    message names ``/proc`` as the nearest existing folder that refuses a new file, so it does not
+    read as if ``/proc`` were missing."""
+    with pytest.raises(ValueError) as refusal:
+        check_output_folder("/proc/x/y")
+    assert str(refusal.value).startswith("--out: '/proc/x/y' cannot be written: '/proc', the nearest of its folders "
+                                         "that exists, refuses a new file (the operating system says: ")
+    with pytest.raises(ValueError, match=re.escape("--out: '/proc' cannot be written: it refuses a new file")):
+        check_output_folder("/proc")
 
 
 def test_evaluate_checks_its_default_output_folder_before_computing(checkpoint, monkeypatch, capsys):
