@@ -9,9 +9,14 @@ import dataclasses
 import json
 import math
 import os
+import random
 import re
 import signal
+import subprocess
+import sys
 import tarfile
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,12 +33,13 @@ from empirical.training.presets import get_preset
 from empirical.reproduce import commands, plan, stages
 from empirical.reproduce.bundle import write_bundle
 from empirical.reproduce.config import reproduce_config
-from empirical.reproduce.record import read_status
+from empirical.reproduce.record import read_json, read_status
 from empirical.reproduce.stages import STAGE_NAMES, plan_costs
 from empirical.training.train import learning_rate
 from recorded_figures import figures_recorded_not_drawn
 from rounding import gamma, learning_rate_rounding
 
+HMMTF = str(Path(__file__).resolve().parents[1] / "hmmtf.py")
 RATES = plan.Rates(train=1e12, float32=1e12, float64=1e11, bandwidth=1e11, source="test")
 HOST = plan.HostTimings(mixture_s=1.0, batch_s=0.01, hand_built_s=0.1, hand_built_forward_s=0.01, decode_s=1e-4,
                         hand_built_width=100, hand_built_layers=10)
@@ -492,13 +498,87 @@ def test_paper_mini_interrupted_in_training_and_in_the_analysis_resumes_to_the_u
     assert record["stages"]["train"]["attempts"][0]["interrupted_by"] == "SIGINT"
     assert read_status(resumed)["state"] == "finished"
 
-    whole, parts = bundle_members(paper_mini_run), bundle_members(resumed)
+    assert_same_results(resumed, paper_mini_run)
+
+
+def assert_same_results(resumed, whole_run) -> None:
+    """The resumed run's bundle holds the uninterrupted run's files byte for byte, except the run's
+    own records (``record.json``, ``progress.json``: invocations and wall times), the training log's
+    wall-clock fields and the command line (with its ``--out``) in the checkpoint's config; its
+    weights and AdamW state are the uninterrupted run's bit for bit."""
+    whole, parts = bundle_members(whole_run), bundle_members(resumed)
     assert sorted(parts) == sorted(whole)
     records, log, config = {"record.json", "progress.json"}, "train/metrics.jsonl", "train/checkpoint/config.json"
     differing = [name for name in whole if name not in {*records, log, config} and parts[name] != whole[name]]
     assert differing == []
-    assert without_timings(resumed / log) == without_timings(paper_mini_run / log)
+    assert without_timings(resumed / log) == without_timings(whole_run / log)
     resumed_config, whole_config = (json.loads(members[config]) for members in (parts, whole))
     assert {**resumed_config, "command": None} == {**whole_config, "command": None}
     for name in ("model.safetensors", "optimizer.safetensors"):
-        assert (checkpoint / name).read_bytes() == (paper_mini_run / "train" / "checkpoint" / name).read_bytes(), name
+        assert (resumed / "train" / "checkpoint" / name).read_bytes() == (
+            whole_run / "train" / "checkpoint" / name).read_bytes(), name
+
+
+KILLED_STAGES = ("train", "evaluate", "analyze", "patching")
+"""The stages a SIGKILL is sent into, in turn (the mixture and the bundle take a fraction of a second)."""
+
+
+def kill_in_stage(out, stage: str, after_s: float) -> None:
+    """Start ``hmmtf reproduce`` on paper-mini in a session of its own, SIGKILL it ``after_s`` seconds
+    into ``stage`` (read from its ``progress.json``), and check that no process of its group outlives it."""
+    process = subprocess.Popen([sys.executable, HMMTF, "reproduce", "--preset", "paper-mini", "--device", "cpu",
+                                "--out", str(out), "--threads", "1"], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline, entered = time.monotonic() + 300, None
+    while True:
+        assert process.poll() is None, f"the run ended before {after_s:.2f} s into {stage}: {process.stderr.read()}"
+        assert time.monotonic() < deadline, f"the run did not reach {after_s:.2f} s into {stage} in 300 s"
+        current = (read_json(out / "progress.json") or {}).get("stage")
+        if current == stage and entered is None:
+            entered = time.monotonic()
+        if entered is not None and time.monotonic() - entered >= after_s:
+            assert current == stage, f"{stage} ended before {after_s:.2f} s: a kill point inside it is needed"
+            break
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    process.stderr.close()
+    deadline = time.monotonic() + 10
+    while group_alive(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group_alive(process.pid), f"a process of the run killed in {stage} outlived it (an orphan)"
+
+
+def group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.long_running
+@pytest.mark.timeout(600)
+@pytest.mark.xdist_group(PAPER_MINI_GROUP)
+def test_paper_mini_killed_with_sigkill_in_each_stage_resumes_to_the_uninterrupted_bundle(paper_mini_run, tmp_path):
+    """Fault injection (issue 53): ``hmmtf reproduce`` killed with SIGKILL (no handler runs) at a
+    random point of each stage in turn, each rerun picking up where the last left off: no process
+    outlives a kill, no lock blocks the rerun, and the run that finishes gives the uninterrupted
+    run's results. The kill points are drawn by a seeded generator as fractions of each stage's
+    wall time in the uninterrupted run, halved (a stage runs no faster on a loaded machine), so a
+    failure names points that reproduce it. Five processes do about two runs' work (each stage cut
+    short runs again from its start, training from its checkpoint): 150 s on two loaded cores, with
+    the uninterrupted run another 60 s where this test is the first of its group to need it, so its
+    limit is 600 s, not the suite's 180 s."""
+    record = json.loads((paper_mini_run / "record.json").read_text())
+    generator = random.Random(53)
+    points = {stage: generator.uniform(0.1, 0.9) * record["stages"][stage]["attempts"][0]["wall_s"] / 2
+              for stage in KILLED_STAGES}
+    killed = tmp_path / "killed"
+    for stage in KILLED_STAGES:
+        kill_in_stage(killed, stage, points[stage])
+    rerun = subprocess.run([sys.executable, HMMTF, "reproduce", "--preset", "paper-mini", "--device", "cpu", "--out",
+                            str(killed), "--threads", "1"], capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, (points, rerun.stderr[-2000:])
+    assert read_status(killed)["state"] == "finished"
+    assert_same_results(killed, paper_mini_run)
