@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "command": "python benchmarks/bench_suite.py " + shlex.join(argv), "git_commit": source_commit(),
             "machine": {"platform": platform.platform(), "usable_cores": cores, "python": platform.python_version()},
-            "runs": runs}, indent=1))
+            "runs": runs}, indent=1, allow_nan=False))
     return 1 if failed else 0
 
 

@@ -60,7 +60,7 @@ class Accounting:
     def pytest_sessionfinish(self, session) -> None:
         directory = Path(os.environ[DIRECTORY_VARIABLE])
         record = {"process": self.name, "collection_cpu_s": self.collection_cpu_s, "tests": self.tests}
-        (directory / f"{self.name}.json").write_text(json.dumps(record))
+        (directory / f"{self.name}.json").write_text(json.dumps(record, allow_nan=False))
 
 
 def pytest_configure(config) -> None:

@@ -11,6 +11,9 @@
 6. ``theorem2_decay.png``: under-complete HMMs, m = 1, 2, 3: ``E|P^(m) - P_L^(m)|_1`` vs L beside
    Lemma 2's bound with ``gamma_m``; the in-context predictor's error vs L (joint law and next
    token); ``gamma_m`` of the suite and the certified bounds of the preset's HMMs.
+
+A fitted C may be the string "inf" (:data:`bounds.serialize.INFINITY`), or the number Infinity in
+reports written before it: each is read with ``float``, which reads both as ``inf``.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ def _gamma_color(gamma: float, gammas: list[float]):
 def lemma1_decay(report: dict, path: Path) -> None:
     """Figure 1 (module docstring), stationary prior."""
     lengths = np.array(report["lemma1"]["lengths"], dtype=float)
-    C = report["lemma1"]["fits"]["stationary"]["C"]
+    C = float(report["lemma1"]["fits"]["stationary"]["C"])
     knobs = sorted({entry["gamma_knob"] for entry in report["suite"]})
     fig, axes = plt.subplots(1, len(knobs), figsize=(4.2 * len(knobs), 4.2), sharey=True, squeeze=False)
     for ax, knob in zip(axes[0], knobs):
@@ -86,7 +89,8 @@ def decay_rate_vs_gamma4(report: dict, path: Path) -> None:
             face = color if entry["half"] == "fit" else "none"
             ax.loglog(entry["gamma"] ** 4, rate, marker, color=color, mfc=face, ms=6)
         grid = np.logspace(np.log10(min(e["gamma"] for e in report["suite"]) ** 4 / 1.5), 0, 50)
-        ax.loglog(grid, grid / fit["C"], "k-", label=f"bound's rate gamma^4 / C, C = {fit['C']:.2g}")
+        C = float(fit["C"])
+        ax.loglog(grid, grid / C, "k-", label=f"bound's rate gamma^4 / C, C = {C:.2g}")
         for c, color in zip(concentrations, CONCENTRATION_COLORS):
             ax.plot([], [], "o", color=color, label=f"transition concentration {c:g}")
         ax.plot([], [], "o", color="grey", label="rank d < S (circle), full rank (square)")
@@ -128,7 +132,7 @@ def theorem1_terms(report: dict, path: Path) -> None:
     """Figure 3 (module docstring)."""
     config = report["config"]
     p, L = config["suite"]["num_tokens"], config["L"]
-    C = report["lemma1"]["fits"]["stationary"]["C"]
+    C = float(report["lemma1"]["fits"]["stationary"]["C"])
     C_g = report["generalization"]["C_g"]
     knobs = sorted({entry["gamma_knob"] for entry in report["suite"]})
     lengths = np.array(report["lemma1"]["lengths"], dtype=float)
@@ -255,7 +259,7 @@ def theorem2_decay(report: dict, path: Path) -> None:
                         label=f"m={m}: measured (gamma_{m} = {gamma:.2g})")
             d = members[0]["num_states"]
             if key in result["lemma2"]:
-                C = result["lemma2"][key]["C"]
+                C = float(result["lemma2"][key]["C"])
                 ax.semilogy(lengths, [formulas.lemma1_bound(gamma, d, n, C) for n in lengths], "--", color=color,
                             label=f"m={m}: Lemma 2 bound, C = {C:.2g}")
             elif gamma == 0:

@@ -1,7 +1,8 @@
 """Typed results to JSON-ready values, in one place: the edge where report.json is written.
 
 A dataclass becomes a dict of its fields in declaration order, a dict keeps its keys, a list or
-tuple becomes a list, any other value is kept. Three rules are declared on a field's ``metadata``:
+tuple becomes a list, ``+inf`` becomes the string :data:`INFINITY`, any other value is kept. Three
+rules are declared on a field's ``metadata``:
 
 * :data:`INLINE`: the field's own dict is merged into its parent's at its place (an HMM's
   description followed by what was measured on it);
@@ -11,6 +12,13 @@ tuple becomes a list, any other value is kept. Three rules are declared on a fie
 from __future__ import annotations
 
 import dataclasses
+import math
+
+INFINITY = "inf"
+"""How ``+inf`` is written: a smallest constant C when no finite C makes the bound hold
+(:func:`bounds.formulas.lemma1_constant`), and the fitted C, the table's numbers that come from one.
+Strict JSON has no infinity; ``float`` reads this string back as ``inf``, as it reads the number
+``Infinity`` that reports written before issue 53 hold (Python's json parses it to ``inf``)."""
 
 INLINE = {"json": "inline"}
 """Field metadata: merge the field's dict into the parent's."""
@@ -42,4 +50,6 @@ def to_json(value):
         return {key: to_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_json(item) for item in value]
+    if isinstance(value, float) and value == math.inf:
+        return INFINITY
     return value

@@ -386,9 +386,10 @@ def report_json(measurements: Measurements, table: list[TableRow], theorem2_tabl
 
 
 def write_report(report: dict, path: Path) -> None:
-    """JSON with ``allow_nan`` (an infinite smallest C is written as Infinity)."""
+    """Strict JSON: an infinite smallest C is already the string "inf" (:data:`bounds.serialize.INFINITY`),
+    and any other NaN or infinity raises ValueError here instead of writing a file that is not JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1, default=float))
+    path.write_text(json.dumps(report, indent=1, default=float, allow_nan=False))
 
 
 def verdict_lines(measurements: Measurements) -> list[str]:

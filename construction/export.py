@@ -62,9 +62,9 @@ def save_weights(network: Network, path: str | Path) -> None:
     }
     metadata = {
         "description": DESCRIPTION,
-        "parameters": json.dumps(parameters),
-        "layout": json.dumps({name: [start, stop] for name, start, stop in network.layout.slots}),
-        "layers": json.dumps(layers),
+        "parameters": json.dumps(parameters, allow_nan=False),
+        "layout": json.dumps({name: [start, stop] for name, start, stop in network.layout.slots}, allow_nan=False),
+        "layers": json.dumps(layers, allow_nan=False),
     }
     save_file(tensors, str(path), metadata=metadata)
 

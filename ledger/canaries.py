@@ -243,7 +243,7 @@ def _without_timing_ratios(path: str) -> None:
     result = json.loads(Path(path).read_text())
     for key in ("fraction_of_peak", "binding"):
         del result["rate"]["roofline"][key]
-    Path(path).write_text(json.dumps(result))
+    Path(path).write_text(json.dumps(result, allow_nan=False))
 
 
 TRAINED_ELSEWHERE = "the committed checkpoint the result measured (a tiny network trained here stands in for it)"
@@ -317,7 +317,7 @@ def _canonical(value, workshop: str):
 
 
 def _digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(value, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
 def _without_imports(source: str) -> str:
@@ -516,7 +516,7 @@ def load_record(root: Path) -> dict:
 
 
 def write_record(root: Path, record: dict) -> None:
-    (root / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    (root / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True, allow_nan=False) + "\n")
 
 
 def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries: dict[str, Canary] | None = None,

@@ -33,11 +33,21 @@ POSITION_FREE = 1e-9
 """Shuffle metric below which a layer's logits do not move at all (rounding)."""
 DECODED = 0.99
 """A hand-built layer decodes ``o_{t-k}`` when the lower end of its probe's interval reaches this."""
+ROW_NUMBERS = ("mean_measured", "measured", "bound")
+"""The numbers of a table row. A smallest C that no finite C makes hold is written as the string
+"inf" (bounds.serialize.INFINITY; strict JSON has no infinity) and, in reports written before issue 53,
+as the number Infinity: ``float`` reads both as ``inf``."""
+
+
+def _table(report: Doc, *keys: str) -> list[dict]:
+    """The rows of the report's table at ``keys`` (``"table"``, or ``"theorem2", "table"``), their
+    :data:`ROW_NUMBERS` read as floats."""
+    return [{**row, **{number: float(row[number]) for number in ROW_NUMBERS}} for row in report[keys]]
 
 
 def _row(report: Doc, term: str) -> dict:
     """The row of the report's table titled ``term``."""
-    rows = report["table"]
+    rows = _table(report, "table")
     for row in rows:
         if row["term"] == term:
             return row
@@ -45,7 +55,7 @@ def _row(report: Doc, term: str) -> dict:
 
 
 def _rows_starting(report: Doc, prefix: str) -> list[dict]:
-    rows = [row for row in report["table"] if row["term"].startswith(prefix)]
+    rows = [row for row in _table(report, "table") if row["term"].startswith(prefix)]
     if not rows:
         raise LedgerError(f"{report.path}: no table row starting {prefix!r}")
     return rows
@@ -278,7 +288,7 @@ def assumption4(report: Doc) -> Outcome:
 
 def _per_future(report: Doc, title: str) -> list[dict]:
     """Theorem 2's rows titled ``m=K: title``, one per m."""
-    return [row for row in report["theorem2", "table"] if row["term"].split(": ", 1)[-1] == title]
+    return [row for row in _table(report, "theorem2", "table") if row["term"].split(": ", 1)[-1] == title]
 
 
 def theorem2_total(report: Doc) -> Outcome:
@@ -318,7 +328,7 @@ def lemma2_bound(report: Doc) -> Outcome:
 def theorem2_network(report: Doc) -> Outcome:
     config = report["theorem2", "config"]
     p, L, T = config["suite"]["num_tokens"], config["L"], config["T"]
-    rows = [row for row in report["theorem2", "table"] if " stage " in f" {row['term'].split(': ', 1)[-1]}"
+    rows = [row for row in _table(report, "theorem2", "table") if " stage " in f" {row['term'].split(': ', 1)[-1]}"
             or row["term"].endswith("construction |W_T x - TF|")]
     counts = report["theorem2", "network_counts"]
     sizes_ok = all(counts[f"m={m}"]["layers"] == (L - 1) + m + 1 + T + 1 and counts[f"m={m}"]["heads_per_gd_layer"] == 2 * p**m

@@ -91,16 +91,16 @@ def test_main_job_writes_a_complete_report_consistent_with_the_table(tmp_path, c
         (line,) = [text for text in lines if text.startswith(row["term"])]
         numbers = re.split(r"\s+", line[len(row["term"]):].strip())
         assert [float(numbers[0]), float(numbers[1]), float(numbers[2])] == [
-            float(f"{row[key]:.3g}") for key in ("mean_measured", "measured", "bound")
+            float(f"{float(row[key]):.3g}") for key in ("mean_measured", "measured", "bound")
         ]
         assert numbers[3] == f"{row['holds']}/{row['units']}"
         # The shown pair is the worst measured/bound ratio: it holds iff every unit does.
-        assert (row["holds"] == row["units"]) == (row["measured"] <= row["bound"])
+        assert (row["holds"] == row["units"]) == (float(row["measured"]) <= float(row["bound"]))
     for verdict in report["verdicts"]:
         assert verdict in printed
     stationary = report["lemma1"]["fits"]["stationary"]
-    fit_constants = [m["lemma1"]["stationary"]["smallest_C"] for m in report["suite"] if m["half"] == "fit"]
-    assert stationary["C"] == max(fit_constants)
+    fit_constants = [float(m["lemma1"]["stationary"]["smallest_C"]) for m in report["suite"] if m["half"] == "fit"]
+    assert float(stationary["C"]) == max(fit_constants)
 
 
 @pytest.mark.long_running

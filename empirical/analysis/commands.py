@@ -102,7 +102,7 @@ def add_measure_command(subparsers, name: str, help: str, settings_class: type, 
     def run(args) -> int:
         report = measure_checkpoint(args, settings_class, measure, plot, report_file, figure_file)
         print(json.dumps({"out": str(Path(args.out)), "runtime_s": round(report["runtime_s"], 1),
-                          **summarise(report)}, indent=1))
+                          **summarise(report)}, indent=1, allow_nan=False))
         return 0
 
     parser.set_defaults(run=run)
@@ -140,7 +140,7 @@ def _measure_into(args, settings, measure: Callable[..., dict], plot: Callable[[
     out.mkdir(parents=True, exist_ok=True)
     plot(report, out / figure_file)
     report["runtime_s"] = time.perf_counter() - started
-    (out / report_file).write_text(json.dumps(report, indent=1) + "\n")
+    (out / report_file).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
     return report
 
 
@@ -171,9 +171,9 @@ def _analyze_into(args, config: AnalysisConfig, folder: Path, loaded: tuple, out
     out.mkdir(parents=True, exist_ok=True)
     write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
     print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report.get("claims")},
-                     indent=1))
+                     indent=1, allow_nan=False))
     return 0
 
 

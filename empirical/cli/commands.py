@@ -95,8 +95,8 @@ def run_train(args) -> int:
             "num_threads": torch.get_num_threads(),
             "parameters": result.model.num_parameters(),
         }
-        (run_dir / TRAIN_SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        print(json.dumps(summary, indent=2))
+        (run_dir / TRAIN_SUMMARY_FILE).write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        print(json.dumps(summary, indent=2, allow_nan=False))
     shutdown_distributed()
     return 0
 
@@ -144,7 +144,7 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
         "evaluation_time_s": time.perf_counter() - started,
         **evaluation,
     }
-    (out / EVALUATION_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    (out / EVALUATION_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
     plot_in_context(evaluation, out / "in_context.png")
     if "regime" in evaluation:
         plot_regime(evaluation, out / "regime.png")
@@ -164,7 +164,7 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
         summary["hand_built"] = write_side_by_side(args, predictors, mixture, prompts, report, out)
     if args.fresh_tasks and args.ceiling_particles:
         summary["competence"] = write_competence(args, predictors, preset, num_prompts, report, out)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2, allow_nan=False))
     return 0
 
 
@@ -179,7 +179,7 @@ def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts
     result = {"command": args.command_line, "git_commit": args.git_commit, "checkpoint": report["checkpoint"],
               "step": report["step"], "task": report["task"], "model": report["model"],
               "evaluation_time_s": time.perf_counter() - started, **competence}
-    (out / COMPETENCE_FILE).write_text(json.dumps(result, indent=2) + "\n")
+    (out / COMPETENCE_FILE).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     plot_competence(result, out / "competence.png")
     return {"out": str(out / COMPETENCE_FILE), "verdict": competence["verdict"], "gap_closed": competence["gap_closed"],
             "loss": {name: round(value["loss"], 4) for name, value in competence["ladder"]["all_positions"].items()}}
@@ -212,7 +212,7 @@ def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixt
         "evaluation_time_s": time.perf_counter() - started,
         **evaluation,
     }
-    (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(side_by_side, indent=2) + "\n")
+    (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(side_by_side, indent=2, allow_nan=False) + "\n")
     plot_side_by_side(evaluation, history_lengths, gd_steps, out / "hand_built_in_context.png")
     at = evaluation["by_demonstrations"]
     return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": at["num_demonstrations"],
@@ -228,7 +228,7 @@ def run_calibrate(args) -> int:
         report["command"] = args.command_line
         report["git_commit"] = args.git_commit
         report["seconds"] = time.perf_counter() - start
-        (out / f"{args.preset}.json").write_text(json.dumps(report, indent=2))
+        (out / f"{args.preset}.json").write_text(json.dumps(report, indent=2, allow_nan=False))
         plot_calibration(report, out / f"{args.preset}.png")
     print(f"{'concentration':>13} | Bayes accuracy after 0 .. n demonstrations")
     for entry in report["results"]:

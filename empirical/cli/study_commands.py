@@ -46,11 +46,11 @@ def run_signal(args) -> int:
                                args.num_prompts, args.fresh_tasks, settings)
         report = {"command": args.command_line, "git_commit": args.git_commit,
                   "seconds": time.perf_counter() - started, **report}
-        (out / SIGNAL_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        (out / SIGNAL_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
         plot_signal(report, out / "signal.png")
     print(json.dumps({name: {"signal": round(family["scopes"]["all_positions"]["signal"]["mean"], 4),
                              "bigram_share": round(family["scopes"]["all_positions"]["bigram_share"], 3)}
-                      for name, family in report["families"].items()}, indent=1))
+                      for name, family in report["families"].items()}, indent=1, allow_nan=False))
     return 0
 
 
@@ -70,7 +70,7 @@ def run_family_calibration(args) -> int:
         report = calibration_report(specs, hmm.PROMPT_FORMATS["paper"], args.num_prompts, args.fresh_tasks, progress)
         report = {"command": args.command_line, "git_commit": args.git_commit, "threads": args.threads,
                   "seconds": time.perf_counter() - started, **report}
-        (out / FAMILY_CALIBRATION_FILE).write_text(json.dumps(report, indent=1) + "\n")
+        (out / FAMILY_CALIBRATION_FILE).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
         plot_family_calibration(report, out / "family_calibration.png")
     print(f"choice: {report['choice']}")
     return 0
@@ -100,7 +100,7 @@ def run_curves(args) -> int:
                                  f"{runs[0]['run']!r} on {runs[0]['mixture']!r} with {runs[0]['probe']}; expected "
                                  f"one mixture and one probe per study")
         study = {"command": args.command_line, "git_commit": args.git_commit, "title": args.title, "runs": runs}
-        (out / STUDY_FILE).write_text(json.dumps(study, indent=1) + "\n")
+        (out / STUDY_FILE).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
         plot_curves(study, out / "curves.png")
     for run in runs:
         last = run["points"][-1]["all_positions"]

@@ -204,7 +204,7 @@ def export_hooked_transformer(model_or_checkpoint: RoFormer | str | Path, direct
     save_file(hooked_transformer_state_dict(model), str(directory / WEIGHTS_FILE))
     with_umask_mode(directory / WEIGHTS_FILE)
     document = {"hooked_transformer_config": config_kwargs, "source": source or {}}
-    (directory / CONFIG_FILE).write_text(json.dumps(document, indent=2) + "\n")
+    (directory / CONFIG_FILE).write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
     return directory
 
 
@@ -265,7 +265,7 @@ def run_export(args) -> int:
     check_results_owner(Path(args.out), folder, (CONFIG_FILE,), args.overwrite, option="out")
     with run_folder_lock(Path(args.out), "out"):
         out = export_hooked_transformer(checkpoint.model, args.out, args.context_length, source)
-    print(json.dumps({"out": str(out), "files": [CONFIG_FILE, WEIGHTS_FILE], "format": args.to}, indent=2))
+    print(json.dumps({"out": str(out), "files": [CONFIG_FILE, WEIGHTS_FILE], "format": args.to}, indent=2, allow_nan=False))
     return 0
 
 

@@ -66,7 +66,7 @@ def show_status(out: Path) -> int:
     """``--status``: print the run's status as JSON (a detached process's while it plans:
     :func:`planning_status`); exit code 1 if it failed or its process is gone, else 0."""
     status = planning_status(out) or read_status(out)
-    print(json.dumps(status, indent=2))
+    print(json.dumps(status, indent=2, allow_nan=False))
     return 1 if status["state"] in FAILED_STATES else 0
 
 

@@ -77,7 +77,7 @@ class ReproduceConfig:
             "train": self.preset.train.to_dict(),
             "analysis": dataclasses.asdict(self.analysis),
             "device_type": self.device.type,
-        }))
+        }, allow_nan=False))
 
 
 def check_device(name: str | None, *, planning_only: bool = False) -> torch.device:

@@ -172,7 +172,7 @@ def run_ladder(args) -> int:
     with run_folder_lock(out, "--out"):
         points = collect_points(root)
         report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
-        (out / LADDER_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        (out / LADDER_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
         (out / "ladder.md").write_text(ladder_table(points))
         plot_regime_ladder(points, out / "ladder_regime.png")
         plot_claim1_ladder(points, out / "ladder_claim1.png")

@@ -22,7 +22,7 @@ def run_plateau(args) -> int:
     with run_folder_lock(out, "--out"):
         study = plateau_study(arms, args.baseline, Path(args.verdicts) if args.verdicts else None)
         study = {"command": args.command_line, "git_commit": args.git_commit, **study}
-        (out / PLATEAU_FILE).write_text(json.dumps(study, indent=1) + "\n")
+        (out / PLATEAU_FILE).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
         plot_plateau(study, out / "plateau.png")
     for row in study["arms"]:
         escape = row["escape"]

@@ -141,7 +141,7 @@ def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Opt
     staging, previous = _staging(directory), _previous(directory)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    save_model(model, str(staging / MODEL_FILE), metadata={MODEL_CONFIG_KEY: json.dumps(model.config.to_dict())})
+    save_model(model, str(staging / MODEL_FILE), metadata={MODEL_CONFIG_KEY: json.dumps(model.config.to_dict(), allow_nan=False)})
     with_umask_mode(staging / MODEL_FILE)
     full_config = dict(config, model=model.config.to_dict())
     if optimizer is not None:
@@ -149,7 +149,7 @@ def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Opt
         save_file(tensors, str(staging / OPTIMIZER_FILE))
         with_umask_mode(staging / OPTIMIZER_FILE)
         full_config["optimizer_param_groups"] = groups
-    (staging / CONFIG_FILE).write_text(json.dumps(full_config, indent=2) + "\n")
+    (staging / CONFIG_FILE).write_text(json.dumps(full_config, indent=2, allow_nan=False) + "\n")
     if directory.exists():
         shutil.rmtree(previous, ignore_errors=True)  # left by a crash after the last save's renames
         os.replace(directory, previous)

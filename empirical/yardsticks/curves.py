@@ -136,8 +136,8 @@ def branch_curve(source_dir: Path, run_dir: Path, preset: ExperimentPreset, mode
         raise ValueError(f"every: {every}; expected a divisor of the step {source_step} of branch_from "
                          f"{str(source_dir)!r}, so that the branch's points fall where the source's do")
     branched_at = branch_run(source_dir, run_dir, model_config, preset.train, preset.task(), command)
-    (run_dir / BASELINES_FILE).write_text(json.dumps(baselines) + "\n")
-    (run_dir / CURVE_FILE).write_text("".join(json.dumps(point) + "\n" for point in written_points(source_dir)
+    (run_dir / BASELINES_FILE).write_text(json.dumps(baselines, allow_nan=False) + "\n")
+    (run_dir / CURVE_FILE).write_text("".join(json.dumps(point, allow_nan=False) + "\n" for point in written_points(source_dir)
                                               if point["step"] <= branched_at))
     return branched_at
 
@@ -161,7 +161,7 @@ def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run
         print(f"branched from {branch_from} at step {step}", flush=True)
     baselines_path = run_dir / BASELINES_FILE
     if not baselines_path.is_file():
-        baselines_path.write_text(json.dumps(build_probe(preset, num_prompts, fresh_tasks, settings)) + "\n")
+        baselines_path.write_text(json.dumps(build_probe(preset, num_prompts, fresh_tasks, settings), allow_nan=False) + "\n")
     probe = load_probe(preset, json.loads(baselines_path.read_text()))
     mixture = preset.build_mixture()
     stream = training_stream(mixture, preset)
@@ -175,7 +175,7 @@ def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run
         point = curve_point(result.model, probe, stop, stop * tokens_per_step)
         point["train_loss"] = result.last_loss
         with open(run_dir / CURVE_FILE, "a") as log:
-            log.write(json.dumps(point) + "\n")
+            log.write(json.dumps(point, allow_nan=False) + "\n")
         summary = point["all_positions"]
         closed = f", gap closed {summary['gap_closed']['fraction']:.2f}" if "gap_closed" in summary else ""
         print(f"step {stop}: fresh-HMM loss {summary['model_loss']:.4f}, model - bigram "

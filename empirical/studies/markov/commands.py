@@ -59,7 +59,7 @@ def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *,
         "cells": cells,
         "runs": runs,
     }
-    (directory / "results.json").write_text(json.dumps(document, indent=1) + "\n")
+    (directory / "results.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     draw_figures(document, directory)
     return document
 

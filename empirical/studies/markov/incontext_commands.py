@@ -128,7 +128,7 @@ def run_markov_incontext(args) -> int:
         document = {"command": args.command_line, "git_commit": args.git_commit, "config": config.to_dict(),
                     "runs": str(runs), "models": measure_all(config, runs),
                     "wall_seconds": time.monotonic() - started}
-        (out / RESULTS_FILE).write_text(json.dumps(document, indent=1) + "\n")
+        (out / RESULTS_FILE).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
         plot_incontext(document, out / FIGURE_FILE)
     for name, measured in document["models"].items():
         excess = measured["largest_excess"]["induction"]
