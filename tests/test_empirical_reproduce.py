@@ -36,6 +36,7 @@ from empirical.reproduce.config import reproduce_config
 from empirical.reproduce.record import read_json, read_status
 from empirical.reproduce.stages import STAGE_NAMES, plan_costs
 from empirical.training.train import learning_rate
+from killed_processes import kill_and_check_no_orphan
 from recorded_figures import figures_recorded_not_drawn
 from rounding import gamma, learning_rate_rounding
 
@@ -540,21 +541,7 @@ def kill_in_stage(out, stage: str, after_s: float) -> None:
             assert current == stage, f"{stage} ended before {after_s:.2f} s: a kill point inside it is needed"
             break
         time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    process.stderr.close()
-    deadline = time.monotonic() + 10
-    while group_alive(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not group_alive(process.pid), f"a process of the run killed in {stage} outlived it (an orphan)"
-
-
-def group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    kill_and_check_no_orphan(process, f"in {stage}")
 
 
 @pytest.mark.long_running

@@ -3,9 +3,7 @@
 checkpoint to the weights, the AdamW state and the training log of an uninterrupted run, bit for bit.
 The kill steps are drawn by a seeded generator, so a failure names steps that reproduce it."""
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +14,7 @@ import torch
 
 from empirical.training.checkpoint import load_checkpoint
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
+from killed_processes import kill_and_check_no_orphan
 
 HMMTF = str(Path(__file__).resolve().parents[1] / "hmmtf.py")
 STEPS = 240
@@ -38,14 +37,6 @@ def logged_step(run_dir: Path) -> int:
     return json.loads(lines[-1])["step"] if lines and lines[-1].endswith("}") else 0
 
 
-def group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def kill_at(run_dir: Path, step: int, extra: list[str]) -> None:
     """Start the run, SIGKILL its trainer (not its group) once its log passes ``step``, and check
     that every process of its group is gone within a few seconds."""
@@ -55,13 +46,7 @@ def kill_at(run_dir: Path, step: int, extra: list[str]) -> None:
         assert process.poll() is None, f"the run ended before step {step}: {process.stderr.read().decode()}"
         assert time.monotonic() < deadline, f"the run did not reach step {step} in {WAIT_SECONDS} s"
         time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    process.stderr.close()
-    deadline = time.monotonic() + 10
-    while group_alive(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not group_alive(process.pid), f"a process of the run killed at step {step} outlived it (an orphan)"
+    kill_and_check_no_orphan(process, f"at step {step}")
 
 
 def finish(run_dir: Path, extra: list[str]) -> None:
