@@ -1,13 +1,16 @@
-"""Typed results to JSON-ready values, in one place: the edge where report.json is written.
+"""Typed results to JSON-ready values, in one place: the edge where a result is written (``hmmtf main``'s
+report.json; ``hmmtf evaluate``'s evaluation.json, competence.json and hand_built.json, and the
+evaluation.json of ``hmmtf reproduce``).
 
 A dataclass becomes a dict of its fields in declaration order, a dict keeps its keys, a list or
-tuple becomes a list, ``+inf`` becomes the string :data:`INFINITY`, any other value is kept. Three
+tuple becomes a list, ``+inf`` becomes the string :data:`INFINITY`, any other value is kept. Four
 rules are declared on a field's ``metadata``:
 
 * :data:`INLINE`: the field's own dict is merged into its parent's at its place (an HMM's
   description followed by what was measured on it);
 * :func:`json_key`: the field is written under another key (``gd_steps`` as the docs' ``T``);
-* :data:`OMIT`: the field is not written (it lives only in the typed result).
+* :data:`OMIT`: the field is not written (it lives only in the typed result);
+* :data:`OMIT_IF_NONE`: the field is not written when it is None (a section that was not computed).
 """
 from __future__ import annotations
 
@@ -26,6 +29,9 @@ INLINE = {"json": "inline"}
 OMIT = {"json": "omit"}
 """Field metadata: leave the field out of the JSON."""
 
+OMIT_IF_NONE = {"json": "omit if none"}
+"""Field metadata: leave the field out of the JSON when its value is None."""
+
 
 def json_key(name: str) -> dict[str, str]:
     """Field metadata: write the field under ``name``."""
@@ -37,10 +43,10 @@ def to_json(value):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         converted = {}
         for field in dataclasses.fields(value):
-            rule = field.metadata.get("json")
-            if rule == OMIT["json"]:
+            rule, field_value = field.metadata.get("json"), getattr(value, field.name)
+            if rule == OMIT["json"] or (rule == OMIT_IF_NONE["json"] and field_value is None):
                 continue
-            item = to_json(getattr(value, field.name))
+            item = to_json(field_value)
             if rule == INLINE["json"]:
                 converted.update(item)
             else:

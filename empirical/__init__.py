@@ -20,9 +20,10 @@ Public API of the core (import from the modules named; this file imports nothing
     training.data:        PromptStream (batch function of a mixture), held_out_prompts,
                  unigram_distribution, stream_seed
     yardsticks.evaluate:    hmm_token_probs, model_predictor, bayes_predictor, unigram_predictor, in_context_predictors,
-                 evaluate_predictors (pairs=: paired per-prompt loss differences)
+                 evaluate_predictors (pairs=: paired per-prompt loss differences) -> Evaluation
+                 (Metrics, GapReport, DemonstrationCurve, PositionCurve, LossDifference)
     yardsticks.regime:      the regime diagnostic: unseen_mixture, shared_hmms, oracle_predictor,
-                 memorisation_verdict, regime_section (``hmmtf evaluate``'s ``regime``)
+                 memorisation_verdict, regime_section -> RegimeSection (``hmmtf evaluate``'s ``regime``)
     training.overrides:   resolve(preset, *overrides) -> TrainingRun (preset, model, changes,
                  .default_run_dir), read_config_file, training_run (``hmmtf train``'s values)
     training.run_control: run_folder_lock(run_dir), stop_on_signals() -> StopRequest (SIGINT/SIGTERM)
@@ -43,6 +44,8 @@ Public API of the core (import from the modules named; this file imports nothing
     measurement.throughput:  layouts, measure_layout, measure_peaks, ratio_summary (benchmarks/bench_training.py --compare)
     training.allocator:   TRAINING_TUNABLES, with_training_tunables, restart_with_training_tunables (glibc malloc)
     cli.commands:    ``hmmtf train``, ``hmmtf evaluate``, ``hmmtf calibrate``
+    cli.evaluation_reports: EvaluationReport, SideBySideReport, CompetenceReport, Provenance (what
+                 ``hmmtf evaluate`` writes, typed)
     cli.study_commands: ``hmmtf signal``, ``hmmtf curve``, ``hmmtf curves``
 
 ``empirical.reproduce`` (``hmmtf reproduce``) runs the paper preset end to end on top of these.

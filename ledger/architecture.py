@@ -52,25 +52,27 @@ PACKAGES: tuple[Package, ...] = (
                                   "folders", ("empirical.training.configs", "hmm")),
     Package("construction", "the hand-wired transformer of the paper, as weight tensors", ("hmmtf_options",)),
     Package("empirical.measurement", "the machine: matmul peaks, training throughput", ("empirical.training",)),
+    Package("bounds.serialize", "typed results to JSON at the writer (a utility: `hmmtf main`'s report, `hmmtf "
+                                "evaluate`'s results)"),
     Package("bounds", "Lemma 1, Theorem 1 and Theorem 2, measured on the construction (`hmmtf main`)",
-            ("construction", "hmm", "hmmtf_options")),
+            ("bounds.serialize", "construction", "hmm", "hmmtf_options")),
     Package("empirical.interop", "export of a checkpoint to TransformerLens",
             ("construction", "empirical.training", "hmmtf_options")),
     Package("empirical.yardsticks", "what a network is judged against: Bayes, the in-context n-grams, the oracle, "
                                     "the ceiling, the hand-built network, competence, regime, learning curves, "
-                                    "family signal", ("construction", "empirical.training", "hmm")),
+                                    "family signal", ("bounds.serialize", "construction", "empirical.training", "hmm")),
     Package("empirical.analysis", "inside one trained network: shuffle, probes, offsets, patching, heads, KL map, "
                                   "belief probes, the n-gram verdict",
             ("construction", "empirical.training", "empirical.training.configs", "empirical.yardsticks", "hmm",
              "hmmtf_options")),
     Package("empirical.cli", "the commands of training and the yardsticks, and their figures",
-            ("empirical.training", "empirical.yardsticks", "hmm", "hmmtf_options")),
+            ("bounds.serialize", "empirical.training", "empirical.yardsticks", "hmm", "hmmtf_options")),
     Package("empirical.studies", "studies over many networks: the regime ladder, the plateau, the Markov-chain "
                                  "traps (`empirical.studies.markov`)",
             ("empirical.analysis", "empirical.training", "empirical.training.configs", "empirical.yardsticks", "hmm",
              "hmmtf_options"), holds=("empirical.studies.markov",)),
     Package("empirical.reproduce", "`hmmtf reproduce`: the paper's experiment as resumable, planned stages",
-            ("empirical.analysis", "empirical.cli", "empirical.measurement", "empirical.training",
+            ("bounds.serialize", "empirical.analysis", "empirical.cli", "empirical.measurement", "empirical.training",
              "empirical.yardsticks", "hmm", "hmmtf_options")),
     Package("hmmtf", "the command line: it assembles the subcommands of every package (`SUBCOMMAND_MODULES`)",
             ("bounds", "construction", "empirical.analysis", "empirical.cli", "empirical.interop",

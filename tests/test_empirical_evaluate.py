@@ -3,16 +3,22 @@ presets, and the ``train`` / ``evaluate`` commands end to end on the tiny preset
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 import hmm
 import hmmtf
+from bounds.serialize import to_json
+from empirical.cli.evaluation_reports import EvaluationReport, Provenance
 from empirical.training.data import PromptStream, held_out_prompts, unigram_distribution
-from empirical.yardsticks.evaluate import bayes_predictor, evaluate_predictors, model_predictor, unigram_predictor
+from empirical.training.model import RoFormer
+from empirical.yardsticks.evaluate import (bayes_predictor, evaluate_predictors, in_context_predictors, model_predictor,
+                                           unigram_predictor)
 from empirical.training.presets import get_preset, preset_from_task
 from empirical.training.train import train
+from empirical.yardsticks import regime as regime_diagnostic
 from rounding import gamma, unit_roundoff
 import tiny_pipeline
 
@@ -42,22 +48,24 @@ def test_metrics_of_oracle_and_uniform_predictors():
     # 1 ulp, 2u |log P| (torch's log), of log P, as math.log(P) is within 1 ulp. A scope averages at most
     # `evaluated_rows` copies per prompt, then the prompts: gamma_{n + B} relative (Higham, Lemmas 3.1, 3.3).
     log_p, u = math.log(P), unit_roundoff()
-    uniform_loss = u + 4 * u * log_p + gamma(result["evaluated_rows"] + len(prompts.tokens)) * log_p
-    for scope in ("test_sequence", "all_positions"):
+    uniform_loss = u + 4 * u * log_p + gamma(result.evaluated_rows + len(prompts.tokens)) * log_p
+    for scope in (result.test_sequence, result.all_positions):
         # Exact: every evaluated target has probability exactly 1, log 1 = 0, and a mean of zeros is 0.
-        assert result[scope]["oracle"]["loss"] == 0.0
-        assert result[scope]["oracle"]["accuracy"] == 1.0
-        assert result[scope]["unigram"]["loss"] == pytest.approx(log_p, rel=0, abs=uniform_loss)
-        assert result[scope]["bayes"]["agreement_with_bayes"] == 1.0
-    assert result["by_demonstrations"]["oracle"]["accuracy"] == [1.0] * (PRESET.prompt_format.num_demos + 1)
-    assert result["by_test_position"]["unigram"]["loss"] == pytest.approx([log_p] * PRESET.prompt_format.test_length,
-                                                                          rel=0, abs=uniform_loss)
+        assert scope["oracle"].loss == 0.0
+        assert scope["oracle"].accuracy == 1.0
+        assert scope["unigram"].loss == pytest.approx(log_p, rel=0, abs=uniform_loss)
+        assert scope["bayes"].agreement_with_bayes == 1.0
+    assert result.by_demonstrations.predictors["oracle"].accuracy == [1.0] * (PRESET.prompt_format.num_demos + 1)
+    assert result.by_test_position.predictors["unigram"].loss == pytest.approx(
+        [log_p] * PRESET.prompt_format.test_length, rel=0, abs=uniform_loss)
     # The uniform predictor's argmax is token 0: its accuracy is the frequency of token 0. Exact: both
     # sides sum 0/1 values over the prompts (an exact integer) and divide it by their number once.
     tokens = prompts.tokens[:, -PRESET.prompt_format.test_length:]
-    assert result["by_test_position"]["unigram"]["accuracy"] == (tokens == 0).double().mean(0).tolist()
-    gap = result["excess_test_sequence"]
-    assert gap["oracle"]["excess_loss"] == -gap["bayes_loss"]  # 0.0 - bayes_loss: exact
+    assert result.by_test_position.predictors["unigram"].accuracy == (tokens == 0).double().mean(0).tolist()
+    gap = result.excess_test_sequence
+    assert gap.excess["oracle"].excess_loss == -gap.reference_loss  # 0.0 - bayes_loss: exact
+    # No pair asked for: no paired differences, and no "paired" key where it is written.
+    assert result.paired is None and "paired" not in to_json(result)
 
 
 def test_bayes_optimal_beats_a_trained_model_on_held_out_prompts():
@@ -70,10 +78,44 @@ def test_bayes_optimal_beats_a_trained_model_on_held_out_prompts():
         prompts,
         P,
     )
-    for scope in ("excess_test_sequence", "excess_all_positions"):
-        assert result[scope]["model"]["excess_loss"] > 0
-        assert result[scope]["gap"] > 0
-    assert result["all_positions"]["bayes"]["accuracy"] >= result["all_positions"]["unigram"]["accuracy"]
+    for gap in (result.excess_test_sequence, result.excess_all_positions):
+        assert gap.excess["model"].excess_loss > 0
+        assert gap.gap > 0
+    assert result.all_positions["bayes"].accuracy >= result.all_positions["unigram"].accuracy
+
+
+COMMITTED_EVALUATION = Path(__file__).resolve().parents[1] / "figures" / "cpu-small" / "evaluation.json"
+"""A committed ``hmmtf evaluate`` result, with every section :class:`EvaluationReport` writes."""
+CHECKPOINT_RECORDS = ("task", "model", "train", "train_summary")
+"""The report's copies of the checkpoint's and the training run's own records (``dict`` fields)."""
+
+
+def key_structure(value, opaque: tuple[str, ...] = ()):
+    """Every key of ``value``'s dicts, nested, in order; a list, a number or a string as ``"value"``,
+    and so is a key of ``opaque``'s value."""
+    if isinstance(value, dict):
+        return [(key, "value" if key in opaque else key_structure(item)) for key, item in value.items()]
+    return "value"
+
+
+def test_the_typed_report_writes_the_keys_of_the_committed_evaluation():
+    """evaluate_into's report, assembled as it assembles it (an untrained network of the tiny preset,
+    a few prompts and HMMs), writes the committed evaluation.json's keys in its order, down to every
+    predictor's metrics and the regime section's fresh-HMM evaluation: the types describe the files."""
+    device = torch.device("cpu")
+    prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, 8, seed=PRESET.data_seed)
+    predictors = in_context_predictors(RoFormer(PRESET.model_config(P)), MIXTURE, PRESET, 8, device)
+    evaluation = evaluate_predictors({**predictors, "oracle": regime_diagnostic.oracle_predictor(MIXTURE, prompts)},
+                                     prompts, P, pairs=(("model", "oracle"),))
+    regime = regime_diagnostic.regime_section(predictors, MIXTURE, PRESET, evaluation, 8, fresh_tasks=4,
+                                              reference_tasks=4, device=device)
+    report = EvaluationReport(provenance=Provenance("hmmtf evaluate", None, "checkpoint", 0), task={}, model={},
+                              train={}, train_summary=None, evaluation_time_s=0.0, evaluation=evaluation,
+                              regime=regime)
+    committed = json.loads(COMMITTED_EVALUATION.read_text())
+    assert key_structure(to_json(report), CHECKPOINT_RECORDS) == key_structure(committed, CHECKPOINT_RECORDS)
+    without_regime = dataclasses.replace(report, regime=None)
+    assert list(to_json(without_regime)) == [key for key in committed if key != "regime"]
 
 
 def test_unknown_reference_is_rejected():

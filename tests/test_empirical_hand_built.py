@@ -176,8 +176,8 @@ def test_evaluation_restricted_to_the_served_rows():
     }
     rows = served_rows(FMT, history_length)
     result = evaluate_predictors(predictors, PROMPTS, P, rows=rows)
-    assert result["by_demonstrations"]["num_demonstrations"] == list(range(1, FMT.num_demos + 1))
-    assert result["by_test_position"]["position"] == list(range(history_length, FMT.test_length))
+    assert result.by_demonstrations.num_demonstrations == list(range(1, FMT.num_demos + 1))
+    assert result.by_test_position.position == list(range(history_length, FMT.test_length))
     # k = 1 averages the rows predicting tokens L..l-1 of demonstration 2 (segment 1).
     start, stop = segments(FMT)[1]
     targets = PROMPTS.tokens[:, start + history_length : stop]
@@ -186,9 +186,9 @@ def test_evaluation_restricted_to_the_served_rows():
     # The same log-probabilities (one predictor, one log), averaged in another order: n terms of
     # one sign, each average within gamma_n of the exact one.
     averaged = 2 * gamma(targets.numel())
-    assert result["by_demonstrations"]["bayes"]["loss"][0] == pytest.approx(float(manual), rel=averaged, abs=0)
+    assert result.by_demonstrations.predictors["bayes"].loss[0] == pytest.approx(float(manual), rel=averaged, abs=0)
     # Served rows predicting a delimiter (the last token of demonstrations 2..n) or nothing are not evaluated.
-    assert result["evaluated_rows"] == int(rows[:-1].sum()) - (FMT.num_demos - 1)
+    assert result.evaluated_rows == int(rows[:-1].sum()) - (FMT.num_demos - 1)
     with pytest.raises(ValueError, match=r"predictor 'least squares': \d+ evaluated rows are not distributions"):
         evaluate_predictors(predictors, PROMPTS, P)
 

@@ -15,6 +15,7 @@ from empirical.yardsticks.regime import (
     MEMORISATION_TOLERANCE,
     REFERENCE_MIXTURE_STREAM,
     Z_95,
+    RegimeSection,
     memorisation_verdict,
     oracle_predictor,
     regime_section,
@@ -113,14 +114,14 @@ def test_paired_difference_is_the_mean_and_standard_error_of_per_prompt_differen
 
     bayes_loss, oracle_loss = per_prompt_loss(bayes(prompts.tokens)), per_prompt_loss(oracle(prompts.tokens))
     difference = bayes_loss - oracle_loss
-    paired = result["paired"]["bayes - oracle"]["test_sequence"]
+    paired = result.paired["bayes - oracle"]["test_sequence"]
     positions = int(rows.sum())
     mean_rounding = paired_mean_rounding(bayes_loss, oracle_loss, positions)
-    assert abs(paired["loss_difference"] - float(difference.mean())) <= mean_rounding
-    assert (abs(paired["loss_difference_stderr"] - float(difference.std() / 40**0.5))
+    assert abs(paired.loss_difference - float(difference.mean())) <= mean_rounding
+    assert (abs(paired.loss_difference_stderr - float(difference.std() / 40**0.5))
             <= paired_stderr_rounding(bayes_loss, oracle_loss, positions))
-    losses = result["test_sequence"]
-    assert abs(paired["loss_difference"] - (losses["bayes"]["loss"] - losses["oracle"]["loss"])) <= mean_rounding
+    losses = result.test_sequence
+    assert abs(paired.loss_difference - (losses["bayes"].loss - losses["oracle"].loss)) <= mean_rounding
     with pytest.raises(ValueError, match="pairs: 'model' is not among the predictors"):
         evaluate_predictors({"bayes": bayes, "unigram": unigram_predictor(uniform)}, prompts, P,
                             pairs=(("model", "bayes"),))
@@ -142,7 +143,7 @@ def test_memorisation_rule_rejects_a_useless_standard_error():
         memorisation_verdict(0.0, math.nan, 0.5)
 
 
-def regime_of(predictor, num_prompts: int = 256) -> dict:
+def regime_of(predictor, num_prompts: int = 256) -> RegimeSection:
     prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, num_prompts, seed=PRESET.data_seed)
     predictors = {"model": predictor, "unigram": unigram_predictor(torch.full((P,), 1.0 / P, dtype=torch.float64))}
     training = evaluate_predictors(
@@ -152,15 +153,25 @@ def regime_of(predictor, num_prompts: int = 256) -> dict:
                           device=torch.device("cpu"))
 
 
+def test_a_training_evaluation_without_the_paired_model_minus_oracle_is_refused():
+    prompts = held_out_prompts(MIXTURE, PRESET.prompt_format, 8, seed=PRESET.data_seed)
+    predictors = {"model": bayes_predictor(MIXTURE), "unigram": unigram_predictor(torch.full((P,), 1.0 / P))}
+    training = evaluate_predictors({**predictors, "bayes": bayes_predictor(MIXTURE)}, prompts, P)
+    with pytest.raises(ValueError, match=r"training: no paired 'model - oracle' loss difference; expected the "
+                                         r"evaluation with pairs=\(\('model', 'oracle'\),\)"):
+        regime_section(predictors, MIXTURE, PRESET, training, 8, fresh_tasks=4, reference_tasks=4,
+                       device=torch.device("cpu"))
+
+
 def test_a_memoriser_of_the_training_mixture_is_found_memorising():
     regime = regime_of(bayes_predictor(MIXTURE))
     for scope in ("test_sequence", "all_positions"):
-        assert regime["memorisation"][scope]["verdict"] == "memorising"
-    assert regime["fresh_shared_with_training"] == 0 and regime["reference_shared_with_fresh"] == 0
+        assert regime.memorisation[scope].verdict == "memorising"
+    assert regime.fresh_shared_with_training == 0 and regime.reference_shared_with_fresh == 0
     # The memoriser is the training mixture's Bayes predictor on both sets.
-    fresh = regime["fresh_hmms"]["all_positions"]
+    fresh = regime.fresh_hmms.all_positions
     # Exact: two Bayes predictors of the same mixture on the same prompts are one computation.
-    assert fresh["model"]["loss"] == fresh["bayes_training"]["loss"]
+    assert fresh["model"].loss == fresh["bayes_training"].loss
 
 
 @pytest.mark.long_running
@@ -169,4 +180,4 @@ def test_an_in_context_predictor_is_found_in_context():
     predictive: it knows no training HMM, so it does as well on fresh HMMs as on training ones."""
     in_context = bayes_predictor(unseen_mixture(PRESET, 1024, stream=99))
     regime = regime_of(in_context)
-    assert regime["memorisation"]["all_positions"]["verdict"] == "in context"
+    assert regime.memorisation["all_positions"].verdict == "in context"

@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 
 import hmm
+from bounds.serialize import to_json
+from empirical.cli.evaluation_reports import CompetenceReport, EvaluationReport, Provenance, SideBySideReport
 from empirical.yardsticks.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.yardsticks.competence import CEILING_SETTINGS, competence_section
 from empirical.training.prefetch import PrefetchedBatches
@@ -118,7 +120,8 @@ def run_evaluate(args) -> int:
 
 def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
     """:func:`run_evaluate`'s evaluation of the loaded ``run`` into ``out``; an optional input that
-    is missing (the run's training log) is said on stderr, with what it leaves out."""
+    is missing (the run's training log) is said on stderr, with what it leaves out. The figures are
+    drawn from the JSON written."""
     checkpoint_dir = run.checkpoint
     run_dir = checkpoint_dir.parent
     preset, mixture, prompts = run.preset, run.mixture, run.prompts
@@ -127,66 +130,65 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
     started = time.perf_counter()
     evaluation = evaluate_predictors({**predictors, "oracle": oracle_predictor(mixture, prompts)}, prompts,
                                      mixture.num_tokens, pairs=(("model", "oracle"),))
-    if args.fresh_tasks:
-        evaluation["regime"] = regime_section(predictors, mixture, preset, evaluation, num_prompts,
-                                              args.fresh_tasks, args.reference_tasks, device)
+    regime = (regime_section(predictors, mixture, preset, evaluation, num_prompts, args.fresh_tasks,
+                             args.reference_tasks, device) if args.fresh_tasks else None)
     out.mkdir(parents=True, exist_ok=True)
     train_summary = run_dir / TRAIN_SUMMARY_FILE
-    report = {
-        "command": args.command_line,
-        "git_commit": args.git_commit,
-        "checkpoint": str(checkpoint_dir),
-        "step": run.config["step"],
-        "task": run.config["task"],
-        "model": run.config["model"],
-        "train": run.config["train"],
-        "train_summary": json.loads(train_summary.read_text()) if train_summary.is_file() else None,
-        "evaluation_time_s": time.perf_counter() - started,
-        **evaluation,
-    }
-    (out / EVALUATION_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-    plot_in_context(evaluation, out / "in_context.png")
-    if "regime" in evaluation:
-        plot_regime(evaluation, out / "regime.png")
+    report = EvaluationReport(
+        provenance=Provenance(args.command_line, args.git_commit, str(checkpoint_dir), run.config["step"]),
+        task=run.config["task"],
+        model=run.config["model"],
+        train=run.config["train"],
+        train_summary=json.loads(train_summary.read_text()) if train_summary.is_file() else None,
+        evaluation_time_s=time.perf_counter() - started,
+        evaluation=evaluation,
+        regime=regime,
+    )
+    written = to_json(report)
+    (out / EVALUATION_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
+    plot_in_context(written, out / "in_context.png")
+    if regime is not None:
+        plot_regime(written, out / "regime.png")
     metrics = run_dir / METRICS_FILE
     if metrics.is_file():
         (out / METRICS_FILE).write_text(metrics.read_text())
-        plot_training_loss(metrics, evaluation, out / "training_loss.png")
+        plot_training_loss(metrics, written, out / "training_loss.png")
     else:
         print(f"hmmtf evaluate: training_loss.png not drawn: {str(metrics)!r} does not exist (the training log "
               f"of hmmtf train, beside its checkpoint/)", file=sys.stderr)
-    regime = {scope: {key: result[key] for key in ("fraction_of_gap", "verdict")}
-              for scope, result in evaluation.get("regime", {}).get("memorisation", {}).items()}
-    summary = {"out": str(out), "test_sequence": evaluation["excess_test_sequence"], "regime": regime,
-               "accuracy_by_demonstrations": {name: [round(a, 4) for a in evaluation["by_demonstrations"][name]["accuracy"]]
+    verdicts = {scope: {"fraction_of_gap": result.fraction_of_gap, "verdict": result.verdict}
+                for scope, result in regime.memorisation.items()} if regime is not None else {}
+    curve = evaluation.by_demonstrations
+    summary = {"out": str(out), "test_sequence": to_json(evaluation.excess_test_sequence), "regime": verdicts,
+               "accuracy_by_demonstrations": {name: [round(a, 4) for a in curve.predictors[name].accuracy]
                                               for name in predictors}}
     if args.hand_built_prompts:
-        summary["hand_built"] = write_side_by_side(args, predictors, mixture, prompts, report, out)
+        summary["hand_built"] = write_side_by_side(args, predictors, mixture, prompts, report.provenance, out)
     if args.fresh_tasks and args.ceiling_particles:
         summary["competence"] = write_competence(args, predictors, preset, num_prompts, report, out)
     print(json.dumps(summary, indent=2, allow_nan=False))
     return 0
 
 
-def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: dict, out: Path) -> dict:
+def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: EvaluationReport,
+                     out: Path) -> dict:
     """The competence result (:func:`empirical.yardsticks.competence.competence_section`) on the regime
-    section's fresh-HMM prompts: ``competence.json`` and ``competence.png``; returns its summary
-    for the command's output."""
+    section's fresh-HMM prompts: ``competence.json`` (with the provenance, task and model of
+    ``report``) and ``competence.png``; returns its summary for the command's output."""
     settings = SMCSettings(particles=args.ceiling_particles, moves=args.ceiling_moves, seed=args.ceiling_seed)
     started = time.perf_counter()
     competence = competence_section(predictors["model"], predictors["unigram"], preset, num_prompts, args.fresh_tasks,
                                     settings)
-    result = {"command": args.command_line, "git_commit": args.git_commit, "checkpoint": report["checkpoint"],
-              "step": report["step"], "task": report["task"], "model": report["model"],
-              "evaluation_time_s": time.perf_counter() - started, **competence}
-    (out / COMPETENCE_FILE).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
-    plot_competence(result, out / "competence.png")
-    return {"out": str(out / COMPETENCE_FILE), "verdict": competence["verdict"], "gap_closed": competence["gap_closed"],
-            "loss": {name: round(value["loss"], 4) for name, value in competence["ladder"]["all_positions"].items()}}
+    written = to_json(CompetenceReport(provenance=report.provenance, task=report.task, model=report.model,
+                                       evaluation_time_s=time.perf_counter() - started, competence=competence))
+    (out / COMPETENCE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
+    plot_competence(written, out / "competence.png")
+    return {"out": str(out / COMPETENCE_FILE), "verdict": competence.verdict, "gap_closed": competence.gap_closed,
+            "loss": {name: round(metrics.loss, 4) for name, metrics in competence.ladder.all_positions.items()}}
 
 
 def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixture, prompts: hmm.Prompts,
-                       report: dict, out: Path) -> dict:
+                       provenance: Provenance, out: Path) -> dict:
     """The hand-built network, P_L and least squares beside ``predictors`` (model, Bayes, unigram)
     on the first ``--hand-built-prompts`` prompts (all of them if there are fewer), for every
     ``--hand-built-L`` and ``--hand-built-T``, on the rows every one of them serves:
@@ -198,25 +200,22 @@ def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixt
     evaluation = evaluate_predictors(
         {**predictors, **side_by_side_predictors(mixture, subset, history_lengths, gd_steps, HAND_BUILT_BATCH)},
         subset, mixture.num_tokens, rows=served_rows(prompts.format, max(history_lengths)))
-    side_by_side = {
-        "command": args.command_line,
-        "git_commit": args.git_commit,
-        "checkpoint": report["checkpoint"],
-        "step": report["step"],
-        "history_lengths": history_lengths,
-        "gd_steps": gd_steps,
-        "rows": f"row t predicts token t+1; t in segments 1..n at offset >= {max(history_lengths) - 1} (an L-history "
-                f"inside the segment, at least one demonstration before it), for every predictor",
-        "distribution_rule": f"q = (1 - eps) max(v, 0) / sum max(v, 0) + eps / p, eps = {SMOOTHING} (uniform where "
-                             f"no entry of v is positive), for the raw outputs v of least squares and hand-built",
-        "evaluation_time_s": time.perf_counter() - started,
-        **evaluation,
-    }
-    (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(side_by_side, indent=2, allow_nan=False) + "\n")
-    plot_side_by_side(evaluation, history_lengths, gd_steps, out / "hand_built_in_context.png")
-    at = evaluation["by_demonstrations"]
-    return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": at["num_demonstrations"],
-            "accuracy": {name: [round(a, 3) for a in at[name]["accuracy"]] for name in at if name != "num_demonstrations"}}
+    written = to_json(SideBySideReport(
+        provenance=provenance,
+        history_lengths=history_lengths,
+        gd_steps=gd_steps,
+        rows=f"row t predicts token t+1; t in segments 1..n at offset >= {max(history_lengths) - 1} (an L-history "
+             f"inside the segment, at least one demonstration before it), for every predictor",
+        distribution_rule=f"q = (1 - eps) max(v, 0) / sum max(v, 0) + eps / p, eps = {SMOOTHING} (uniform where "
+                          f"no entry of v is positive), for the raw outputs v of least squares and hand-built",
+        evaluation_time_s=time.perf_counter() - started,
+        evaluation=evaluation,
+    ))
+    (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
+    plot_side_by_side(written, history_lengths, gd_steps, out / "hand_built_in_context.png")
+    curve = evaluation.by_demonstrations
+    return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": curve.num_demonstrations,
+            "accuracy": {name: [round(a, 3) for a in metrics.accuracy] for name, metrics in curve.predictors.items()}}
 
 
 def run_calibrate(args) -> int:

@@ -1,5 +1,10 @@
 """Figures of an evaluation (the paper's Figure 1 beside the Bayes-optimal and unigram
-predictors), of a training run's loss curve, and of a calibration of the Dirichlet concentration."""
+predictors), of a training run's loss curve, and of a calibration of the Dirichlet concentration.
+
+Each is drawn from the JSON its result is written as (read back from a file or just written): an
+evaluation is :class:`empirical.yardsticks.evaluate.Evaluation` as :func:`bounds.serialize.to_json`
+writes it, alone or inline in a report of :mod:`empirical.cli.evaluation_reports`; those classes
+name the keys the evaluation figures read."""
 from __future__ import annotations
 
 import json
@@ -54,7 +59,7 @@ def _legend_below(figure, axes) -> None:
 
 def plot_in_context(evaluation: dict, path: Path) -> None:
     """2 x 2 panels: top-1 accuracy and loss vs number of demonstrations and vs position in the
-    test sequence, for every predictor of ``evaluation`` (from :func:`evaluate_predictors`)."""
+    test sequence, for every predictor of ``evaluation`` (a written :class:`Evaluation`)."""
     figure, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
     panels = [
         ("by_demonstrations", "num_demonstrations", "number of demonstrations"),
@@ -79,8 +84,9 @@ def plot_in_context(evaluation: dict, path: Path) -> None:
 
 def plot_regime(evaluation: dict, path: Path) -> None:
     """Loss vs number of demonstrations on the training HMMs (left) and on fresh HMMs (right,
-    ``evaluation["regime"]``), with the oracle, the Bayes predictors and the unigram; the title
-    gives the memorisation statistic (all positions) and its verdict."""
+    ``evaluation["regime"]``, a written :class:`empirical.yardsticks.regime.RegimeSection`), with the
+    oracle, the Bayes predictors and the unigram; the title gives the memorisation statistic (all
+    positions) and its verdict. ``evaluation``: ``evaluation.json`` (:class:`EvaluationReport`)."""
     regime = evaluation["regime"]
     figure, axes = plt.subplots(1, 2, figsize=(11, 5.2), sharey=True, constrained_layout=True)
     panels = [(evaluation, f"training HMMs ({regime['training_tasks']})"),
@@ -145,7 +151,8 @@ def plot_competence(competence: dict, path: Path) -> None:
     hand-built network beside the same ladder on the rows it serves (bottom row, loss); the title
     gives the verdict, in the ledger's words whether the model is competent (it beats the in-context
     bigram: ``holds``, else ``not reproduced``, as ``ledger/ladder.py``'s ``competent`` judges it), and
-    the fraction of the in-context-unigram-to-ceiling gap the model closes (:func:`gap_closed_phrase`)."""
+    the fraction of the in-context-unigram-to-ceiling gap the model closes (:func:`gap_closed_phrase`).
+    ``competence``: ``competence.json`` (a written :class:`CompetenceReport`)."""
     figure, axes = plt.subplots(3, 2, figsize=(11, 11), constrained_layout=True)
     panels = [("by_demonstrations", "num_demonstrations", "number of demonstrations"),
               ("by_test_position", "position", "position in the test sequence")]
@@ -177,7 +184,8 @@ def plot_competence(competence: dict, path: Path) -> None:
 
 def plot_training_loss(metrics_path: Path, evaluation: dict, path: Path) -> None:
     """Training loss (JSON-lines log) vs step, with the held-out Bayes-optimal and unigram losses
-    over all predicted positions as horizontal lines."""
+    over all predicted positions (``evaluation["excess_all_positions"]``, a written :class:`Evaluation`)
+    as horizontal lines."""
     records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     figure, axis = plt.subplots(figsize=(6, 4), constrained_layout=True)
     axis.plot([r["step"] for r in records], [r["loss"] for r in records], color=STYLES["model"]["color"],
@@ -240,7 +248,8 @@ def plot_side_by_side(evaluation: dict, history_lengths: list[int], gd_steps: li
     """The paper's Figure 1 for both networks: one row per history length L, columns top-1
     accuracy and loss vs number of demonstrations and vs position in the test sequence; in every
     panel the RoFormer, Bayes-optimal, unigram, P_L, least squares and the hand-built network
-    for each T (all on the same rows, ``evaluation`` from ``evaluate_predictors(..., rows=...)``)."""
+    for each T (all on the same rows, ``evaluation`` from ``evaluate_predictors(..., rows=...)``:
+    ``hand_built.json``, a written :class:`SideBySideReport`)."""
     panels = [("by_demonstrations", "num_demonstrations", "number of demonstrations k"),
               ("by_test_position", "position", "position in the test sequence")]
     metrics = (("accuracy", "top-1 accuracy"), ("loss", "loss (nats/token)"))

@@ -45,6 +45,7 @@ from typing import Callable
 import torch
 
 import hmm
+from bounds.serialize import to_json
 from empirical.analysis.commands import REPORT_FILE, write_figures, write_patching_figures
 from empirical.analysis.report import analyze, patching_report
 from empirical.training.checkpoint import CONFIG_FILE, load_checkpoint
@@ -183,7 +184,9 @@ def _timed_predictor(predictor: Predictor, device: torch.device, seconds: dict[s
 
 
 def evaluate_stage(run: Reproduction) -> dict:
-    """``evaluation.json``, ``in_context.png`` and ``training_loss.png`` of the checkpoint."""
+    """``evaluation.json`` (the checkpoint's step, where the Bayes-optimal predictor ran, then the
+    :class:`~empirical.yardsticks.evaluate.Evaluation`), ``in_context.png`` and ``training_loss.png``
+    of the checkpoint, the figures drawn from the JSON written."""
     preset, device = run.config.preset, run.config.device
     folder = run.folder("evaluate")
     saved = load_checkpoint(run.checkpoint, device)
@@ -194,12 +197,12 @@ def evaluate_stage(run: Reproduction) -> dict:
                   for name, predictor in in_context_predictors(saved.model, run.mixture, preset, num_prompts,
                                                                device).items()}
     evaluation = evaluate_predictors(predictors, prompts, run.mixture.num_tokens)
-    report = {"checkpoint_step": saved.config["step"],
-              "bayes": {"dtype": str(run.mixture.hmm.dtype), "device": str(device), "tasks": run.mixture.num_tasks},
-              **evaluation}
-    write_json(folder / EVALUATION_FILE, report)
-    plot_in_context(evaluation, folder / "in_context.png")
-    plot_training_loss(run.out / "train" / METRICS_FILE, evaluation, folder / "training_loss.png")
+    written = {"checkpoint_step": saved.config["step"],
+               "bayes": {"dtype": str(run.mixture.hmm.dtype), "device": str(device), "tasks": run.mixture.num_tasks},
+               **to_json(evaluation)}
+    write_json(folder / EVALUATION_FILE, written)
+    plot_in_context(written, folder / "in_context.png")
+    plot_training_loss(run.out / "train" / METRICS_FILE, written, folder / "training_loss.png")
     flops, filter_bytes = plan.evaluate_work(run.config)
     return {
         "tokens": num_prompts * preset.prompt_format.length,
@@ -207,7 +210,7 @@ def evaluate_stage(run: Reproduction) -> dict:
         "predictor_seconds": seconds,
         "bayes_flops_per_s": flops["float64"] / seconds["bayes"],
         "bayes_bytes_per_s": filter_bytes / seconds["bayes"],
-        "excess_over_gap_test_sequence": evaluation["excess_test_sequence"]["model"]["excess_over_gap"],
+        "excess_over_gap_test_sequence": evaluation.excess_test_sequence.excess["model"].excess_over_gap,
     }
 
 

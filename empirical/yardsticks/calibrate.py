@@ -38,13 +38,14 @@ def calibrate(preset: str, concentrations, num_prompts: int, seed: int) -> dict:
         evaluation = evaluate_predictors(
             {"bayes": bayes_predictor(mixture), "unigram": unigram_predictor(unigram)}, prompts, mixture.num_tokens
         )
-        curve = evaluation["by_demonstrations"]
+        curve = evaluation.by_demonstrations
+        bayes = curve.predictors["bayes"]
         results.append({
             "concentration": concentration,
-            "num_demonstrations": curve["num_demonstrations"],
-            "bayes_accuracy": curve["bayes"]["accuracy"],
-            "bayes_accuracy_stderr": curve["bayes"]["accuracy_stderr"],
-            "bayes_loss": curve["bayes"]["loss"],
-            "unigram_loss": curve["unigram"]["loss"],
+            "num_demonstrations": curve.num_demonstrations,
+            "bayes_accuracy": bayes.accuracy,
+            "bayes_accuracy_stderr": bayes.accuracy_stderr,
+            "bayes_loss": bayes.loss,
+            "unigram_loss": curve.predictors["unigram"].loss,
         })
     return {"preset": preset, "num_prompts": num_prompts, "seed": seed, "results": results}

@@ -45,6 +45,7 @@ import hashlib
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,7 +54,7 @@ import torch
 
 import hmm
 from empirical.training.presets import ExperimentPreset
-from empirical.yardsticks.evaluate import Predictor, evaluate_predictors
+from empirical.yardsticks.evaluate import Evaluation, Predictor, evaluate_predictors
 from empirical.yardsticks.hand_built import hand_built_predictor, served_rows
 from empirical.yardsticks.ngram import InContextNGram, scored_rows
 from empirical.yardsticks.regime import Z_95, fresh_prompts, oracle_predictor
@@ -91,6 +92,32 @@ COMPETENT = "beats the in-context bigram"
 VERDICTS = ("at the in-context-unigram level", "beats the in-context unigram", COMPETENT,
             "beats every in-context n-gram")
 """The verdicts in increasing order; ``VERDICTS[k]``: beats orders ``1..k`` in both scopes."""
+
+
+@dataclass(frozen=True)
+class Competence:
+    """The competence result (module docstring), as ``competence.json`` holds it after its provenance:
+    the decision ``rule`` in words; the fresh HMMs and prompts; the n-grams' fitted concentrations
+    and where they were fitted (``ngram_fit``); the ceiling's method, settings, speed and Monte-Carlo
+    error by scope; the hand-built network's L and T; the ``ladder`` on every row and the
+    ``hand_built`` table on the rows it serves; by scope, the paired differences ``"model - NAME"``
+    and ``"ceiling - oracle"`` (:func:`paired`), which n-grams the model ``beats`` and the
+    ``gap_closed`` (:func:`gap_closed`); the ``verdict`` and whether it is ``competent``."""
+
+    rule: str
+    fresh_tasks: int
+    num_prompts: int
+    ngram_concentrations: dict[str, list[float]]
+    ngram_fit: dict[str, int]
+    ceiling: dict
+    hand_built_network: dict[str, int]
+    ladder: Evaluation
+    hand_built: Evaluation
+    comparisons: dict[str, dict[str, dict]]
+    beats: dict[str, dict[str, bool]]
+    gap_closed: dict[str, dict]
+    verdict: str
+    competent: bool
 
 
 def fitted_ngrams(preset: ExperimentPreset, fresh_tasks: int, orders=NGRAM_ORDERS) -> dict[str, InContextNGram]:
@@ -268,8 +295,8 @@ def ceiling_error(replicates: list[torch.Tensor], tokens: torch.Tensor, num_toke
 
 
 def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentPreset, num_prompts: int,
-                       fresh_tasks: int, settings: SMCSettings = CEILING_SETTINGS) -> dict:
-    """The competence result (module docstring) as a JSON-ready dict: the ladder on fresh HMMs
+                       fresh_tasks: int, settings: SMCSettings = CEILING_SETTINGS) -> Competence:
+    """The competence result (module docstring, :class:`Competence`): the ladder on fresh HMMs
     (:func:`empirical.yardsticks.evaluate.evaluate_predictors`, reference = the ceiling, baseline = the
     in-context unigram), the hand-built network on its rows, the paired differences, the verdict
     and the fraction of the gap closed."""
@@ -298,22 +325,22 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
         ceiling_stderr[scope] = ceiling_error(estimates.replicates, tokens, p, rows)
     verdict = competence_verdict(beats)
     ceiling_record = estimates.record()
-    return {
-        "rule": RULE,
-        "fresh_tasks": fresh_tasks,
-        "num_prompts": num_prompts,
-        "ngram_concentrations": {name: list(ngram.concentrations) for name, ngram in ngrams.items()},
-        "ngram_fit": {"prompts": FIT_PROMPTS, "mixture_stream": FIT_MIXTURE_STREAM, "prompt_stream": FIT_PROMPT_STREAM,
-                      "fresh_tasks": fresh_tasks},
-        "ceiling": {"method": "resample-move SMC (IBIS) over (T, O), FFBS Gibbs moves, MH for the stationary start",
-                    **{key: ceiling_record[key] for key in COMPETENCE_CEILING_KEYS},
-                    "prompts_per_minute": num_prompts * 60 / estimates.seconds, "monte_carlo_stderr": ceiling_stderr},
-        "hand_built_network": HAND_BUILT_NETWORK,
-        "ladder": ladder,
-        "hand_built": hand_built,
-        "comparisons": comparisons,
-        "beats": beats,
-        "gap_closed": closed,
-        "verdict": verdict,
-        "competent": VERDICTS.index(verdict) >= VERDICTS.index(COMPETENT),
-    }
+    return Competence(
+        rule=RULE,
+        fresh_tasks=fresh_tasks,
+        num_prompts=num_prompts,
+        ngram_concentrations={name: list(ngram.concentrations) for name, ngram in ngrams.items()},
+        ngram_fit={"prompts": FIT_PROMPTS, "mixture_stream": FIT_MIXTURE_STREAM, "prompt_stream": FIT_PROMPT_STREAM,
+                   "fresh_tasks": fresh_tasks},
+        ceiling={"method": "resample-move SMC (IBIS) over (T, O), FFBS Gibbs moves, MH for the stationary start",
+                 **{key: ceiling_record[key] for key in COMPETENCE_CEILING_KEYS},
+                 "prompts_per_minute": num_prompts * 60 / estimates.seconds, "monte_carlo_stderr": ceiling_stderr},
+        hand_built_network=HAND_BUILT_NETWORK,
+        ladder=ladder,
+        hand_built=hand_built,
+        comparisons=comparisons,
+        beats=beats,
+        gap_closed=closed,
+        verdict=verdict,
+        competent=VERDICTS.index(verdict) >= VERDICTS.index(COMPETENT),
+    )

@@ -22,12 +22,15 @@ after all n demonstrations. Error bars are standard errors over prompts.
 """
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Generic, TypeVar
 
 import torch
 from tqdm import tqdm
 
 import hmm
+from bounds.serialize import INLINE, OMIT_IF_NONE, json_key
 from empirical.training.data import prompt_batch, unigram_distribution
 from empirical.training.model import RoFormer
 from empirical.training.presets import ExperimentPreset
@@ -44,6 +47,94 @@ CUDA_BAYES_CHUNK_BYTES = 1 << 30
 (:data:`hmm.bayes.DEFAULT_CHUNK_BYTES`, 4 MiB, sized for a cache) holds 4 tasks of the paper's
 mixture for :data:`EVAL_BATCH` prompts (about 1 MB of state per task), i.e. 2048 chunks of a few
 small kernels per position; 1 GiB holds about 1000 tasks, a few GiB of temporaries."""
+
+
+Value = TypeVar("Value")
+"""A metric's value in :class:`Metrics`: a number over a scope, or a list over the points of a curve."""
+
+
+@dataclass(frozen=True)
+class Metrics(Generic[Value]):
+    """One predictor's metrics (module docstring), each with its standard error over prompts: a
+    number (``Metrics[float]``, over a scope) or a list (``Metrics[list[float]]``, over the points of
+    a curve). ``agreement_with_bayes`` is with the evaluation's reference, Bayes or not."""
+
+    loss: Value
+    loss_stderr: Value
+    accuracy: Value
+    accuracy_stderr: Value
+    agreement_with_bayes: Value
+    agreement_with_bayes_stderr: Value
+
+
+@dataclass(frozen=True)
+class Excess:
+    """A predictor's ``excess_loss = loss - loss(reference)`` and ``excess_over_gap = excess_loss / gap``."""
+
+    excess_loss: float
+    excess_over_gap: float
+
+
+@dataclass(frozen=True)
+class GapReport:
+    """On one scope: the reference's and the baseline's losses, ``gap = baseline_loss -
+    reference_loss``, and the :class:`Excess` of every other predictor, by name (written inline
+    beside the losses). Written under the names of the usual reference and baseline, ``bayes_loss``
+    and ``unigram_loss``, whatever they are."""
+
+    reference_loss: float = field(metadata=json_key("bayes_loss"))
+    baseline_loss: float = field(metadata=json_key("unigram_loss"))
+    gap: float
+    excess: dict[str, Excess] = field(metadata=INLINE)
+
+
+@dataclass(frozen=True)
+class DemonstrationCurve:
+    """Every predictor's metrics vs the number of demonstrations k (module docstring): one entry per
+    k of ``num_demonstrations``; the predictors written inline, by name."""
+
+    num_demonstrations: list[int]
+    predictors: dict[str, Metrics[list[float]]] = field(metadata=INLINE)
+
+
+@dataclass(frozen=True)
+class PositionCurve:
+    """Every predictor's metrics vs the position i in the test sequence (module docstring): one entry
+    per i of ``position``; the predictors written inline, by name."""
+
+    position: list[int]
+    predictors: dict[str, Metrics[list[float]]] = field(metadata=INLINE)
+
+
+@dataclass(frozen=True)
+class LossDifference:
+    """The mean over prompts of ``loss_a - loss_b`` (each prompt's loss averaged over the scope) and its
+    standard error over prompts."""
+
+    loss_difference: float
+    loss_difference_stderr: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What :func:`evaluate_predictors` measures: ``num_prompts`` prompts of ``prompt_format``,
+    ``evaluated_rows`` rows of each, every predictor's :class:`Metrics` by name in the test sequence
+    and over all positions, the excess over the ``reference`` with its fraction of the gap to the
+    ``baseline`` on both scopes, the two curves, and the ``paired`` loss differences (by ``"a - b"``,
+    then scope; None, and not written, when no pair was asked for)."""
+
+    num_prompts: int
+    prompt_format: hmm.PromptFormat
+    reference: str
+    baseline: str
+    evaluated_rows: int
+    test_sequence: dict[str, Metrics[float]]
+    all_positions: dict[str, Metrics[float]]
+    excess_test_sequence: GapReport
+    excess_all_positions: GapReport
+    by_demonstrations: DemonstrationCurve
+    by_test_position: PositionCurve
+    paired: dict[str, dict[str, LossDifference]] | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 def _chunks(tokens: torch.Tensor, name: str):
@@ -124,8 +215,8 @@ def _mean_and_stderr(values: torch.Tensor, mask: torch.Tensor, where: str) -> tu
 
 def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, num_tokens: int, *,
                         reference: str = "bayes", baseline: str = "unigram", rows: torch.Tensor | None = None,
-                        pairs: tuple[tuple[str, str], ...] = ()) -> dict:
-    """All metrics of the module docstring for every predictor, as a JSON-ready dict.
+                        pairs: tuple[tuple[str, str], ...] = ()) -> Evaluation:
+    """All metrics of the module docstring for every predictor, as an :class:`Evaluation`.
 
     ``num_tokens`` is p (the delimiter token). ``reference`` (the Bayes-optimal predictor) and
     ``baseline`` (the unigram) name entries of ``predictors``; excess loss and its fraction of the
@@ -193,55 +284,52 @@ def evaluate_predictors(predictors: dict[str, Predictor], prompts: hmm.Prompts, 
             "agreement_with_bayes": (probs.argmax(-1) == argmax_reference).double(),
         }
 
-    def summary(scope: str) -> dict:
+    def summary(scope: str) -> dict[str, Metrics[float]]:
         result = {}
         for name, metrics in per_position.items():
-            result[name] = {}
-            for metric, values in metrics.items():
-                mean, stderr = _mean_and_stderr(values, scopes[scope], f"{described}, {scope}")
-                result[name][metric] = mean
-                result[name][f"{metric}_stderr"] = stderr
+            values = {}
+            for metric, per_row in metrics.items():
+                values[metric], values[f"{metric}_stderr"] = _mean_and_stderr(per_row, scopes[scope],
+                                                                              f"{described}, {scope}")
+            result[name] = Metrics(**values)
         return result
 
-    def curve(point_scopes: list[str]) -> dict:
+    def curve(point_scopes: list[str]) -> dict[str, Metrics[list[float]]]:
         points = [summary(scope) for scope in point_scopes]
-        return {
-            name: {metric: [point[name][metric] for point in points] for metric in points[0][name]}
-            for name in per_position
-        }
+        return {name: Metrics(**{metric.name: [getattr(point[name], metric.name) for point in points]
+                                 for metric in dataclasses.fields(Metrics)})
+                for name in per_position}
 
     test, everywhere = summary("test_sequence"), summary("all_positions")
     others = [name for name in predictors if name not in (reference, baseline)]
 
-    def gap_report(scope: dict) -> dict:
-        bayes_loss, unigram_loss = scope[reference]["loss"], scope[baseline]["loss"]
-        report = {"bayes_loss": bayes_loss, "unigram_loss": unigram_loss, "gap": unigram_loss - bayes_loss}
-        for name in others:
-            excess = scope[name]["loss"] - bayes_loss
-            report[name] = {"excess_loss": excess, "excess_over_gap": excess / report["gap"]}
-        return report
+    def gap_report(scope: dict[str, Metrics[float]]) -> GapReport:
+        reference_loss, baseline_loss = scope[reference].loss, scope[baseline].loss
+        gap = baseline_loss - reference_loss
+        excess = {name: scope[name].loss - reference_loss for name in others}
+        return GapReport(reference_loss, baseline_loss, gap,
+                         {name: Excess(value, value / gap) for name, value in excess.items()})
 
     paired = {}
     for first, second in pairs:
         difference = per_position[first]["loss"] - per_position[second]["loss"]
-        paired[f"{first} - {second}"] = {}
-        for scope in ("test_sequence", "all_positions"):
-            mean, stderr = _mean_and_stderr(difference, scopes[scope], f"{described}, {scope}")
-            paired[f"{first} - {second}"][scope] = {"loss_difference": mean, "loss_difference_stderr": stderr}
+        paired[f"{first} - {second}"] = {
+            scope: LossDifference(*_mean_and_stderr(difference, scopes[scope], f"{described}, {scope}"))
+            for scope in ("test_sequence", "all_positions")}
 
-    return {
-        "num_prompts": int(prompts.tokens.shape[0]),
-        "prompt_format": {"num_demos": fmt.num_demos, "demo_length": fmt.demo_length, "test_length": fmt.test_length},
-        "reference": reference,
-        "baseline": baseline,
-        "evaluated_rows": int(all_rows.sum()),
-        "test_sequence": test,
-        "all_positions": everywhere,
-        "excess_test_sequence": gap_report(test),
-        "excess_all_positions": gap_report(everywhere),
-        "by_demonstrations": {"num_demonstrations": list(demo_masks),
-                              **curve([f"by_demonstrations point k={k}" for k in demo_masks])},
-        "by_test_position": {"position": list(position_masks),
-                             **curve([f"by_test_position point i={i}" for i in position_masks])},
-        **({"paired": paired} if pairs else {}),
-    }
+    return Evaluation(
+        num_prompts=int(prompts.tokens.shape[0]),
+        prompt_format=fmt,
+        reference=reference,
+        baseline=baseline,
+        evaluated_rows=int(all_rows.sum()),
+        test_sequence=test,
+        all_positions=everywhere,
+        excess_test_sequence=gap_report(test),
+        excess_all_positions=gap_report(everywhere),
+        by_demonstrations=DemonstrationCurve(list(demo_masks),
+                                             curve([f"by_demonstrations point k={k}" for k in demo_masks])),
+        by_test_position=PositionCurve(list(position_masks),
+                                       curve([f"by_test_position point i={i}" for i in position_masks])),
+        paired=paired if pairs else None,
+    )

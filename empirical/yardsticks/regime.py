@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 import torch
 
 import hmm
 from empirical.training.data import stream_seed
-from empirical.yardsticks.evaluate import Predictor, bayes_predictor, evaluate_predictors
+from empirical.yardsticks.evaluate import Evaluation, Predictor, bayes_predictor, evaluate_predictors
 from empirical.yardsticks.hand_built import task_memory_predictor
 from empirical.training.presets import ExperimentPreset
 
@@ -50,6 +51,38 @@ MEMORISATION_TOLERANCE = 0.1
 training mixture's unigram-to-Bayes gap (95% interval), 'memorising' when above."""
 Z_95 = 1.959963984540054
 """Two-sided 95% normal quantile."""
+
+
+@dataclass(frozen=True)
+class Memorisation:
+    """The module docstring's statistic on one scope: ``memorisation`` (nats/token), its ``stderr`` and
+    95% interval, the training mixture's unigram-to-Bayes gap, ``fraction_of_gap = memorisation /
+    training_gap``, and the :func:`memorisation_verdict`."""
+
+    memorisation: float
+    stderr: float
+    interval_95: tuple[float, float]
+    training_gap: float
+    fraction_of_gap: float
+    verdict: str
+
+
+@dataclass(frozen=True)
+class RegimeSection:
+    """The ``regime`` section of ``evaluation.json`` (:func:`regime_section`): the rule in words, the
+    HMM counts (training, fresh, reference) and how many HMMs the fresh set shares with the training
+    mixture and the reference mixture with the fresh set (0: the sets are disjoint), the
+    :class:`Memorisation` by scope (``test_sequence``, ``all_positions``), and the evaluation on the
+    fresh HMMs' prompts."""
+
+    definition: str
+    training_tasks: int
+    fresh_tasks: int
+    reference_tasks: int
+    fresh_shared_with_training: int
+    reference_shared_with_fresh: int
+    memorisation: dict[str, Memorisation]
+    fresh_hmms: Evaluation
 
 
 def family_mixture(spec: hmm.MixtureSpec, num_tasks: int, seed: int) -> hmm.Mixture:
@@ -122,8 +155,9 @@ def memorisation_verdict(memorisation: float, stderr: float, gap: float) -> str:
     return "undetermined"
 
 
-def regime_section(predictors: dict[str, Predictor], mixture: hmm.Mixture, preset: ExperimentPreset, training: dict,
-                   num_prompts: int, fresh_tasks: int, reference_tasks: int, device: torch.device) -> dict:
+def regime_section(predictors: dict[str, Predictor], mixture: hmm.Mixture, preset: ExperimentPreset,
+                   training: Evaluation, num_prompts: int, fresh_tasks: int, reference_tasks: int,
+                   device: torch.device) -> RegimeSection:
     """The ``regime`` section of ``evaluation.json``. ``predictors``: the ``model`` and the training
     mixture's ``unigram`` (:func:`empirical.yardsticks.evaluate.in_context_predictors`); ``training``: the
     evaluation on the training HMMs' held-out prompts, with an ``oracle`` predictor and the paired
@@ -131,6 +165,9 @@ def regime_section(predictors: dict[str, Predictor], mixture: hmm.Mixture, prese
     fresh HMMs, evaluated against their oracle (:func:`evaluate_predictors`, reference = the
     oracle) beside the training mixture's and the reference mixture's Bayes predictors
     (``bayes_training``, ``bayes_reference``), and the memorisation statistic with its verdict."""
+    if training.paired is None or "model - oracle" not in training.paired:
+        raise ValueError("training: no paired 'model - oracle' loss difference; expected the evaluation with "
+                         "pairs=(('model', 'oracle'),) (hmmtf evaluate's main evaluation)")
     fresh, prompts_of_fresh = fresh_prompts(preset, num_prompts, fresh_tasks)
     reference = unseen_mixture(preset, reference_tasks, REFERENCE_MIXTURE_STREAM)
 
@@ -143,26 +180,24 @@ def regime_section(predictors: dict[str, Predictor], mixture: hmm.Mixture, prese
          "unigram": predictors["unigram"]},
         prompts_of_fresh, mixture.num_tokens, reference="oracle", pairs=(("model", "oracle"),))
     memorisation = {}
-    for scope in ("test_sequence", "all_positions"):
-        train_excess = training["paired"]["model - oracle"][scope]
-        fresh_excess = unseen["paired"]["model - oracle"][scope]
-        value = fresh_excess["loss_difference"] - train_excess["loss_difference"]
-        stderr = math.hypot(fresh_excess["loss_difference_stderr"], train_excess["loss_difference_stderr"])
-        gap = training[scope]["unigram"]["loss"] - training[scope]["bayes"]["loss"]
-        memorisation[scope] = {
-            "memorisation": value, "stderr": stderr, "interval_95": [value - Z_95 * stderr, value + Z_95 * stderr],
-            "training_gap": gap, "fraction_of_gap": value / gap,
-            "verdict": memorisation_verdict(value, stderr, gap),
-        }
-    return {
-        "definition": "memorisation = E_fresh[loss(model) - loss(oracle)] - E_train[loss(model) - loss(oracle)] "
-                      f"(nats/token); in context if its 95% interval is below {MEMORISATION_TOLERANCE} x the training "
-                      "mixture's unigram-to-Bayes gap, memorising if above",
-        "training_tasks": mixture.num_tasks,
-        "fresh_tasks": fresh_tasks,
-        "reference_tasks": reference_tasks,
-        "fresh_shared_with_training": shared_hmms(fresh, mixture),
-        "reference_shared_with_fresh": shared_hmms(reference, fresh),
-        "memorisation": memorisation,
-        "fresh_hmms": unseen,
-    }
+    for scope, training_metrics in (("test_sequence", training.test_sequence), ("all_positions", training.all_positions)):
+        train_excess = training.paired["model - oracle"][scope]
+        fresh_excess = unseen.paired["model - oracle"][scope]
+        value = fresh_excess.loss_difference - train_excess.loss_difference
+        stderr = math.hypot(fresh_excess.loss_difference_stderr, train_excess.loss_difference_stderr)
+        gap = training_metrics["unigram"].loss - training_metrics["bayes"].loss
+        memorisation[scope] = Memorisation(
+            memorisation=value, stderr=stderr, interval_95=(value - Z_95 * stderr, value + Z_95 * stderr),
+            training_gap=gap, fraction_of_gap=value / gap, verdict=memorisation_verdict(value, stderr, gap))
+    return RegimeSection(
+        definition="memorisation = E_fresh[loss(model) - loss(oracle)] - E_train[loss(model) - loss(oracle)] "
+                   f"(nats/token); in context if its 95% interval is below {MEMORISATION_TOLERANCE} x the training "
+                   "mixture's unigram-to-Bayes gap, memorising if above",
+        training_tasks=mixture.num_tasks,
+        fresh_tasks=fresh_tasks,
+        reference_tasks=reference_tasks,
+        fresh_shared_with_training=shared_hmms(fresh, mixture),
+        reference_shared_with_fresh=shared_hmms(reference, fresh),
+        memorisation=memorisation,
+        fresh_hmms=unseen,
+    )
