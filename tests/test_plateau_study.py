@@ -101,6 +101,8 @@ def test_the_command_writes_each_arm_per_family_against_the_baseline(tmp_path, c
     assert "ngram_verdict" not in rows["soft", "paper"]["runs"][1]
     assert study["families"] == {"paper": {"signal_nats": (0.125 + 0.125 + 0.25) / 3, "runs": 3},
                                  "paper-sparse": {"signal_nats": 0.5, "runs": 1}}
+    assert study["signal_order"] == [{"arm": "plain", "families": ["paper", "paper-sparse"],
+                                      "against_less_signal": ["earlier"]}]
     assert "Escape" in study["rules"] and "Signal" in study["rules"] and study["baseline"] == "plain"
     assert "paper / soft: 2 run(s), escaped in (0.125, 0.375]x the paper's budget; earlier than plain" in capsys.readouterr().out
 

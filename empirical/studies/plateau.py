@@ -35,7 +35,9 @@ RULES = """\
   capped at 8x (``benchmarks/plateau_queue.py`` applies it).
 - **Signal.** A family's in-context signal is the in-context unigram's mean test-sequence loss
   minus the bigram's, on the scoring prompts of its runs (``curve_baselines.json``), averaged over
-  them; each arm's escape range is reported against it, per family.
+  them; each arm's escape range is reported against it, per family. For an arm run on several
+  families, each family is compared with the next by signal, by the comparison rule: the escape
+  falls with the signal when every family with more signal escapes earlier than the one before.
 """
 """The escape, range and comparison rules, as ``plateau.json`` states them."""
 ESCAPE_SCOPE = "test_sequence"
@@ -118,11 +120,25 @@ def family_signals(rows: list[dict]) -> dict[str, dict]:
     return {family: {"signal_nats": sum(values) / len(values), "runs": len(values)} for family, values in gains.items()}
 
 
+def signal_order(rows: list[dict], signals: dict[str, dict]) -> list[dict]:
+    """Per arm run on two or more families: its families in order of rising signal and, for each
+    after the first, its :func:`compare` against the one before (``"earlier"``: more signal, an
+    earlier escape)."""
+    orders = []
+    for arm in dict.fromkeys(row["arm"] for row in rows):
+        ranked = sorted((row for row in rows if row["arm"] == arm), key=lambda row: signals[row["family"]]["signal_nats"])
+        if len(ranked) > 1:
+            orders.append({"arm": arm, "families": [row["family"] for row in ranked],
+                           "against_less_signal": [compare(more["escape"], less["escape"])
+                                                   for less, more in zip(ranked, ranked[1:])]})
+    return orders
+
+
 def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: Path | None) -> dict:
     """The study over ``arms`` (``(name, run folders)``; one family per run, read from its
     checkpoint): per arm and family its runs (:func:`run_record`), their :func:`escape_range`, and
     its :func:`compare` against the ``baseline`` arm on the same family; per family its
-    :func:`family_signals`."""
+    :func:`family_signals`; per arm on several families, its :func:`signal_order`."""
     names = [name for name, _ in arms]
     if len(set(names)) != len(names):
         raise ValueError(f"--arm: names {names}; expected each arm named once")
@@ -140,5 +156,6 @@ def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: P
     for row in rows:
         if row["arm"] != baseline and row["family"] in reference:
             row["against_baseline"] = compare(row["escape"], reference[row["family"]])
+    signals = family_signals(rows)
     return {"rules": RULES, "paper_budget_tokens": budget_tokens, "baseline": baseline, "arms": rows,
-            "families": family_signals(rows)}
+            "families": signals, "signal_order": signal_order(rows, signals)}
