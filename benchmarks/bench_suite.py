@@ -1,7 +1,8 @@
 """The test suite's time against the machine's bound: where its CPU goes, and what a wall-time
 target needs.
 
-    python benchmarks/bench_suite.py                       # make test's suite: -n 2 --dist loadgroup
+    python benchmarks/bench_suite.py -- -m "not long_running"   # make test's suite: -n 2 --dist loadgroup
+    python benchmarks/bench_suite.py                             # make test-all's: both tiers
     python benchmarks/bench_suite.py --baseline --json /tmp/suite.json   # and one process, for the ratio
 
 Runs pytest in a subprocess with the :mod:`suite_accounting` plugin and measures
