@@ -57,8 +57,8 @@ includes the attention maps; ``claims`` needs ``shuffle`` and ``probes``)."""
 
 @dataclass(frozen=True)
 class AnalysisConfig:
-    """How much ``hmmtf analyze`` measures; validated on construction (``max_distance`` and
-    ``max_offset`` against the prompt format, where they are used)."""
+    """How much ``hmmtf analyze`` measures; validated on construction (``max_distance`` >= 1 and
+    ``max_offset`` >= 0 here, both against the prompt format where they are used)."""
 
     batch_size: int = option(64, "prompts per forward pass")
     probe_train_prompts: int = option(512, "prompts the probes are trained on")
@@ -83,7 +83,8 @@ class AnalysisConfig:
         check_integers(self, ("batch_size", "probe_train_prompts", "probe_test_prompts", "shuffle_prompts",
                               "hand_built_prompts", "centroid_prompts", "patching_prompts", "max_forcing_items"),
                        minimum=1)
-        check_integers(self, ("seed", "probe_tasks"), minimum=0)
+        check_integers(self, ("seed", "probe_tasks", "max_offset"), minimum=0)
+        check_integers(self, ("max_distance",), minimum=1)
         check_threshold(self.state_threshold)
         unknown = [name for name in self.sections if name not in SECTIONS]
         if not self.sections or unknown or len(set(self.sections)) < len(self.sections):

@@ -75,6 +75,7 @@ class MarkovSweepConfig(JSONConfig):
             raise ValueError(f"architectures: {list(self.architectures)!r}; expected a non-empty subset of {list(ARCHITECTURES)}")
         check_integers(self, ("seeds", "width", "num_heads", "sequence_length", "batch_size", "steps",
                               "eval_sequences", "log_every", "workers"), minimum=1)
+        check_integers(self, ("data_seed",), minimum=0)
         if not self.inits or any(init not in INITS for init in self.inits):
             raise ValueError(f"inits: {list(self.inits)!r}; expected a non-empty subset of {list(INITS)}")
         check_init(self.inits[0], self.init_rank, self.width)
