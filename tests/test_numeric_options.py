@@ -16,6 +16,7 @@ import hmmtf
 from empirical.analysis.report import AnalysisConfig
 from empirical.studies.markov.config import MarkovSweepConfig
 from empirical.studies.markov.incontext import InContextConfig
+from empirical.training.overrides import SECTIONS
 from hmmtf_options import config_from_command_line
 
 COMMANDS = {"analyze": (AnalysisConfig, ["analyze", "CHECKPOINT"]), "markov-sweep": (MarkovSweepConfig, ["markov-sweep"]),
@@ -51,3 +52,21 @@ def test_every_numeric_option_is_finite_and_not_negative_or_refused_in_one_line_
         return
     assert math.isfinite(value) and value >= 0, (command, field, value)
     assert getattr(config, field) == value
+
+
+VALIDATED_OPTIONS = ({f"{section}.{field}" for section, fields in SECTIONS.items() for field in fields}
+                     | {field.name for config_class, _ in COMMANDS.values() for field in dataclasses.fields(config_class)})
+"""The destinations of the options a config validates: train's and curve's ``SECTION.FIELD``
+(``resolve``, tested in tests/test_empirical_train_command.py) and the config dataclasses above."""
+
+
+def test_no_command_has_a_plain_numeric_option_that_no_config_validates():
+    """An option of type ``int`` or ``float`` takes NaN, infinities and negatives as given: it is
+    either a field of a config that validates it, or it uses an option type of hmmtf_options that
+    refuses what is out of range (``positive_int``, ``positive_float``, ...)."""
+    unvalidated = []
+    for command in hmmtf.SUBCOMMAND_MODULES:
+        (subcommands,) = [action for action in hmmtf.build_parser(command)._actions if action.dest == "command"]
+        unvalidated += [f"{command} {action.option_strings[0]}" for action in subcommands.choices[command]._actions
+                        if action.type in (int, float) and action.dest not in VALIDATED_OPTIONS]
+    assert unvalidated == []
