@@ -171,7 +171,7 @@ def _analyze_into(args, config: AnalysisConfig, folder: Path, loaded: tuple, out
     out.mkdir(parents=True, exist_ok=True)
     write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report.get("claims")},
                      indent=1, allow_nan=False))
     return 0

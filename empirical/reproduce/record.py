@@ -45,7 +45,7 @@ def write_json(path: Path, data: dict) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename, so that a reader (or a
     run cut off mid-write) never sees half a file."""
     staging = path.with_name(path.name + ".tmp")
-    staging.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    staging.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(staging, path)
 
 
