@@ -1,7 +1,10 @@
 """The plateau study (``hmmtf plateau``): the escape rule, an arm's range over seeds and the
 comparison with the baseline, on planted learning curves whose answers are known by construction."""
+import importlib
 import json
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +122,18 @@ def test_an_arm_without_runs_twice_named_or_an_unknown_baseline_is_refused_in_on
     assert hmmtf.main(["plateau", *words, "--baseline", baseline, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+def test_the_queue_counts_the_points_after_a_runs_escape_and_finds_the_process_that_trains_it(tmp_path):
+    """benchmarks/plateau_queue.py's stop rule (one point after the escape) and its adoption of a run
+    another process trains (the pid in the run's lock file, alive)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    queue = importlib.import_module("plateau_queue")
+    assert queue.points_after_escape(plant_run(tmp_path / "escaped", [0.1, -0.01, -0.02, -0.03])) == 2
+    assert queue.points_after_escape(plant_run(tmp_path / "counting", [0.1, 0.05])) is None
+    assert queue.points_after_escape(tmp_path / "unstarted") is None
+    lock = tmp_path / "escaped" / "train.lock"
+    lock.write_text(f"{os.getpid()}\n")
+    assert queue.lock_holder(tmp_path / "escaped") == os.getpid()
+    lock.write_text("")
+    assert queue.lock_holder(tmp_path / "escaped") is None
