@@ -42,8 +42,6 @@ STOPPED = (0, SIGTERM_EXIT, -signal.SIGTERM)
 def points_after_escape(run_dir: Path) -> int | None:
     """How many curve points ``run_dir`` recorded after the one at which it escaped (the escape
     rule of ``RULES``); None before its escape or before its first point."""
-    if not (run_dir / "curve.jsonl").is_file():
-        return None
     points = written_points(run_dir)
     if not points:
         return None
