@@ -37,7 +37,7 @@ from empirical.training.allocator import TUNABLES_VARIABLE, with_training_tunabl
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
 from empirical.measurement.throughput import ratio_summary, run_together, training_step  # noqa: E402
 from hmmtf import USER_ERROR_EXIT_CODE, Parser, UsageError, error_line, source_commit  # noqa: E402
-from hmmtf_options import non_negative_int, positive_float, positive_int  # noqa: E402
+from hmmtf.options import non_negative_int, positive_float, positive_int  # noqa: E402
 
 PROG = "bench_malloc.py"
 PRESET = "tasks-8192-small"

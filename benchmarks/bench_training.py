@@ -68,7 +68,7 @@ from empirical.measurement.throughput import (  # noqa: E402
     training_step,
 )
 from hmmtf import USER_ERROR_EXIT_CODE, Parser, UsageError, error_line, source_commit  # noqa: E402
-from hmmtf_options import integer_at_least, non_negative_int, positive_float, positive_int  # noqa: E402
+from hmmtf.options import integer_at_least, non_negative_int, positive_float, positive_int  # noqa: E402
 
 PROG = "bench_training.py"
 SINGLE_PRESET = "cpu-small"

@@ -73,7 +73,7 @@ from hmm.presets import MIXTURE_SPECS, PROMPT_FORMATS  # noqa: E402
 from empirical.reproduce.record import (environment, git_state, metrics_records, process_alive, read_json,  # noqa: E402
                                         write_json)
 from empirical.training.train import METRICS_FILE  # noqa: E402
-from hmmtf_options import non_negative_int, positive_float, positive_int  # noqa: E402
+from hmmtf.options import non_negative_int, positive_float, positive_int  # noqa: E402
 
 SWEEP_FILE = "sweep.json"
 FIGURE_FILE = "sweep.png"
@@ -225,8 +225,8 @@ def analysis_flags(preset_name: str) -> list[str]:
 
 
 def hmmtf_command(arguments: list[str]) -> list[str]:
-    """``python hmmtf.py ARGUMENTS`` of this repository, with this interpreter."""
-    return [sys.executable, str(REPOSITORY / "hmmtf.py"), *arguments]
+    """``python hmmtf/__main__.py ARGUMENTS`` of this repository, with this interpreter."""
+    return [sys.executable, str(REPOSITORY / "hmmtf" / "__main__.py"), *arguments]
 
 
 def subprocess_environment(threads: int) -> dict[str, str]:
@@ -349,9 +349,7 @@ def plot_sweep(report: dict, path: Path) -> None:
     sequence of fresh HMMs (its verdict's prompts) beside the in-context n-grams and the oracle on
     the same prompts (horizontal lines, from the first scored run: the prompts of every run on the
     same mixture are the same; a run on another mixture has its own bigram beside it, a dash)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from empirical.plotting import plt  # deferred: the sweep's other commands start without matplotlib
 
     figure, (curves, scores) = plt.subplots(1, 2, figsize=(13, 4.8), constrained_layout=True)
     runs = report["runs"]

@@ -160,13 +160,13 @@ steps() {
     if [ -n "$run" ] && [ -d "$checkpoint" ]; then
         read -ra analysis < "$WORK/analysis_flags" || echo "no analysis flags (hmmtf analyze's defaults)"
         echo "audit of $checkpoint; analysis flags: ${analysis[*]}"
-        step evaluate 45 "$JOB_SECONDS" "$PYTHON" hmmtf.py evaluate "$checkpoint" --out "$WORK/audit/evaluate" \
+        step evaluate 45 "$JOB_SECONDS" "$PYTHON" -m hmmtf evaluate "$checkpoint" --out "$WORK/audit/evaluate" \
             --device "$DEVICE" --hand-built-prompts 0 --ceiling-particles 0 --fresh-tasks 0 --threads "$AUDIT_THREADS"
-        step analyze 180 "$JOB_SECONDS" "$PYTHON" hmmtf.py analyze "$checkpoint" --out "$WORK/audit/analyze" \
+        step analyze 180 "$JOB_SECONDS" "$PYTHON" -m hmmtf analyze "$checkpoint" --out "$WORK/audit/analyze" \
             --device "$DEVICE" --sections shuffle probes offsets "${analysis[@]}" --threads "$AUDIT_THREADS"
-        step heads 60 "$JOB_SECONDS" "$PYTHON" hmmtf.py heads "$checkpoint" --out "$WORK/audit/heads" \
+        step heads 60 "$JOB_SECONDS" "$PYTHON" -m hmmtf heads "$checkpoint" --out "$WORK/audit/heads" \
             --device "$DEVICE" --ceiling-particles 0 --threads "$AUDIT_THREADS"
-        step patching 230 "$JOB_SECONDS" "$PYTHON" hmmtf.py analyze "$checkpoint" --out "$WORK/audit/patching" \
+        step patching 230 "$JOB_SECONDS" "$PYTHON" -m hmmtf analyze "$checkpoint" --out "$WORK/audit/patching" \
             --device "$DEVICE" --sections patching "${analysis[@]}" --threads "$AUDIT_THREADS"
     fi
     rm -rf "$WORK/runs"

@@ -69,7 +69,7 @@ def run_until_escape(run_dir: Path, args: list[str], after: int, poll_seconds: f
         return
     holder = lock_holder(run_dir)
     if holder is None:
-        command = [sys.executable, str(ROOT / "hmmtf.py"), "curve", *args, "--run-dir", str(run_dir)]
+        command = [sys.executable, str(ROOT / "hmmtf" / "__main__.py"), "curve", *args, "--run-dir", str(run_dir)]
         print("$ " + " ".join(command), flush=True)
         process = subprocess.Popen(command)
         holder = process.pid

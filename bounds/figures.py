@@ -21,12 +21,10 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.ticker
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after selecting the file-only backend)
-import numpy as np  # noqa: E402
-
-from bounds import fitting, formulas  # noqa: E402
+from bounds import fitting, formulas
+from empirical.plotting import plt
 
 GAMMA_COLORS = plt.get_cmap("viridis")
 CONCENTRATION_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")

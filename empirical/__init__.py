@@ -3,7 +3,8 @@ predictor (``docs/empirical.md``), in packages by concern (``docs/ARCHITECTURE.m
 and which imports which): :mod:`empirical.training`, :mod:`empirical.yardsticks`,
 :mod:`empirical.analysis` (inside the networks), :mod:`empirical.studies` (the regime ladder and
 unigram traps on Markov chains), :mod:`empirical.measurement`, :mod:`empirical.interop`,
-:mod:`empirical.cli` and :mod:`empirical.reproduce`.
+:mod:`empirical.reports` (the typed reports and figures the commands write), :mod:`empirical.provenance`
+and :mod:`empirical.reproduce`. Their command line is the package :mod:`hmmtf`.
 
 Public API of the core (import from the modules named; this file imports nothing)::
 
@@ -35,18 +36,16 @@ Public API of the core (import from the modules named; this file imports nothing
                  data families on fresh HMMs: n-grams, the prior-predictive ceiling, the oracle, gamma)
     yardsticks.curves:      train_with_curve(preset, model_config, run_dir, every, ...) -> points, curve_point,
                  build_probe, run_summary (``hmmtf curve`` / ``hmmtf curves``: learning curves on fresh HMMs)
-    training.configs:     JSONConfig, check_integers, option, add_config_options, config_from_options
-    cli.plots:       plot_in_context, plot_regime, plot_training_loss, plot_calibration, plot_competence,
+    training.configs:     JSONConfig, check_integers, option
+    reports.plots:   plot_in_context, plot_regime, plot_training_loss, plot_calibration, plot_competence,
                  plot_signal, plot_curve, plot_curves
     studies.ladder:      point_statistics, collect_points, ladder_table (``hmmtf ladder``); its figures
                  in ladder_figures
     measurement.roofline:    matmul_peak, read_bandwidth, timed, synchronize (the machine's rates)
     measurement.throughput:  layouts, measure_layout, measure_peaks, ratio_summary (benchmarks/bench_training.py --compare)
     training.allocator:   TRAINING_TUNABLES, with_training_tunables, restart_with_training_tunables (glibc malloc)
-    cli.commands:    ``hmmtf train``, ``hmmtf evaluate``, ``hmmtf calibrate``
-    cli.evaluation_reports: EvaluationReport, SideBySideReport, CompetenceReport, Provenance (what
+    reports.evaluation: EvaluationReport, SideBySideReport, CompetenceReport, Provenance (what
                  ``hmmtf evaluate`` writes, typed)
-    cli.study_commands: ``hmmtf signal``, ``hmmtf curve``, ``hmmtf curves``
 
 ``empirical.reproduce`` (``hmmtf reproduce``) runs the paper preset end to end on top of these.
 """

@@ -12,5 +12,5 @@ commit, and whether its code changed since), :mod:`ledger.outcomes` (claims judg
 :mod:`ledger.render` (the pages), :mod:`ledger.blocks` (generated blocks in hand-written files),
 :mod:`ledger.bench_text` (the HMM-engine benchmark's README paragraph and docs table),
 :mod:`ledger.generated` (every generated text and its file), :mod:`ledger.check` (``--check``),
-:mod:`ledger.numbers` (number formats), :mod:`ledger.commands` (the subcommand).
+:mod:`ledger.numbers` (number formats), :mod:`hmmtf.commands.ledger` (the subcommand).
 """

@@ -44,48 +44,54 @@ class Package:
 PACKAGES: tuple[Package, ...] = (
     Package("hmm", "the HMM engine: HMMs, exact filtering, sampling, prompts, mixtures and their presets, the "
                    "Bayes-optimal predictor, the prior-predictive SMC and its bounds"),
-    Package("empirical.training.configs", "config dataclasses and their command-line options (a utility)"),
+    Package("empirical.training.configs", "config dataclasses: JSON, validation, the help of the fields that are "
+                                          "options (a utility)"),
+    Package("empirical.provenance", "the commit a working tree declares, for every writer that records one (a "
+                                    "utility)"),
+    Package("empirical.plotting", "the figures' backend and house style (a utility)"),
     Package("empirical", "the package's own docstring"),
-    Package("hmmtf_options", "option types of the command line (positive integers, a config from options), shared "
-                             "by every command", ("empirical.training.configs",)),
     Package("empirical.training", "the RoFormer, its training loop, checkpoints, presets, prompt streams, run "
                                   "folders", ("empirical.training.configs", "hmm")),
-    Package("construction", "the hand-wired transformer of the paper, as weight tensors", ("hmmtf_options",)),
+    Package("construction", "the hand-wired transformer of the paper, as weight tensors"),
     Package("empirical.measurement", "the machine: matmul peaks, training throughput", ("empirical.training",)),
     Package("bounds.serialize", "typed results to JSON at the writer (a utility: `hmmtf main`'s report, `hmmtf "
                                 "evaluate`'s results)"),
     Package("bounds", "Lemma 1, Theorem 1 and Theorem 2, measured on the construction (`hmmtf main`)",
-            ("bounds.serialize", "construction", "hmm", "hmmtf_options")),
-    Package("empirical.interop", "export of a checkpoint to TransformerLens",
-            ("construction", "empirical.training", "hmmtf_options")),
+            ("bounds.serialize", "construction", "empirical.plotting", "hmm")),
+    Package("empirical.interop", "export of a checkpoint to TransformerLens", ("construction", "empirical.training")),
     Package("empirical.yardsticks", "what a network is judged against: Bayes, the in-context n-grams, the oracle, "
                                     "the ceiling, the hand-built network, competence, regime, learning curves, "
                                     "family signal", ("bounds.serialize", "construction", "empirical.training", "hmm")),
     Package("empirical.analysis", "inside one trained network: shuffle, probes, offsets, patching, heads, KL map, "
                                   "belief probes, the n-gram verdict",
-            ("construction", "empirical.training", "empirical.training.configs", "empirical.yardsticks", "hmm",
-             "hmmtf_options")),
-    Package("empirical.cli", "the commands of training and the yardsticks, and their figures",
-            ("bounds.serialize", "empirical.training", "empirical.yardsticks", "hmm", "hmmtf_options")),
+            ("construction", "empirical.plotting", "empirical.training", "empirical.training.configs",
+             "empirical.yardsticks", "hmm")),
+    Package("empirical.reports", "what the commands of training and the yardsticks write: typed reports and "
+                                 "figures", ("bounds.serialize", "empirical.plotting", "empirical.training",
+                                             "empirical.yardsticks", "hmm")),
     Package("empirical.studies", "studies over many networks: the regime ladder, the plateau, the Markov-chain "
                                  "traps (`empirical.studies.markov`)",
-            ("empirical.analysis", "empirical.training", "empirical.training.configs", "empirical.yardsticks", "hmm",
-             "hmmtf_options"), holds=("empirical.studies.markov",)),
+            ("empirical.analysis", "empirical.plotting", "empirical.training", "empirical.training.configs",
+             "empirical.yardsticks", "hmm"), holds=("empirical.studies.markov",)),
     Package("empirical.reproduce", "`hmmtf reproduce`: the paper's experiment as resumable, planned stages",
-            ("bounds.serialize", "empirical.analysis", "empirical.cli", "empirical.measurement", "empirical.training",
-             "empirical.yardsticks", "hmm", "hmmtf_options")),
-    Package("hmmtf", "the command line: it assembles the subcommands of every package (`SUBCOMMAND_MODULES`)",
-            ("bounds", "construction", "empirical.analysis", "empirical.cli", "empirical.interop",
-             "empirical.reproduce", "empirical.studies", "empirical.training", "hmmtf_options")),
+            ("bounds.serialize", "empirical.analysis", "empirical.measurement", "empirical.provenance",
+             "empirical.reports", "empirical.training", "empirical.yardsticks", "hmm")),
+    Package("hmmtf", "the command line, its one layer: every parser, option type and command runner "
+                     "(`hmmtf.commands`, one module per subcommand group, each with `register(subparsers)`), "
+                     "assembled by `SUBCOMMAND_MODULES`",
+            ("bounds", "bounds.serialize", "construction", "empirical.analysis", "empirical.interop",
+             "empirical.measurement", "empirical.plotting", "empirical.provenance", "empirical.reports", "empirical.reproduce",
+             "empirical.studies", "empirical.training", "empirical.training.configs", "empirical.yardsticks", "hmm"),
+            holds=("hmmtf.commands",)),
     Package("ledger", "the claims ledger, provenance and canaries (which run `hmmtf` commands), this map",
             ("hmmtf",)),
     Package("benchmarks", "timings against baselines and the machine's bound (scripts, each its own command line)",
-            ("construction", "empirical.analysis", "empirical.measurement", "empirical.reproduce",
-             "empirical.studies", "empirical.training", "empirical.yardsticks", "hmm", "hmmtf", "hmmtf_options")),
+            ("construction", "empirical.analysis", "empirical.measurement", "empirical.plotting", "empirical.reproduce",
+             "empirical.studies", "empirical.training", "empirical.yardsticks", "hmm", "hmmtf")),
 )
 """Every package, with the project packages it may import."""
 
-SOURCES = ("hmmtf_options.py", "hmmtf.py", "hmm", "construction", "bounds", "empirical", "ledger", "benchmarks")
+SOURCES = ("hmm", "construction", "bounds", "empirical", "hmmtf", "ledger", "benchmarks")
 """The files and folders whose Python modules the map covers (not tests, not examples)."""
 
 ARCHITECTURE_MODULE = "ledger/architecture.py"
@@ -95,8 +101,8 @@ COMPUTING_PACKAGES = frozenset(package.name for package in PACKAGES
                                if package.name.split(".")[0] in ("hmm", "construction", "bounds", "empirical"))
 """The packages that compute: the engine, the construction, its bounds, the trained networks."""
 
-COMMAND_LINE_PACKAGES = frozenset(("hmmtf", "hmmtf_options", "benchmarks"))
-"""The packages whose job is a command line: the entry point, its option types, the benchmark scripts."""
+COMMAND_LINE_PACKAGES = frozenset(("hmmtf", "benchmarks"))
+"""The packages whose job is a command line: the command line itself, the benchmark scripts."""
 
 
 @dataclass(frozen=True)
@@ -139,13 +145,8 @@ class Exemption:
     reason: str
 
 
-ARGPARSE_PENDING_CLI_MOVE: tuple[Exemption, ...] = tuple(
-    Exemption(ARGPARSE_RULE, file, "argparse", "pending the CLI move, issue 52 item 2")
-    for file in ("empirical/training/configs.py", "empirical/training/overrides.py"))
-"""The modules outside the command-line packages that still import argparse."""
-
 RUN_TIME_IMPORTS: tuple[Exemption, ...] = (
-    Exemption("literal-imports", "hmmtf.py", "importlib.import_module",
+    Exemption("literal-imports", "hmmtf/__init__.py", "importlib.import_module",
               "loads the modules of SUBCOMMAND_MODULES, which the map reads as hmmtf's imports"),
     Exemption("literal-imports", "ledger/canaries.py", "importlib.import_module",
               "reads the full-size settings of the modules a canary names"),
@@ -155,13 +156,13 @@ RUN_TIME_IMPORTS: tuple[Exemption, ...] = (
 """The imports of modules named at run time."""
 
 AGAINST_THE_GRAPH: tuple[Exemption, ...] = (
-    Exemption("allowed-imports", "hmmtf.py", "ledger",
-              "SUBCOMMAND_MODULES registers `hmmtf ledger` from ledger.commands, loaded only when asked for; the "
-              "ledger is above the command line, whose commands its canaries run"),
+    Exemption("allowed-imports", "hmmtf/commands/ledger.py", "ledger",
+              "`hmmtf ledger`, loaded only when asked for (SUBCOMMAND_MODULES); the ledger is above the command line, "
+              "whose commands its canaries run"),
 )
 """The imports against the declared graph (which must stay acyclic)."""
 
-EXEMPTIONS = ARGPARSE_PENDING_CLI_MOVE + RUN_TIME_IMPORTS + AGAINST_THE_GRAPH
+EXEMPTIONS = RUN_TIME_IMPORTS + AGAINST_THE_GRAPH
 """Every listed exemption."""
 
 NAMED_IMPORT_CALLS = frozenset(("importlib.import_module", "importlib.util.find_spec", "importlib.__import__",
@@ -171,7 +172,7 @@ NAMED_IMPORT_CALLS = frozenset(("importlib.import_module", "importlib.util.find_
 PATH_IMPORT_CALLS = frozenset(("importlib.util.spec_from_file_location", "runpy.run_path"))
 """Calls that import a file by its path, which the map cannot read."""
 
-MODULE_REGISTRIES = {"hmmtf.py": "SUBCOMMAND_MODULES"}
+MODULE_REGISTRIES = {"hmmtf/__init__.py": "SUBCOMMAND_MODULES"}
 """Module-level dicts whose string values are modules their file imports by name."""
 
 

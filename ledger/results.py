@@ -56,8 +56,8 @@ HMM_ENGINE = ("hmm/model.py", "hmm/filtering.py", "hmm/prompts.py", "hmm/generat
 """The HMM engine under every result: the HMM type, exact filtering, sampling, random HMMs."""
 MIXTURE = (*HMM_ENGINE, "hmm/bayes.py", "hmm/presets.py", "empirical/training/presets.py", "empirical/training/data.py")
 """A preset's mixture, its prompts and the Bayes-optimal predictor."""
-CONSTRUCTION = ("construction/", "!construction/export.py", "!construction/commands.py")
-"""The hand-built network (its export and CLI do not compute anything a result reads)."""
+CONSTRUCTION = ("construction/", "!construction/export.py")
+"""The hand-built network (its export does not compute anything a result reads)."""
 ROFORMER = ("empirical/training/model.py",)
 """The trained network's forward pass."""
 TRAINING_BENCHMARK = ("benchmarks/bench_training.py", "empirical/measurement/throughput.py", "empirical/training/train.py",
@@ -86,21 +86,22 @@ guarded by tests/test_gpu_recipe_sweep.py instead: the sweep script, which turns
 ``hmmtf train`` flags (the test checks that every recipe keeps the budget of prompts) and collects
 what the two commands wrote."""
 HEAD_MODULES = ("empirical/analysis/heads.py", "empirical/analysis/head_figures.py",
-                "empirical/analysis/head_commands.py")
+                "hmmtf/commands/heads.py")
 """``hmmtf heads``, which ``hmmtf analyze`` does not run."""
 KLMAP_MODULES = ("empirical/analysis/klmap.py", "empirical/analysis/klmap_figures.py",
-                 "empirical/analysis/klmap_commands.py")
+                 "hmmtf/commands/klmap.py")
 """``hmmtf klmap``, which ``hmmtf analyze`` does not run either."""
 BELIEF_MODULES = ("empirical/analysis/beliefs.py", "empirical/analysis/belief_figures.py",
-                  "empirical/analysis/belief_commands.py")
+                  "hmmtf/commands/beliefs.py")
 """``hmmtf beliefs``, which ``hmmtf analyze`` does not run either."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
-            "!empirical/analysis/commands.py", "!empirical/analysis/ngram_verdict.py",
+            "!empirical/analysis/report_figures.py", "!empirical/analysis/ngram_verdict.py",
             *(f"!{module}" for module in (*HEAD_MODULES, *KLMAP_MODULES, *BELIEF_MODULES)),
             *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/training/configs.py")
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
-its command module, which parses the options into the sections' config (``AnalysisConfig``, in
-``report.py``) and writes what they computed, as the Markov study's is not listed either."""
+its command module (``hmmtf/commands/analyze.py``), which parses the options into the sections'
+config (``AnalysisConfig``, in ``report.py``) and writes what they computed, nor its figures, as the
+Markov study's are not listed either."""
 FRESH_HMM_REFERENCES = ("empirical/yardsticks/curves.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py",
                         "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py",
                         "hmm/families.py", *ROFORMER, *MIXTURE)
@@ -144,7 +145,7 @@ BELIEFS = ("empirical/analysis/beliefs.py", "empirical/analysis/networks.py", "e
 the modules of ``hmmtf analyze``), the beliefs (exact filtering, in :data:`MIXTURE`, per segment of
 ``empirical/yardsticks/hand_built.py``) and the in-context references."""
 
-CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 hmmtf.py train "
+CPU_SMALL_CHECKPOINT = ("runs/cpu-small/checkpoint, from `torchrun --standalone --nproc_per_node=2 -m hmmtf train "
                         "--preset cpu-small --threads 1 --run-dir runs/cpu-small` (about 7 minutes on 2 cores)")
 
 REGIME_CHECKPOINT = ("runs/tasks-8192-deep/checkpoint, from `hmmtf train --preset tasks-8192-deep --threads 1` "

@@ -89,7 +89,7 @@ def test_hmmtf_restarts_for_a_training_subcommand_only_as_an_entry_point(monkeyp
 
 @pytest.mark.skipif(not GLIBC_LINUX, reason="only glibc on Linux restarts, so only there is GLIBC_TUNABLES read")
 def test_a_malformed_glibc_tunables_ends_a_training_command_with_one_line():
-    finished = subprocess.run([sys.executable, str(Path(hmmtf.__file__)), "train", "--preset", "tiny"],
+    finished = subprocess.run([sys.executable, str(Path(hmmtf.__file__).with_name("__main__.py")), "train", "--preset", "tiny"],
                               capture_output=True, text=True, timeout=60,
                               env={"PATH": "/usr/bin:/bin", "GLIBC_TUNABLES": "oops"})
     assert finished.returncode == 2
@@ -100,7 +100,7 @@ def test_a_malformed_glibc_tunables_ends_a_training_command_with_one_line():
 def run_hmmtf(*argv: str, **environ: str) -> subprocess.CompletedProcess:
     """``hmmtf ARGV`` as a process (so it may restart itself) under ``environ`` and a PATH, nothing
     else: no ``GLIBC_TUNABLES`` nor ``HMMTF_MALLOC`` from the test's environment."""
-    return subprocess.run([sys.executable, str(Path(hmmtf.__file__)), *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(Path(hmmtf.__file__).with_name("__main__.py")), *argv], capture_output=True, text=True,
                           timeout=120, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **environ})
 
 

@@ -9,7 +9,7 @@ import torch
 import hmm
 import hmmtf
 from bounds import theorem1
-from bounds.commands import config_from_args
+from hmmtf.commands.bounds import config_from_args
 from bounds.serialize import to_json
 from bounds.suites import build_member
 from bounds.theorem1 import TERMS

@@ -5,7 +5,7 @@ import subprocess
 
 import hmmtf
 from empirical.reproduce.record import git_state
-from hmmtf_options import GIT_COMMIT_VARIABLE
+from empirical.provenance import GIT_COMMIT_VARIABLE
 
 DECLARED = "f" * 40
 

@@ -11,7 +11,7 @@ import torch
 import hmm
 import hmmtf
 from bounds.serialize import to_json
-from empirical.cli.evaluation_reports import EvaluationReport, Provenance
+from empirical.reports.evaluation import EvaluationReport, Provenance
 from empirical.training.data import PromptStream, held_out_prompts, unigram_distribution
 from empirical.training.model import RoFormer
 from empirical.yardsticks.evaluate import (bayes_predictor, evaluate_predictors, in_context_predictors, model_predictor,

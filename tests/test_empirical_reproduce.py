@@ -30,7 +30,8 @@ from empirical.training.data import PromptStream
 from empirical.yardsticks.evaluate import EVAL_BATCH
 from empirical.training.model import RoFormer
 from empirical.training.presets import get_preset
-from empirical.reproduce import commands, plan, stages
+from empirical.reproduce import plan, stages
+from hmmtf.commands import reproduce as reproduce_command
 from empirical.reproduce.bundle import write_bundle
 from empirical.reproduce.config import reproduce_config
 from empirical.reproduce.record import read_json, read_status
@@ -40,7 +41,7 @@ from killed_processes import kill_and_check_no_orphan
 from recorded_figures import figures_recorded_not_drawn
 from rounding import gamma, learning_rate_rounding
 
-HMMTF = str(Path(__file__).resolve().parents[1] / "hmmtf.py")
+HMMTF = str(Path(__file__).resolve().parents[1] / "hmmtf" / "__main__.py")
 RATES = plan.Rates(train=1e12, float32=1e12, float64=1e11, bandwidth=1e11, source="test")
 HOST = plan.HostTimings(mixture_s=1.0, batch_s=0.01, hand_built_s=0.1, hand_built_forward_s=0.01, decode_s=1e-4,
                         hand_built_width=100, hand_built_layers=10)
@@ -181,7 +182,7 @@ def test_paper_plan_on_an_assumed_h100_fits_the_session_in_two_calls_with_the_ho
                                  decode_s=4e-3, hand_built_width=1675, hand_built_layers=9)
     costs = plan_costs(config, h100, slow_host)
     assert [cost.stage for cost in costs] == list(STAGE_NAMES)
-    budget = plan.Budget(commands.DEFAULT_BUDGET_MINUTES, commands.DEFAULT_CALL_MINUTES)
+    budget = plan.Budget(reproduce_command.DEFAULT_BUDGET_MINUTES, reproduce_command.DEFAULT_CALL_MINUTES)
     assert budget == plan.Budget(14, 10)
     plan.check_budget(costs, budget)
     assert [[cost.stage for cost in call] for call in plan.split_into_calls(costs, budget.call_minutes)] == [
@@ -405,7 +406,7 @@ def test_a_detached_resume_is_followed_while_it_plans_until_it_fails_as_a_foregr
     """A run stopped after its mixture, resumed by a detached process with other settings: until
     that process begins its stages, ``--wait`` and ``--status`` follow it (its log: the refusal a
     foreground run prints), not the ``progress.json`` the stopped run left."""
-    monkeypatch.setattr(commands, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(reproduce_command, "POLL_SECONDS", 0.2)
     assert reproduce(tmp_path, "--stop-after", "mixture") == 0
     assert read_status(tmp_path)["state"] == "stopped"
     capsys.readouterr()

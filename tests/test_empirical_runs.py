@@ -90,7 +90,7 @@ CHECKPOINT_COMMANDS = {
     "export": ["export", "{path}", "--to", "transformer-lens", "{out}"],
 }
 """A command line of each way a checkpoint is read from the command line (``klmap`` and
-``beliefs`` are ``heads``'s kind of command, :func:`empirical.analysis.commands.add_measure_command`)."""
+``beliefs`` are ``heads``'s kind of command, :func:`hmmtf.commands.analyze.add_measure_command`)."""
 
 
 @pytest.mark.parametrize("command", CHECKPOINT_COMMANDS)

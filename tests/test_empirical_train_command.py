@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 import hmm
 import hmmtf
 from empirical.training.checkpoint import load_checkpoint
-from empirical.training.overrides import SECTIONS, TrainingRun, flag_overrides, read_config_file, resolve, training_run
+from empirical.training.overrides import SECTIONS, TrainingRun, read_config_file, resolve, training_run
+from hmmtf.override_options import flag_overrides
 from empirical.training.presets import get_preset, preset_from_task
 from empirical.training.run_control import LOCK_FILE, run_folder_lock
 from empirical.training.train import CHECKPOINT_DIR
@@ -309,7 +310,7 @@ def test_a_run_interrupted_by_sigint_resumes_to_the_uninterrupted_run_bit_for_bi
     steps = 20
     argv = ["--preset", "tiny", "--steps", str(steps), "--threads", "1", "--no-progress"]
     interrupted = tmp_path / "interrupted"
-    process = subprocess.Popen([sys.executable, str(ROOT / "hmmtf.py"), "train", *argv, "--run-dir", str(interrupted)],
+    process = subprocess.Popen([sys.executable, str(ROOT / "hmmtf" / "__main__.py"), "train", *argv, "--run-dir", str(interrupted)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                                env={**os.environ, "OMP_NUM_THREADS": "1"})
     lock = interrupted / LOCK_FILE

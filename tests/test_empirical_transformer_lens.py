@@ -191,7 +191,7 @@ def test_project_imports_without_transformer_lens():
         importlib.import_module("empirical.interop.transformer_lens_interop")
         imported = set(sys.modules)
     assert imports.attempts == []
-    assert {"empirical.interop.transformer_lens_interop", "empirical.training.model", "bounds.commands"} <= imported
+    assert {"empirical.interop.transformer_lens_interop", "empirical.training.model", "hmmtf.commands.bounds"} <= imported
 
 
 def hand_built_traces() -> list[construction.Trace]:

@@ -16,7 +16,7 @@ from empirical.training.checkpoint import load_checkpoint
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
 from killed_processes import kill_and_check_no_orphan
 
-HMMTF = str(Path(__file__).resolve().parents[1] / "hmmtf.py")
+HMMTF = str(Path(__file__).resolve().parents[1] / "hmmtf" / "__main__.py")
 STEPS = 240
 TRAIN = ["train", "--preset", "tiny", "--steps", str(STEPS), "--log-every", "10", "--checkpoint-every", "10",
          "--precision", "fp32", "--threads", "1", "--no-progress"]

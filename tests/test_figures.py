@@ -14,7 +14,7 @@ from recorded_figures import figures_kept
 from bounds.figures import theorem1_terms
 from empirical.analysis.figures import plot_pattern_comparison
 from empirical.analysis.patching_figures import plot_state_forcing
-from empirical.cli.plots import plot_calibration, plot_competence, plot_in_context, plot_regime
+from empirical.reports.plots import plot_calibration, plot_competence, plot_in_context, plot_regime
 
 DEMONSTRATIONS = [0, 1, 2]
 """Few points: matplotlib's default locator ticks such an axis at 0, 0.25, 0.5, ..."""

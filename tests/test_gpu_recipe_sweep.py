@@ -13,10 +13,11 @@ import pytest
 import hmmtf
 from empirical.analysis.report import AnalysisConfig
 from empirical.reproduce.config import ANALYSIS_CONFIGS
-from empirical.training.overrides import flag_overrides, resolve
+from empirical.training.overrides import resolve
+from hmmtf.override_options import flag_overrides
 from empirical.training.train import learning_rate
 from empirical.yardsticks.competence import VERDICTS
-from hmmtf_options import config_from_command_line
+from hmmtf.options import config_from_command_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sweep = importlib.import_module("gpu_recipe_sweep")

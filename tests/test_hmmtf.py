@@ -35,14 +35,14 @@ def project_modules_imported_by(action) -> set[str]:
 
 
 def test_a_command_line_imports_what_its_subcommands_module_imports_and_nothing_more(tmp_path, capsys):
-    """``hmmtf reproduce --status`` against ``import empirical.reproduce.commands``, each afresh
+    """``hmmtf reproduce --status`` against ``import hmmtf.commands.reproduce``, each afresh
     (:mod:`fresh_imports`)."""
     def status() -> None:
         assert importlib.import_module("hmmtf").main(["reproduce", "--preset", "paper-mini", "--out", str(tmp_path),
                                                      "--status"]) == 2
 
     by_command_line = project_modules_imported_by(status)
-    by_module = project_modules_imported_by(lambda: importlib.import_module("empirical.reproduce.commands"))
+    by_module = project_modules_imported_by(lambda: importlib.import_module("hmmtf.commands.reproduce"))
     assert by_command_line == by_module | {"hmmtf"}
-    assert "bounds.commands" not in by_module  # sympy, scipy's optimizers, the bound figures
+    assert "hmmtf.commands.bounds" not in by_module  # sympy, scipy's optimizers, the bound figures
     assert "has no progress.json" in capsys.readouterr().err

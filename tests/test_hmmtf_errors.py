@@ -1,4 +1,4 @@
-"""User errors on the command line (hmmtf.py's docstring, the README's "Errors"): one line on
+"""User errors on the command line (hmmtf/__init__.py's docstring, the README's "Errors"): one line on
 stderr, ``hmmtf COMMAND: error: ...``, naming the argument or file, the value and what was
 expected, and exit code 2; a traceback only for a bug, or with ``--debug``. Counts, thread numbers
 and seeds are refused out of range before a command starts, never replaced by a default."""
@@ -23,7 +23,7 @@ from empirical.studies.markov.incontext import InContextConfig
 from empirical.training.model import RoFormer, RoFormerConfig
 from empirical.training.overrides import SECTIONS
 from empirical.training.runs import CHECKPOINT_EXPECTED
-from hmmtf_options import (check_output_folder, config_from_command_line, non_negative_int, output_folder, positive_float,
+from hmmtf.options import (check_output_folder, config_from_command_line, non_negative_int, output_folder, positive_float,
                            positive_int)
 from ledger.results import RESULTS
 
@@ -155,12 +155,12 @@ def test_debug_shows_the_traceback_of_a_user_error_before_or_after_the_subcomman
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch, tmp_path):
-    import empirical.cli.commands
+    import hmmtf.commands.training
 
     def broken(args):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(empirical.cli.commands, "run_evaluate", broken)
+    monkeypatch.setattr(hmmtf.commands.training, "run_evaluate", broken)
     with pytest.raises(KeyError, match="a bug"):
         hmmtf.main(["evaluate", str(tmp_path)])
 
@@ -186,7 +186,7 @@ def test_default_outputs_are_outside_the_committed_results(command):
 
 def test_analyze_writes_to_its_inputs_own_run_folder_by_default(checkpoint, monkeypatch, capsys):
     """Without ``--out``: runs/analysis/RUN, one folder per input, outside the tracked tree."""
-    import empirical.analysis.commands as commands
+    import hmmtf.commands.analyze as commands
 
     monkeypatch.chdir(checkpoint.parent.parent)
     monkeypatch.setattr(commands, "preset_from_task", lambda task: SimpleNamespace(prompt_format=None))
@@ -208,7 +208,7 @@ def test_each_committed_result_is_made_by_a_command_naming_its_folder(result):
 
 
 OUTPUT_FOLDERS_CHECKED_WHEN_RUN = {"reproduce"}
-"""Commands whose ``--out`` is not an :func:`hmmtf_options.output_folder`: ``reproduce`` also reads
+"""Commands whose ``--out`` is not an :func:`hmmtf.options.output_folder`: ``reproduce`` also reads
 it (``--status``, ``--wait``), so it checks the folder for writing only before a run."""
 
 
@@ -226,11 +226,11 @@ def no_computation(*args, **kwargs):
 
 
 @pytest.mark.parametrize(("argv", "computation"), [
-    (["main", "--out", "{out}"], "bounds.commands.measure"),
-    (["calibrate", "--out", "{out}"], "empirical.cli.commands.calibrate"),
-    (["markov-sweep", "--out", "{out}"], "empirical.studies.markov.commands.write_sweep"),
-    (["evaluate", "{checkpoint}", "--out", "{out}"], "empirical.cli.commands.load_run"),
-    (["analyze", "{checkpoint}", "--out", "{out}"], "empirical.analysis.commands.load_checkpoint"),
+    (["main", "--out", "{out}"], "hmmtf.commands.bounds.measure"),
+    (["calibrate", "--out", "{out}"], "hmmtf.commands.training.calibrate"),
+    (["markov-sweep", "--out", "{out}"], "hmmtf.commands.markov.write_sweep"),
+    (["evaluate", "{checkpoint}", "--out", "{out}"], "hmmtf.commands.training.load_run"),
+    (["analyze", "{checkpoint}", "--out", "{out}"], "hmmtf.commands.analyze.load_checkpoint"),
     (["reproduce", "--preset", "paper-mini", "--device", "cpu", "--out", "{out}"],
      "empirical.reproduce.plan.measure_host"),
 ])
@@ -275,8 +275,8 @@ def test_evaluate_checks_its_default_output_folder_before_computing(checkpoint, 
     default = Path("runs", "evaluate", checkpoint.parent.name)
     default.parent.mkdir(parents=True)
     default.write_text("")
-    import empirical.cli.commands
-    monkeypatch.setattr(empirical.cli.commands, "load_run", no_computation)
+    import hmmtf.commands.training
+    monkeypatch.setattr(hmmtf.commands.training, "load_run", no_computation)
     assert hmmtf.main(["evaluate", str(checkpoint)]) == 2
     assert error_line(capsys, "evaluate") == (
         f"hmmtf evaluate: error: --out: {str(default)!r}: {str(default)!r} is not a folder; expected a folder this "

@@ -32,7 +32,7 @@ from empirical.studies.markov.chains import (
     reference_losses,
     stationary_distribution,
 )
-from empirical.studies.markov.commands import VERDICT_SWEEPS, verdict_markdown, write_sweep
+from hmmtf.commands.markov import VERDICT_SWEEPS, verdict_markdown, write_sweep
 from empirical.studies.markov.config import ARCHITECTURES, MarkovSweepConfig
 from empirical.studies.markov.criterion import (
     TRAP_Z,

@@ -17,7 +17,7 @@ from empirical.analysis.report import AnalysisConfig
 from empirical.studies.markov.config import MarkovSweepConfig
 from empirical.studies.markov.incontext import InContextConfig
 from empirical.training.overrides import SECTIONS
-from hmmtf_options import config_from_command_line
+from hmmtf.options import config_from_command_line
 
 COMMANDS = {"analyze": (AnalysisConfig, ["analyze", "CHECKPOINT"]), "markov-sweep": (MarkovSweepConfig, ["markov-sweep"]),
             "markov-incontext": (InContextConfig, ["markov-incontext"])}
@@ -62,7 +62,7 @@ VALIDATED_OPTIONS = ({f"{section}.{field}" for section, fields in SECTIONS.items
 
 def test_no_command_has_a_plain_numeric_option_that_no_config_validates():
     """An option of type ``int`` or ``float`` takes NaN, infinities and negatives as given: it is
-    either a field of a config that validates it, or it uses an option type of hmmtf_options that
+    either a field of a config that validates it, or it uses an option type of hmmtf.options that
     refuses what is out of range (``positive_int``, ``positive_float``, ...)."""
     unvalidated = []
     for command in hmmtf.SUBCOMMAND_MODULES:

@@ -12,7 +12,7 @@ import pytest
 
 import hmmtf
 from empirical.training.run_control import run_folder_lock
-from hmmtf_options import RESULTS_ROOT, check_results_owner, check_study_owner, default_results_folder
+from hmmtf.options import RESULTS_ROOT, check_results_owner, check_study_owner, default_results_folder
 
 QUICK_EVALUATION = ["--num-prompts", "4", "--hand-built-prompts", "0", "--fresh-tasks", "0", "--ceiling-particles", "0"]
 """``hmmtf evaluate`` without its long sections: what the policy is tested on takes seconds."""

@@ -47,7 +47,7 @@ KNOWN_LOOSE_WRITERS = {
     ("benchmarks/bench_rotary.py", "main"): TIMING_PRODUCER,
     ("benchmarks/bench_training.py", "main"): TIMING_PRODUCER,
     ("ledger/canaries.py", "_without_timing_ratios"): CANARY_WITNESS,
-    ("empirical/analysis/commands.py", "_analyze_into"): UNDEFINED_SHUFFLE,
+    ("hmmtf/commands/analyze.py", "_analyze_into"): UNDEFINED_SHUFFLE,
     ("empirical/reproduce/record.py", "write_json"): UNDEFINED_SHUFFLE,
 }
 """(file, enclosing function) of the writers still without ``allow_nan=False``, and why: a code

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("hmm", "construction", "bounds", "empirical", "ledger")
-"""The import packages of the project (its top-level folders with an ``__init__.py``)."""
-MODULES = ("hmmtf", "hmmtf_options")
-"""The top-level modules beside them."""
+PACKAGES = ("hmm", "construction", "bounds", "empirical", "hmmtf", "ledger")
+"""The import packages of the project (its top-level folders with an ``__init__.py``; ``hmmtf`` is
+the command line)."""
 
 pytestmark = [pytest.mark.long_running, pytest.mark.xdist_group("wheel")]
 
@@ -37,7 +36,7 @@ def environment(tmp_path_factory) -> Path:
     source = root / "source"
     for package in PACKAGES:
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", *(f"{module}.py" for module in MODULES)):
+    for name in ("pyproject.toml", "README.md"):
         shutil.copyfile(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", str(root / "dist"), str(source)], check=True, cwd=root)
@@ -62,6 +61,7 @@ def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_the_installed_command_line_runs_a_real_command(environment, tmp_path):
     hmmtf = environment.parent / "hmmtf"
     assert "calibrate" in run([str(hmmtf), "--help"], tmp_path).stdout
+    assert "calibrate" in run([str(environment), "-m", "hmmtf", "--help"], tmp_path).stdout
     run([str(hmmtf), "calibrate", "--preset", "tiny", "--num-prompts", "8", "--concentrations", "0.5", "--out",
          str(tmp_path / "calibration")], tmp_path)
     report = json.loads((tmp_path / "calibration" / "tiny.json").read_text())
@@ -70,19 +70,19 @@ def test_the_installed_command_line_runs_a_real_command(environment, tmp_path):
 
 IMPORT_EVERY_MODULE = """
 import importlib, json, pkgutil, sys
-names = list(sys.argv[2:])
+names = []
 for package in sys.argv[1].split(","):
     names.append(package)
-    names += [info.name for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + ".")]
+    names += [info.name for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + ".")
+              if not info.name.endswith(".__main__")]
 print(json.dumps({name: importlib.import_module(name).__file__ for name in names}))
 """
 
 
 def test_every_module_imports_from_the_installed_wheel(environment, tmp_path):
-    files = json.loads(run([str(environment), "-c", IMPORT_EVERY_MODULE, ",".join(PACKAGES), *MODULES],
-                           tmp_path).stdout)
+    files = json.loads(run([str(environment), "-c", IMPORT_EVERY_MODULE, ",".join(PACKAGES)], tmp_path).stdout)
     in_checkout = {name: file for name, file in files.items() if Path(file).is_relative_to(ROOT)}
     assert not in_checkout
     source_modules = {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
                       for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
-    assert source_modules | set(MODULES) == set(files)
+    assert source_modules - {"hmmtf.__main__"} == set(files)

@@ -1,5 +1,5 @@
 """The command-line tests of the commands that measure one checkpoint (``hmmtf heads``, ``hmmtf
-beliefs``, ``hmmtf klmap``: :func:`empirical.analysis.commands.add_measure_command`): a tiny checkpoint, one run that writes
+beliefs``, ``hmmtf klmap``: :func:`hmmtf.commands.analyze.add_measure_command`): a tiny checkpoint, one run that writes
 its report, and bad options refused in one line."""
 from __future__ import annotations
 

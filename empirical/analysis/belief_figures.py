@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
+from empirical.plotting import plt
 
 R2_BOTTOM = -0.3
 """Lower end of the R^2 axes: a worse probe (a control fitting noise on few prompts) leaves the axis."""

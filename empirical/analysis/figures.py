@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import torch
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import torch  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-import hmm  # noqa: E402
+from empirical.plotting import plt
+import hmm
 
 NETWORK_TITLES = {
     "trained": "trained RoFormer",

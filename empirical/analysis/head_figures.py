@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+from empirical.plotting import plt
 
 NETWORK_TITLES = {"trained": "trained", "random-init": "random-init"}
 SCOPE_TITLES = {"all_positions": "all positions", "test_sequence": "test sequence"}

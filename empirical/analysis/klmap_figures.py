@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.colors import PowerNorm
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
-from matplotlib.colors import PowerNorm  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+from empirical.plotting import plt
 
 SCOPE_TITLES = {"test_sequence": "test sequence", "all_positions": "all positions"}
 COLOR_GAMMA = 0.4

@@ -33,23 +33,19 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import matplotlib
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import torch  # noqa: E402
-
-import hmm  # noqa: E402
-from empirical.analysis.commands import add_measure_command  # noqa: E402
-from empirical.yardsticks.competence import (  # noqa: E402
+import hmm
+from empirical.plotting import plt
+from empirical.yardsticks.competence import (
     NGRAM_ORDERS, RULE, competence_verdict, fitted_ngrams, paired, per_prompt_loss, scope_rows)
-from empirical.training.configs import check_integers, option  # noqa: E402
-from empirical.training.data import stream_seed  # noqa: E402
-from empirical.yardsticks.evaluate import model_predictor  # noqa: E402
-from empirical.yardsticks.ngram import scored_rows  # noqa: E402
-from empirical.training.model import RoFormer  # noqa: E402
-from empirical.training.presets import ExperimentPreset  # noqa: E402
-from empirical.yardsticks.regime import Z_95, oracle_predictor, unseen_mixture  # noqa: E402
+from empirical.training.configs import check_integers, option
+from empirical.training.data import stream_seed
+from empirical.yardsticks.evaluate import model_predictor
+from empirical.yardsticks.ngram import scored_rows
+from empirical.training.model import RoFormer
+from empirical.training.presets import ExperimentPreset
+from empirical.yardsticks.regime import Z_95, oracle_predictor, unseen_mixture
 
 VERDICT_MIXTURE_STREAM = 13
 """Seed stream of the fresh HMMs of the verdict's prompts."""
@@ -60,8 +56,6 @@ CLUSTERED_RULE = RULE + ("; the standard error of mean(d) is clustered by HMM "
 """The module docstring's decision rule, recorded in every result."""
 REPORT_FILE = "ngram-verdict.json"
 FIGURE_FILE = "ngram-verdict.png"
-HELP = ("the model against the in-context 1/2/3-grams on thousands of fresh-HMM prompts (the competence rule, "
-        "standard errors clustered by HMM, no SMC ceiling)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,17 +153,3 @@ def plot_ngram_verdict(report: dict, path: Path) -> None:
                     fontsize=10)
     figure.savefig(path, dpi=110)
     plt.close(figure)
-
-
-def summary(report: dict) -> dict:
-    """What the command prints: the verdict and the intervals of model minus each n-gram."""
-    return {"verdict": report["verdict"],
-            "model_minus": {scope: {name.removeprefix("model - "): [round(v, 5) for v in value["interval_95"]]
-                                    for name, value in by_name.items()}
-                            for scope, by_name in report["comparisons"].items()}}
-
-
-def register(subparsers) -> None:
-    """Add ``ngram-verdict`` to the ``hmmtf`` parser."""
-    add_measure_command(subparsers, "ngram-verdict", HELP, NgramVerdictSettings, (), ngram_verdict_report,
-                        plot_ngram_verdict, summary, REPORT_FILE, FIGURE_FILE)

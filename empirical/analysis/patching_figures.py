@@ -7,12 +7,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-
-from empirical.analysis.patching import CENTROID, CONTROLS, FRACTION_TO_USE  # noqa: E402
+from empirical.analysis.patching import CENTROID, CONTROLS, FRACTION_TO_USE
+from empirical.plotting import plt
 
 CONDITION_STYLES = {
     CENTROID: ("tab:blue", "o"),

@@ -42,9 +42,6 @@ from safetensors.torch import load_file, save_file
 from construction import Stage, Trace
 from empirical.training.checkpoint import load_checkpoint, with_umask_mode
 from empirical.training.model import RoFormer, RoFormerConfig
-from empirical.training.run_control import run_folder_lock
-from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
-from hmmtf_options import check_results_owner, output_folder, positive_int
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -254,31 +251,3 @@ def hand_built_patterns(traces: Sequence[Trace]) -> dict[str, torch.Tensor]:
             f"traces: attention shapes {sorted(shapes)}; expected prompts of one length and one network shape"
         )
     return {name: torch.stack([trace.attn_weights[name] for trace in traces]) for name in names}
-
-
-def run_export(args) -> int:
-    """``hmmtf export``: write the checkpoint's RoFormer as a TransformerLens directory."""
-    folder = checkpoint_folder(args.checkpoint, "checkpoint")
-    checkpoint = load_checkpoint(folder)
-    source = {"command": args.command_line, "checkpoint": str(folder),
-              "step": checkpoint.config["step"], "model": checkpoint.config["model"]}
-    check_results_owner(Path(args.out), folder, (CONFIG_FILE,), args.overwrite, option="out")
-    with run_folder_lock(Path(args.out), "out"):
-        out = export_hooked_transformer(checkpoint.model, args.out, args.context_length, source)
-    print(json.dumps({"out": str(out), "files": [CONFIG_FILE, WEIGHTS_FILE], "format": args.to}, indent=2, allow_nan=False))
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add ``export`` to the ``hmmtf`` parser."""
-    parser = subparsers.add_parser("export", help="write a checkpoint's RoFormer for another library (TransformerLens)")
-    parser.add_argument("checkpoint", help=CHECKPOINT_EXPECTED)
-    parser.add_argument("--to", required=True, choices=["transformer-lens"],
-                        help="target format: a HookedTransformer config (JSON) and its parameters (safetensors)")
-    parser.add_argument("out", type=output_folder, help="output folder (read it back with "
-                                    "empirical.interop.transformer_lens_interop.load_hooked_transformer)")
-    parser.add_argument("--context-length", type=positive_int, default=DEFAULT_CONTEXT_LENGTH,
-                        help="longest prompt the exported model accepts (its n_ctx)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace another checkpoint's export that the output folder holds (refused otherwise)")
-    parser.set_defaults(run=run_export)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hmmtf_options import GIT_COMMIT_VARIABLE, declared_commit
+from empirical.provenance import GIT_COMMIT_VARIABLE, declared_commit
 
 RECORD_FILE = "record.json"
 PROGRESS_FILE = "progress.json"
@@ -66,7 +66,7 @@ def device_name(device: torch.device) -> str:
 
 def git_state() -> dict:
     """Commit of the working tree and whether it has uncommitted changes: the commit
-    :data:`hmmtf_options.GIT_COMMIT_VARIABLE` declares where it is set (the device machine's copy of
+    :data:`empirical.provenance.GIT_COMMIT_VARIABLE` declares where it is set (the device machine's copy of
     the tree), else git's, else None."""
     declared = declared_commit()
     if declared:

@@ -46,14 +46,14 @@ import torch
 
 import hmm
 from bounds.serialize import to_json
-from empirical.analysis.commands import REPORT_FILE, write_figures, write_patching_figures
-from empirical.analysis.report import analyze, patching_report
+from empirical.analysis.report import REPORT_FILE, analyze, patching_report
+from empirical.analysis.report_figures import write_figures, write_patching_figures
 from empirical.training.checkpoint import CONFIG_FILE, load_checkpoint
-from empirical.cli.commands import EVALUATION_FILE
 from empirical.training.data import held_out_prompts
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.training.model import training_flops_per_token
-from empirical.cli.plots import plot_in_context, plot_training_loss
+from empirical.reports.evaluation import EVALUATION_FILE
+from empirical.reports.plots import plot_in_context, plot_training_loss
 from empirical.reproduce import plan
 from empirical.reproduce.bundle import write_bundle
 from empirical.reproduce.config import ReproduceConfig

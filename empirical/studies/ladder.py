@@ -22,16 +22,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from empirical.studies.ladder_figures import (
-    plot_claim1_ladder,
-    plot_claim2_ladder,
-    plot_claim3_ladder,
-    plot_learning_curves,
-    plot_regime_ladder,
-)
-from empirical.training.run_control import run_folder_lock
-from hmmtf_options import add_overwrite_option, check_study_owner, output_folder
-
 EVALUATION_FILE = "evaluation.json"
 ANALYSIS_FILE = "analysis.json"
 LADDER_FILE = "ladder.json"
@@ -161,35 +151,3 @@ def ladder_table(points: list[dict]) -> str:
             f"{claim3['falls_with_k']}, {claim3['peaks_later']}, {claim3['rise_then_fall']} "
             f"**{claim3['decision']}** |")
     return "\n".join(rows) + "\n"
-
-
-def run_ladder(args) -> int:
-    root, out = Path(args.root), Path(args.out)
-    if not root.is_dir():
-        raise FileNotFoundError(f"root: {str(root)!r} is not a folder; expected a folder with one subfolder per "
-                                f"ladder point")
-    check_study_owner(out, args.command_line, (LADDER_FILE,), args.overwrite)
-    with run_folder_lock(out, "--out"):
-        points = collect_points(root)
-        report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
-        (out / LADDER_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-        (out / "ladder.md").write_text(ladder_table(points))
-        plot_regime_ladder(points, out / "ladder_regime.png")
-        plot_claim1_ladder(points, out / "ladder_claim1.png")
-        plot_claim2_ladder(points, out / "ladder_claim2.png")
-        plot_claim3_ladder(points, out / "ladder_claim3.png")
-        plot_learning_curves(points, root, out / "ladder_learning_curves.png")
-    print(ladder_table(points))
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add ``ladder`` to the ``hmmtf`` parser."""
-    parser = subparsers.add_parser("ladder", help="regime and claim statistics across the trained ladder points")
-    parser.add_argument("root", nargs="?", default="figures/ladder",
-                        help="folder with one subfolder per point (evaluation.json, analysis.json, metrics.jsonl)")
-    parser.add_argument("--out", type=output_folder, default="runs/ladder",
-                        help="folder for ladder.json and the figures (default: %(default)s; the committed result is "
-                             "written with --out figures/ladder)")
-    add_overwrite_option(parser)
-    parser.set_defaults(run=run_ladder)

@@ -6,12 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-
-from empirical.yardsticks.regime import MEMORISATION_TOLERANCE  # noqa: E402
+from empirical.plotting import plt
+from empirical.yardsticks.regime import MEMORISATION_TOLERANCE
 
 MODEL_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
 PAPER_STYLE = {"color": "tab:green", "alpha": 0.12}

@@ -9,10 +9,8 @@ from pathlib import Path
 import matplotlib
 import matplotlib.ticker
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-
-from empirical.studies.plateau import ESCAPE_BASELINE, ESCAPE_SCOPE  # noqa: E402
+from empirical.plotting import plt
+from empirical.studies.plateau import ESCAPE_BASELINE, ESCAPE_SCOPE
 
 SEED_STYLES = ("-", "--", ":", "-.")
 BUDGET_TICKS = (0.125, 0.25, 0.5, 1, 2, 4, 8)

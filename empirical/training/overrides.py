@@ -37,7 +37,6 @@ preset's, so that the same command resumes the same run and ``runs/PRESET`` stay
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -49,7 +48,7 @@ import hmm
 from empirical.training.configs import check_integers
 from empirical.training.model import RoFormerConfig
 from empirical.training.presets import PRESETS, ExperimentPreset, get_preset
-from empirical.training.train import PRECISIONS, TrainConfig
+from empirical.training.train import TrainConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -81,32 +80,6 @@ SECTIONS: dict[str, dict[str, type]] = {
 PRESET_KEY = "preset"
 """The config file's top-level key naming the preset."""
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-HELP = {
-    "mixture": f"the mixture of HMMs, one of {sorted(hmm.MIXTURE_SPECS)}",
-    "mixture_seed": "seed that generates the mixture",
-    "data_seed": "seed of the prompt streams (training, held-out, unigram)",
-    "prompt_format": f"the prompts' layout, one of {sorted(hmm.PROMPT_FORMATS)} (then --num-demos, --demo-length, "
-                     f"--test-length change its fields)",
-    **{name: f"PromptFormat.{name}" for name in FORMAT_FIELDS},
-    "eval_prompts": "held-out prompts of `hmmtf evaluate` (recorded with the data)",
-    "steps": "optimizer steps; unless --warmup-steps is set too, the warm-up becomes min(preset's, steps // 10)",
-    "seed": "seed of the initial weights",
-    "learning_rate": "peak learning rate, reached at the end of the warm-up",
-    "min_lr_ratio": "floor of the decay, as a fraction of the peak",
-    "decay_steps": "0: a cosine decay from the end of the warm-up; d > 0: the peak rate, then a linear decay over "
-                   "the last d steps",
-    "log_every": "steps averaged by each metrics.jsonl record",
-    "checkpoint_every": "steps between periodic checkpoints, a multiple of --log-every (0: a checkpoint at the end "
-                        "and at a stop only)",
-    "precision": f"one of {PRECISIONS}",
-    "attention_scale": "c in the attention scores c q.k / sqrt(d_head) (1: the standard scale)",
-    "soft_targets": "train against each prompt's own HMM's next-token distribution (its forward filter), not the "
-                    "sampled next token",
-    "curriculum_mixture": "a mixture of the same tokens mixed into the first --curriculum-steps steps ('': none)",
-    "curriculum_steps": "steps over which the curriculum's share of a batch falls linearly to none",
-    "curriculum_share": "the curriculum's share of a batch at step 0",
-}
-METAVARS = {int: "INT", float: "FLOAT", str: "NAME"}
 MAX_RUN_NAME = 120
 """Longest folder name :meth:`TrainingRun.default_run_dir` derives; beyond it ``--run-dir`` is required."""
 
@@ -144,46 +117,15 @@ def _as_text(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _flag(field: str) -> str:
+def flag(field: str) -> str:
+    """The command-line flag of ``field``: ``--field-name``."""
     return "--" + field.replace("_", "-")
 
 
-def _dest(section: str, field: str) -> str:
-    return f"{section}.{field}"
-
-
-def add_override_options(parser: argparse.ArgumentParser) -> None:
-    """One ``--field-name`` option per value of :data:`SECTIONS`, in a group per section, each
-    defaulting to None (not given); booleans as ``--field`` / ``--no-field``. Also a hidden
-    ``--vocab-size``, so that giving it is refused with the reason (:func:`flag_overrides`)."""
-    owners = {"data": "ExperimentPreset", "model": "RoFormerConfig", "train": "TrainConfig"}
-    for section, fields in SECTIONS.items():
-        group = parser.add_argument_group(f"{section} overrides ({owners[section]}; default: the preset's, "
-                                          f"then --config's)")
-        for field, field_type in fields.items():
-            settings: dict[str, typing.Any] = {"dest": _dest(section, field), "default": None,
-                                               "help": HELP.get(field, f"{owners[section]}.{field}")}
-            if field_type is bool:
-                settings["action"] = argparse.BooleanOptionalAction
-            else:
-                settings.update(type=field_type, metavar=METAVARS[field_type])
-            group.add_argument(_flag(field), **settings)
-    parser.add_argument(_flag(DERIVED_MODEL_FIELD), dest=_dest("model", DERIVED_MODEL_FIELD), default=None,
-                        help=argparse.SUPPRESS)
-
-
-def _refuse_derived(value, where: str) -> typing.NoReturn:
+def refuse_derived(value, where: str) -> typing.NoReturn:
+    """``ValueError``: ``where`` (a flag or a config file's key) gave the vocabulary size, which the mixture decides."""
     raise ValueError(f"{where}: {value!r}; expected no value: the vocabulary is the mixture's tokens plus the "
                      f"delimiter (choose the mixture instead, --mixture or [data] mixture)")
-
-
-def flag_overrides(args: argparse.Namespace) -> Overrides:
-    """The values given as flags (:func:`add_override_options`), by section."""
-    derived = getattr(args, _dest("model", DERIVED_MODEL_FIELD))
-    if derived is not None:
-        _refuse_derived(derived, _flag(DERIVED_MODEL_FIELD))
-    return {section: {field: value for field in fields if (value := getattr(args, _dest(section, field))) is not None}
-            for section, fields in SECTIONS.items()}
 
 
 def _checked(value, expected: type, where: str):
@@ -229,7 +171,7 @@ def read_config_file(path: Path) -> tuple[str | None, Overrides]:
         for key, value in values.items():
             where = f"{section}.{key} in {str(path)!r}"
             if section == "model" and key == DERIVED_MODEL_FIELD:
-                _refuse_derived(value, where)
+                refuse_derived(value, where)
             if key not in fields:
                 raise ValueError(f"--config: {str(path)!r} [{section}] has unknown key {key!r}; expected some of "
                                  f"{sorted(fields)}")
@@ -307,7 +249,7 @@ def _named_where_given(message: str, flags: Overrides, file_values: Overrides, c
     field, separator, rest = message.partition(": ")
     for section in SECTIONS:
         if separator and field in flags.get(section, {}):
-            return f"{_flag(field)}: {rest}"
+            return f"{flag(field)}: {rest}"
     for section in SECTIONS:
         if separator and field in file_values.get(section, {}):
             return f"{section}.{field} in {str(config_file)!r}: {rest}"

@@ -6,9 +6,9 @@ held-out prompts with :func:`empirical.yardsticks.evaluate.evaluate_predictors`.
 rise of the Bayes-optimal accuracy (and fall of its loss) with the number of demonstrations; a
 trained model cannot show more than that.
 
-``hmmtf calibrate --preset cpu-small`` (:mod:`empirical.cli.commands`) writes
+``hmmtf calibrate --preset cpu-small`` (:mod:`hmmtf.commands.training`) writes
 ``figures/calibration/PRESET.json`` and ``PRESET.png`` (Bayes accuracy and loss vs number of
-demonstrations, one curve per c, :func:`empirical.cli.plots.plot_calibration`).
+demonstrations, one curve per c, :func:`empirical.reports.plots.plot_calibration`).
 """
 from __future__ import annotations
 

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-
-from empirical.studies.markov.aggregate import SIDES, plateau_survival, wilson_interval  # noqa: E402
-from empirical.studies.markov.config import MarkovSweepConfig  # noqa: E402
-from empirical.studies.markov.criterion import TRAP_Z, reference_lines  # noqa: E402
+from empirical.plotting import plt
+from empirical.studies.markov.aggregate import SIDES, plateau_survival, wilson_interval
+from empirical.studies.markov.config import MarkovSweepConfig
+from empirical.studies.markov.criterion import TRAP_Z, reference_lines
+from empirical.studies.markov.incontext import PREDICTORS
 
 
 def _grid_edges(values: list[float]) -> np.ndarray:
@@ -191,4 +189,51 @@ def plot_loss_curves(runs: list[dict], config: MarkovSweepConfig, init: str, pat
     figure.suptitle(f"init {init}: training loss of every run (red: trapped at step {config.steps}, blue: reached "
                     f"bigram)", fontsize=10)
     figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_incontext(document: dict, path: Path) -> None:
+    """Three panels: training loss per depth beside the held-out losses of the reference
+    predictors; the deepest model's order-1 induction score per head against its random-init
+    control and chance; per depth, the change in KL to the Bayes predictor when the top induction
+    heads are mean-ablated, against as many random heads (95% intervals)."""
+    models = document["models"]
+    deepest = max(models, key=lambda name: int(name.split("-")[0]))
+    figure, (curves, heads, ablation) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for name, measured in models.items():
+        curve = measured["training_curve"]
+        curves.plot(curve["step"], curve["loss"], label=f"{name} (training loss)")
+    any_model = next(iter(models.values()))
+    for predictor, style in zip(PREDICTORS, (":", "--", "-.")):
+        curves.axhline(any_model["losses"][predictor], color="grey", linestyle=style,
+                       label=f"{predictor} (held out)")
+    curves.set(xlabel="step", ylabel="loss (nats/token)", title="fresh kernel per sequence")
+    curves.legend(fontsize=7)
+
+    score = np.array(models[deepest]["scores"]["induction 1"]["score"])
+    control = np.array(models[deepest]["random_init_scores"]["induction 1"]["score"])
+    chance = models[deepest]["scores"]["induction 1"]["chance"]
+    layers, per_layer = score.shape
+    positions = np.arange(layers * per_layer)
+    heads.bar(positions - 0.2, score.ravel(), width=0.4, label="trained")
+    heads.bar(positions + 0.2, control.ravel(), width=0.4, label="random init")
+    heads.axhline(chance, color="grey", linestyle=":", label="chance (uniform attention)")
+    heads.set_xticks(positions, [f"L{layer + 1}H{head}" for layer in range(layers) for head in range(per_layer)],
+                     fontsize=7, rotation=90)
+    heads.set(ylabel="attention on keys after an earlier x_t", title=f"induction score (order 1), {deepest}")
+    heads.legend(fontsize=7)
+
+    names = list(models)
+    for offset, (key, label) in zip((-0.15, 0.15), (("change", "top induction heads"),
+                                                     ("random_change", "as many random heads"))):
+        means = [models[name]["ablation"]["induction"]["bayes"][key]["mean"] for name in names]
+        low, high = zip(*(models[name]["ablation"]["induction"]["bayes"][key]["interval_95"] for name in names))
+        ablation.errorbar(np.arange(len(names)) + offset, means,
+                          yerr=[np.subtract(means, low), np.subtract(high, means)], fmt="o", capsize=3, label=label)
+    ablation.axhline(0, color="grey", linewidth=0.5)
+    ablation.set_xticks(np.arange(len(names)), names)
+    ablation.set(ylabel="change in KL(Bayes || model), nats/token", title="mean-ablation")
+    ablation.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
     plt.close(figure)

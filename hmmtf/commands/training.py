@@ -1,7 +1,7 @@
 """Subcommands of the ``empirical`` package (registered in :mod:`hmmtf`):
 
 ``hmmtf train --preset PRESET [--config FILE] [--FIELD VALUE ...]`` trains a RoFormer (also under
-``torchrun --nproc_per_node=G hmmtf.py train ...``; the overrides: :mod:`empirical.training.overrides`),
+``torchrun --nproc_per_node=G -m hmmtf train ...``; the overrides: :mod:`empirical.training.overrides`),
 ``hmmtf evaluate CHECKPOINT`` writes the in-context metrics (JSON) and figures, and ``hmmtf
 calibrate --preset PRESET`` the Bayes-optimal in-context signal of the preset's mixture vs its
 Dirichlet concentration.
@@ -18,15 +18,17 @@ import torch
 
 import hmm
 from bounds.serialize import to_json
-from empirical.cli.evaluation_reports import CompetenceReport, EvaluationReport, Provenance, SideBySideReport
+from empirical.reports.evaluation import (COMPETENCE_FILE, EVALUATION_FILE, SIDE_BY_SIDE_FILE, CompetenceReport,
+                                         EvaluationReport, Provenance, SideBySideReport)
 from empirical.yardsticks.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.yardsticks.competence import CEILING_SETTINGS, competence_section
 from empirical.training.prefetch import PrefetchedBatches
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.yardsticks.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
-from empirical.cli.plots import (plot_calibration, plot_competence, plot_in_context, plot_regime, plot_side_by_side,
+from empirical.reports.plots import (plot_calibration, plot_competence, plot_in_context, plot_regime, plot_side_by_side,
                              plot_training_loss)
-from empirical.training.overrides import add_override_options, flag_overrides, training_run
+from empirical.training.overrides import training_run
+from hmmtf.override_options import add_override_options, flag_overrides
 from empirical.training.presets import PRESETS
 from empirical.yardsticks.regime import oracle_predictor, regime_section
 from empirical.training.runs import CHECKPOINT_EXPECTED, LoadedRun, checkpoint_folder, load_run
@@ -34,13 +36,10 @@ from empirical.training.run_control import interrupted_line, run_folder_lock, st
 from empirical.training.streams import training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import (add_overwrite_option, check_output_folder, check_results_owner, check_study_owner,
+from hmmtf.options import (add_overwrite_option, check_output_folder, check_results_owner, check_study_owner,
                            default_results_folder, non_negative_int, output_folder, positive_float, positive_int)
 
 TRAIN_SUMMARY_FILE = "train_summary.json"
-EVALUATION_FILE = "evaluation.json"
-COMPETENCE_FILE = "competence.json"
-SIDE_BY_SIDE_FILE = "hand_built.json"
 EVALUATE_RESULTS = (EVALUATION_FILE, COMPETENCE_FILE, SIDE_BY_SIDE_FILE)
 """The results of ``hmmtf evaluate``, each recording its checkpoint (``check_results_owner`` reads it)."""
 
@@ -106,7 +105,7 @@ def run_train(args) -> int:
 def run_evaluate(args) -> int:
     """``hmmtf evaluate CHECKPOINT``: the checkpoint (or run) folder, resolved as :func:`empirical.training.runs.load_run`
     resolves it, evaluated into ``--out`` (default ``runs/evaluate/INPUT``, one folder per input:
-    :func:`hmmtf_options.default_results_folder`), which is checked for writing first, refused when
+    :func:`hmmtf.options.default_results_folder`), which is checked for writing first, refused when
     it holds another input's results (unless ``--overwrite``) and locked while it is written."""
     torch.set_num_threads(args.threads)
     checkpoint_dir = checkpoint_folder(args.checkpoint, "checkpoint")

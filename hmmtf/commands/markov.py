@@ -16,14 +16,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from empirical.training.configs import add_config_options
 from empirical.studies.markov.aggregate import SIDES, aggregate_cells, aggregate_sides, verdict_counts
 from empirical.studies.markov.config import MarkovSweepConfig
 from empirical.studies.markov.criterion import TRAP_CRITERION
 from empirical.studies.markov.figures import plot_loss_curves, plot_phase_diagram, plot_plateau_survival, plot_read_back
 from empirical.studies.markov.runs import run_sweep
 from empirical.training.run_control import run_folder_lock
-from hmmtf_options import add_overwrite_option, check_study_owner, config_from_command_line, output_folder
+from hmmtf.options import (add_config_options, add_overwrite_option, check_study_owner, config_from_command_line,
+                           output_folder)
 
 
 def source_revision() -> dict | None:

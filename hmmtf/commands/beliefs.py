@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from empirical.analysis.belief_figures import plot_beliefs
 from empirical.analysis.beliefs import COUNTS_FROM_ZERO, BeliefSettings, beliefs_report
-from empirical.analysis.commands import add_measure_command
+from hmmtf.commands.analyze import add_measure_command
 
 REPORT_FILE = "beliefs.json"
 FIGURE_FILE = "beliefs.png"

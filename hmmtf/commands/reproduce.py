@@ -36,7 +36,7 @@ from empirical.reproduce.record import (
 )
 from empirical.reproduce.stages import STAGE_NAMES, check_settings, done_stages, plan_costs, run_stages
 from empirical.training.run_control import interrupted_line, run_folder_lock, stop_on_signals
-from hmmtf_options import check_output_folder, positive_float, positive_int
+from hmmtf.options import check_output_folder, positive_float, positive_int
 
 SESSION_DEVICE_MINUTES = 15.0
 """Device time of a session lent a GPU, all its calls together, the machine's start included

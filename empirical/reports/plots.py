@@ -3,7 +3,7 @@ predictors), of a training run's loss curve, and of a calibration of the Dirichl
 
 Each is drawn from the JSON its result is written as (read back from a file or just written): an
 evaluation is :class:`empirical.yardsticks.evaluate.Evaluation` as :func:`bounds.serialize.to_json`
-writes it, alone or inline in a report of :mod:`empirical.cli.evaluation_reports`; those classes
+writes it, alone or inline in a report of :mod:`empirical.reports.evaluation`; those classes
 name the keys the evaluation figures read."""
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from pathlib import Path
 import matplotlib
 import matplotlib.patches
 import matplotlib.ticker
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from empirical.plotting import plt
 
 STYLES = {
     "model": {"color": "tab:blue", "marker": "o", "label": "RoFormer"},

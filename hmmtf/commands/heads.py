@@ -4,7 +4,7 @@ of its task; writes ``heads.json`` (every number, the command and the git commit
 ``heads.png`` (:func:`empirical.analysis.head_figures.plot_heads`)."""
 from __future__ import annotations
 
-from empirical.analysis.commands import add_measure_command
+from hmmtf.commands.analyze import add_measure_command
 from empirical.analysis.head_figures import plot_heads
 from empirical.analysis.heads import COUNTS_FROM_ZERO, HeadsSettings, heads_report
 

@@ -14,59 +14,18 @@ from pathlib import Path
 
 import torch
 
-import hmm
-from empirical.analysis.figures import (
-    plot_offset_profiles,
-    plot_offset_summary,
-    plot_pattern_comparison,
-    plot_previous_token_probes,
-    plot_shuffle,
-    plot_task_state_probes,
-    plot_trained_attention,
-)
-from empirical.analysis.patching_figures import plot_history_patching, plot_state_forcing
-from empirical.analysis.report import Analysis, AnalysisConfig, analyze
+from empirical.analysis.report import REPORT_FILE, AnalysisConfig, analyze
+from empirical.analysis.report_figures import write_figures
 from empirical.training.checkpoint import Checkpoint, load_checkpoint
-from empirical.training.configs import add_config_options
 from empirical.training.presets import ExperimentPreset, preset_from_task
 from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
 from empirical.training.run_control import run_folder_lock
-from hmmtf_options import (check_output_folder, check_results_owner, config_from_command_line, default_results_folder,
-                           non_negative_int, output_folder, positive_int)
+from hmmtf.options import (add_config_options, check_output_folder, check_results_owner, config_from_command_line,
+                           default_results_folder, non_negative_int, output_folder, positive_int)
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
-REPORT_FILE = "analysis.json"
 DEFAULT_OUT = "analysis"
 """The folder beside the checkpoint that ``--out`` defaults to (``RUN_DIR/analysis``)."""
-
-
-def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
-    """The figures of the report's sections into ``out``: the seven of :mod:`empirical.analysis.figures`
-    and the two of :mod:`empirical.analysis.patching_figures`."""
-    report = analysis.report
-    if "shuffle" in report:
-        plot_shuffle(report["shuffle"], out / "shuffle.png")
-    if "probes" in report:
-        plot_task_state_probes(report["probes"], out / "probes_task_state.png")
-        plot_previous_token_probes(report["probes"], max_distance, out / "probes_previous_tokens.png")
-    if "offsets" in report:
-        plot_trained_attention(analysis.trained_patterns, analysis.example, prompt_format,
-                               out / "attention_trained.png")
-        trained = {f"layer {layer + 1}": patterns[None] for layer, patterns in enumerate(analysis.trained_patterns)}
-        ideal = {name: composed[None, None] for name, composed in analysis.hand_built_composed.items()}
-        plot_pattern_comparison(trained, ideal, report["offsets"]["best_match_composed"],
-                                report["offsets"]["best_match_composed_random_init"],
-                                out / "attention_hand_built_vs_trained.png")
-        plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
-        plot_offset_summary(report["offsets"]["summary"], out / "offset_summary.png")
-    if "patching" in report:
-        write_patching_figures(report["patching"], out)
-
-
-def write_patching_figures(patching: dict, out: Path) -> None:
-    """The two figures of the patching section (:func:`empirical.analysis.report.patching_report`) into ``out``."""
-    plot_state_forcing(patching["state_forcing"], out / "patching_state_forcing.png")
-    plot_history_patching(patching["history"], out / "patching_history.png")
 
 
 def load_on_device(folder: Path, args) -> tuple[torch.device, Checkpoint, ExperimentPreset]:
@@ -84,8 +43,8 @@ def add_measure_command(subparsers, name: str, help: str, settings_class: type, 
     checkpoint with the settings dataclass ``settings_class`` (:func:`measure_checkpoint`) and
     prints ``--out``, the runtime and ``summarise(report)`` as JSON. Its options: the checkpoint,
     ``--out`` (the folder of ``report_file`` and ``figure_file``), one ``--field-name`` per field
-    (:func:`empirical.training.configs.option`'s help; type :data:`hmmtf_options.non_negative_int` for the
-    fields of ``counts_from_zero``, else :data:`hmmtf_options.positive_int`), ``--device`` and
+    (:func:`empirical.training.configs.option`'s help; type :data:`hmmtf.options.non_negative_int` for the
+    fields of ``counts_from_zero``, else :data:`hmmtf.options.positive_int`), ``--device`` and
     ``--threads``."""
     parser = subparsers.add_parser(name, help=help)
     parser.add_argument("checkpoint", help=CHECKPOINT_EXPECTED)

@@ -32,7 +32,7 @@ from bounds.verify import (
     verdict_lines,
     write_report,
 )
-from hmmtf_options import output_folder, positive_float, positive_int
+from hmmtf.options import output_folder, positive_float, positive_int
 
 
 def _rank(text: str) -> int | None:

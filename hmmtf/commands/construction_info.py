@@ -9,7 +9,7 @@ from construction.export import save_weights
 from construction.network import Network, build_network
 from construction.parameters import parameters_for_columns
 from construction.weights import MLPLayer, Stage
-from hmmtf_options import positive_float, positive_int
+from hmmtf.options import positive_float, positive_int
 
 
 def describe(network: Network, num_columns: int) -> list[str]:

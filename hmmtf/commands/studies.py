@@ -18,14 +18,15 @@ import torch
 import hmm
 from empirical.yardsticks.competence import CEILING_SETTINGS
 from empirical.yardsticks.curves import BASELINES_FILE, baseline_means, run_summary, train_with_curve
-from empirical.training.overrides import add_override_options, flag_overrides, training_run
+from empirical.training.overrides import training_run
+from hmmtf.override_options import add_override_options, flag_overrides
 from empirical.yardsticks.family_calibration import GRID, calibration_report, grid_specs
-from empirical.cli.plots import plot_curve, plot_curves, plot_family_calibration, plot_signal
+from empirical.reports.plots import plot_curve, plot_curves, plot_family_calibration, plot_signal
 from empirical.training.presets import PRESETS
 from empirical.training.run_control import run_folder_lock
 from empirical.yardsticks.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
-from hmmtf_options import add_overwrite_option, check_study_owner, non_negative_int, output_folder, positive_float, positive_int
+from hmmtf.options import add_overwrite_option, check_study_owner, non_negative_int, output_folder, positive_float, positive_int
 
 SIGNAL_FILE = "signal.json"
 FAMILY_CALIBRATION_FILE = "family_calibration.json"

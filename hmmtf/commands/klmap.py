@@ -5,7 +5,7 @@ writes ``klmap.json`` (every number, the command and the git commit) and ``klmap
 (:func:`empirical.analysis.klmap_figures.plot_klmap`)."""
 from __future__ import annotations
 
-from empirical.analysis.commands import add_measure_command
+from hmmtf.commands.analyze import add_measure_command
 from empirical.analysis.klmap import COUNTS_FROM_ZERO, KLMapSettings, klmap_report
 from empirical.analysis.klmap_figures import plot_klmap
 

@@ -9,25 +9,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shlex
 import tempfile
+import typing
 from pathlib import Path
 from typing import Callable
 
-from empirical.training.configs import config_from_options
-
-GIT_COMMIT_VARIABLE = "HMMTF_GIT_COMMIT"
-"""Environment variable that names the commit of the working tree, for a tree whose ``.git`` is
-absent or not its own: the device machine receives a copy of the tree, and the copy's ``.git``
-(where one travels) can be older than the files (seen on 2026-11-28: a ``.git`` at the previous
-commit, the files at the next)."""
-
-
-def declared_commit() -> str | None:
-    """The commit :data:`GIT_COMMIT_VARIABLE` declares, or None where it is unset or empty. Where
-    set it wins over ``git rev-parse HEAD``: it is set only where git would answer for another tree."""
-    return os.environ.get(GIT_COMMIT_VARIABLE) or None
 
 
 def integer_at_least(minimum: int) -> Callable[[str], int]:
@@ -95,8 +82,40 @@ def output_folder(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error).removeprefix(": ")) from None
 
 
+def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> None:
+    """Add one ``--field-name`` option per field of the dataclass ``config_class``, in field order.
+
+    The field's annotation gives the option's values: ``int``, ``float`` or ``str`` one value of
+    that type, ``tuple[X, ...]`` one or more values of type ``X``. The default is the field's,
+    the help that of :func:`empirical.training.configs.option` followed by the default. ``TypeError`` names a field with any
+    other annotation.
+    """
+    annotations = typing.get_type_hints(config_class)
+    for field in dataclasses.fields(config_class):
+        annotation = annotations[field.name]
+        settings = dict(field.metadata)
+        settings["help"] = f"{settings.get('help', '')} (default: %(default)s)".lstrip()
+        if typing.get_origin(annotation) is tuple and typing.get_args(annotation)[1:] == (Ellipsis,):
+            settings.update(nargs="+", type=typing.get_args(annotation)[0])
+        elif annotation in (int, float, str):
+            settings["type"] = annotation
+        else:
+            raise TypeError(
+                f"{config_class.__name__}.{field.name}: annotation {annotation!r}; expected int, float, str or "
+                f"tuple[X, ...] (a command-line option)"
+            )
+        parser.add_argument("--" + field.name.replace("_", "-"), default=field.default, **settings)
+
+
+def config_from_options(config_class: type, options: dict):
+    """The ``config_class`` whose fields are the values of ``options`` (``vars`` of the parsed
+    arguments, which may hold other keys) under the field names; lists become tuples."""
+    values = {field.name: options[field.name] for field in dataclasses.fields(config_class)}
+    return config_class(**{name: tuple(value) if isinstance(value, list) else value for name, value in values.items()})
+
+
 def config_from_command_line(config_class: type, options: dict):
-    """:func:`empirical.training.configs.config_from_options`, with the ``ValueError`` of a refused field
+    """:func:`config_from_options`, with the ``ValueError`` of a refused field
     (``batch_size: 0; expected ...``, the project's convention) naming the field's option instead:
     ``--batch-size: 0; expected ...``."""
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 from empirical.studies.plateau import PLATEAU_FILE, plateau_study
 from empirical.studies.plateau_figures import plot_plateau
 from empirical.training.run_control import run_folder_lock
-from hmmtf_options import add_overwrite_option, check_study_owner, output_folder
+from hmmtf.options import add_overwrite_option, check_study_owner, output_folder
 
 
 def run_plateau(args) -> int:

@@ -1,7 +1,10 @@
 """Command-line entry point: ``hmmtf SUBCOMMAND [options]``.
 
-Each package contributes its subcommands through ``register(subparsers)`` functions (in its
-``commands`` modules); this file only assembles them. ``hmmtf main`` is the README's main job.
+The command line is this package, one layer above everything it calls (docs/ARCHITECTURE.md):
+each module of :mod:`hmmtf.commands` adds its subcommands through ``register(subparsers)``, with
+the option types and output policy of :mod:`hmmtf.options`; this file assembles them
+(:data:`SUBCOMMAND_MODULES`) and reports their errors. ``hmmtf main`` is the README's main job;
+``python -m hmmtf`` runs it from a checkout without the installed script.
 
 **Errors.** A user error ends the command with one line on stderr and exit code 2::
 
@@ -9,7 +12,7 @@ Each package contributes its subcommands through ``register(subparsers)`` functi
     hmmtf evaluate: error: checkpoint: 'runs/x/checkpoint' does not exist; expected a checkpoint folder ...
 
 A user error is what the person at the keyboard can fix: an option argparse refuses (the option
-types of :mod:`hmmtf_options` refuse out-of-range counts), a ``ValueError`` (the project's
+types of :mod:`hmmtf.options` refuse out-of-range counts), a ``ValueError`` (the project's
 validation raises it as ``name: value; expected ...``, naming the argument, field or file, the
 value and what was expected) and an ``OSError`` (a file that is missing, exists, cannot be read or
 written, a lock another process holds, a full disk: the environment, not the code). Everything
@@ -29,32 +32,32 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from hmmtf_options import declared_commit
+from empirical.provenance import declared_commit
 
 SUBCOMMAND_MODULES = {
-    "train": "empirical.cli.commands",
-    "evaluate": "empirical.cli.commands",
-    "calibrate": "empirical.cli.commands",
-    "markov-sweep": "empirical.studies.markov.commands",
-    "markov-verdict": "empirical.studies.markov.commands",
-    "markov-incontext": "empirical.studies.markov.incontext_commands",
-    "analyze": "empirical.analysis.commands",
-    "heads": "empirical.analysis.head_commands",
-    "klmap": "empirical.analysis.klmap_commands",
-    "beliefs": "empirical.analysis.belief_commands",
-    "ngram-verdict": "empirical.analysis.ngram_verdict",
-    "ladder": "empirical.studies.ladder",
-    "plateau": "empirical.studies.plateau_commands",
-    "signal": "empirical.cli.study_commands",
-    "family-calibration": "empirical.cli.study_commands",
-    "curve": "empirical.cli.study_commands",
-    "curves": "empirical.cli.study_commands",
-    "reproduce": "empirical.reproduce.commands",
-    "export": "empirical.interop.transformer_lens_interop",
-    "restore-checkpoint": "empirical.training.checkpoint_history",
-    "construction-info": "construction.commands",
-    "main": "bounds.commands",
-    "ledger": "ledger.commands",
+    "train": "hmmtf.commands.training",
+    "evaluate": "hmmtf.commands.training",
+    "calibrate": "hmmtf.commands.training",
+    "markov-sweep": "hmmtf.commands.markov",
+    "markov-verdict": "hmmtf.commands.markov",
+    "markov-incontext": "hmmtf.commands.markov_incontext",
+    "analyze": "hmmtf.commands.analyze",
+    "heads": "hmmtf.commands.heads",
+    "klmap": "hmmtf.commands.klmap",
+    "beliefs": "hmmtf.commands.beliefs",
+    "ngram-verdict": "hmmtf.commands.ngram_verdict",
+    "ladder": "hmmtf.commands.ladder",
+    "plateau": "hmmtf.commands.plateau",
+    "signal": "hmmtf.commands.studies",
+    "family-calibration": "hmmtf.commands.studies",
+    "curve": "hmmtf.commands.studies",
+    "curves": "hmmtf.commands.studies",
+    "reproduce": "hmmtf.commands.reproduce",
+    "export": "hmmtf.commands.export",
+    "restore-checkpoint": "hmmtf.commands.restore_checkpoint",
+    "construction-info": "hmmtf.commands.construction_info",
+    "main": "hmmtf.commands.bounds",
+    "ledger": "hmmtf.commands.ledger",
 }
 """The module whose ``register(subparsers)`` adds each subcommand, in ``hmmtf --help``'s order. A
 command line that names a subcommand imports only its module: the others import sympy, scipy's
@@ -136,12 +139,12 @@ def subcommand_of(argv: list[str]) -> str | None:
 def source_commit() -> str | None:
     """The git commit of the checkout this file is in (``git rev-parse HEAD``), with ``+dirty``
     when tracked files outside ``figures/`` (the results, which commands rewrite) differ from it;
-    the commit :func:`hmmtf_options.declared_commit` declares where one is (the device machine's
+    the commit :func:`empirical.provenance.declared_commit` declares where one is (the device machine's
     copy of the tree, whose ``.git`` may be another tree's); None outside a git checkout or without git."""
     declared = declared_commit()
     if declared:
         return declared
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         changes = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures"],
@@ -195,7 +198,3 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(error_line(f"hmmtf {args.command}", error), file=sys.stderr)
         return USER_ERROR_EXIT_CODE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,49 @@
+"""``hmmtf ladder ROOT --out DIR``: the scale ladder of :mod:`empirical.studies.ladder`, gathered from
+the points' results into ``ladder.json``, ``ladder.md`` and one figure per claim."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from empirical.studies.ladder import LADDER_FILE, collect_points, ladder_table
+from empirical.studies.ladder_figures import (
+    plot_claim1_ladder,
+    plot_claim2_ladder,
+    plot_claim3_ladder,
+    plot_learning_curves,
+    plot_regime_ladder,
+)
+from empirical.training.run_control import run_folder_lock
+from hmmtf.options import add_overwrite_option, check_study_owner, output_folder
+
+
+def run_ladder(args) -> int:
+    root, out = Path(args.root), Path(args.out)
+    if not root.is_dir():
+        raise FileNotFoundError(f"root: {str(root)!r} is not a folder; expected a folder with one subfolder per "
+                                f"ladder point")
+    check_study_owner(out, args.command_line, (LADDER_FILE,), args.overwrite)
+    with run_folder_lock(out, "--out"):
+        points = collect_points(root)
+        report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
+        (out / LADDER_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+        (out / "ladder.md").write_text(ladder_table(points))
+        plot_regime_ladder(points, out / "ladder_regime.png")
+        plot_claim1_ladder(points, out / "ladder_claim1.png")
+        plot_claim2_ladder(points, out / "ladder_claim2.png")
+        plot_claim3_ladder(points, out / "ladder_claim3.png")
+        plot_learning_curves(points, root, out / "ladder_learning_curves.png")
+    print(ladder_table(points))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``ladder`` to the ``hmmtf`` parser."""
+    parser = subparsers.add_parser("ladder", help="regime and claim statistics across the trained ladder points")
+    parser.add_argument("root", nargs="?", default="figures/ladder",
+                        help="folder with one subfolder per point (evaluation.json, analysis.json, metrics.jsonl)")
+    parser.add_argument("--out", type=output_folder, default="runs/ladder",
+                        help="folder for ladder.json and the figures (default: %(default)s; the committed result is "
+                             "written with --out figures/ladder)")
+    add_overwrite_option(parser)
+    parser.set_defaults(run=run_ladder)
