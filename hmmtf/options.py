@@ -146,29 +146,36 @@ def default_results_folder(command: str, source: str | Path) -> Path:
     return RESULTS_ROOT / command / relative
 
 
-def check_results_owner(out: Path, source: str | Path, results: tuple[str, ...], overwrite: bool,
-                        option: str = "--out") -> None:
-    """Refuse ``out`` when one of its ``results`` (JSON files) records another input under
-    ``checkpoint`` (or ``source.checkpoint``, an export's) than ``source`` (compared as resolved
-    paths), or none, unless ``overwrite``: a second
-    model's evaluation must not silently replace the first one's. A folder with none of them, or
-    with this input's, is accepted (a rerun replaces its own results)."""
-    if overwrite:
-        return
-    mine = Path(source).resolve()
+def _recorded_owners(out: Path, results: tuple[str, ...], owner: Callable[[dict], object]):
+    """``(name, owner)`` for each of the ``results`` (JSON files) that ``out`` holds: what ``owner``
+    reads from it, None when the file is not a JSON object or ``owner`` finds nothing of the kind."""
     for name in results:
         path = Path(out) / name
         if not path.is_file():
             continue
         try:
             document = json.loads(path.read_text())
-            recorded = document.get("checkpoint", (document.get("source") or {}).get("checkpoint"))
+            yield name, owner(document) if isinstance(document, dict) else None
         except (ValueError, AttributeError):
-            recorded = None
+            yield name, None
+
+
+def check_results_owner(out: Path, source: str | Path, results: tuple[str, ...], overwrite: bool,
+                        option: str = "--out") -> None:
+    """Refuse ``out`` when one of its ``results`` (JSON files) records another input under
+    ``checkpoint`` (or ``source.checkpoint``, an export's) than ``source`` (compared as resolved
+    paths), or none, unless ``overwrite``: a second model's evaluation must not silently replace
+    the first one's. A folder with none of them, or with this input's, is accepted (a rerun
+    replaces its own results)."""
+    if overwrite:
+        return
+    mine = Path(source).resolve()
+    for name, recorded in _recorded_owners(out, results, lambda document: document.get(
+            "checkpoint", (document.get("source") or {}).get("checkpoint"))):
         if recorded is None or Path(recorded).resolve() != mine:
             theirs = "no input it names" if recorded is None else f"the results of {recorded!r}"
             raise ValueError(f"{option}: {str(out)!r} holds {name} with {theirs}, not of {str(source)!r}; expected an "
-                             f"empty folder or this input's, or --overwrite to replace them")
+                             f"empty folder or this input's, or {OVERWRITE_OPTION} to replace them")
 
 
 OVERWRITE_OPTION = "--overwrite"
@@ -190,14 +197,7 @@ def check_study_owner(out: Path, command_line: str, results: tuple[str, ...], ov
     if overwrite:
         return
     mine = [word for word in shlex.split(command_line) if word != OVERWRITE_OPTION]
-    for name in results:
-        path = Path(out) / name
-        if not path.is_file():
-            continue
-        try:
-            recorded = json.loads(path.read_text()).get("command")
-        except (ValueError, AttributeError):
-            recorded = None
+    for name, recorded in _recorded_owners(out, results, lambda document: document.get("command")):
         if not isinstance(recorded, str) or [word for word in shlex.split(recorded) if word != OVERWRITE_OPTION] != mine:
             theirs = "no command it names" if not isinstance(recorded, str) else f"the results of {recorded!r}"
             raise ValueError(f"--out: {str(out)!r} holds {name} with {theirs}, not of this command line; expected an "

@@ -1,4 +1,4 @@
-"""``hmmtf analyze [CHECKPOINT]`` (registered in :mod:`hmmtf`): the analyses of
+"""``hmmtf analyze [CHECKPOINT]``: the analyses of
 :mod:`empirical.analysis.report` on a checkpoint; writes ``analysis.json`` (with the command and
 the git commit that made it) and the figures of :mod:`empirical.analysis.figures` and
 :mod:`empirical.analysis.patching_figures` of the sections that ran to ``--out``. Its options are the fields of

@@ -1,4 +1,4 @@
-"""``hmmtf beliefs CHECKPOINT --out DIR`` (registered in :mod:`hmmtf`): the belief-state probes of
+"""``hmmtf beliefs CHECKPOINT --out DIR``: the belief-state probes of
 :mod:`empirical.analysis.beliefs` on a checkpoint, on prompts of fresh HMMs of its task; writes
 ``beliefs.json`` (every number, the command and the git commit) and ``beliefs.png``
 (:func:`empirical.analysis.belief_figures.plot_beliefs`)."""

@@ -1,4 +1,4 @@
-"""Subcommands of the ``bounds`` package (registered in :mod:`hmmtf`).
+"""The subcommand of the ``bounds`` package.
 
 ``hmmtf main`` is the README's main job: the verification run of :mod:`bounds.verify` on built-in
 defaults (about 1 minute on 2 cores); options enlarge the suites. Theorem 2's run (:mod:`bounds.theorem2`)

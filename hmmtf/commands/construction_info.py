@@ -1,4 +1,4 @@
-"""Subcommands of the ``construction`` package (registered in :mod:`hmmtf`).
+"""The subcommand of the ``construction`` package.
 
 ``hmmtf construction-info --p 4 --L 3 --T 10`` prints the network's shape (layers, heads per
 layer, width) beside the paper's counts, and with ``--export FILE`` writes its weights.

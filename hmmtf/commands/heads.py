@@ -1,4 +1,4 @@
-"""``hmmtf heads CHECKPOINT --out DIR`` (registered in :mod:`hmmtf`): the head scores and the
+"""``hmmtf heads CHECKPOINT --out DIR``: the head scores and the
 mean-ablation test of :mod:`empirical.analysis.heads` on a checkpoint, on prompts of fresh HMMs
 of its task; writes ``heads.json`` (every number, the command and the git commit) and
 ``heads.png`` (:func:`empirical.analysis.head_figures.plot_heads`)."""

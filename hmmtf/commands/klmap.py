@@ -1,4 +1,4 @@
-"""``hmmtf klmap CHECKPOINT --out DIR`` (registered in :mod:`hmmtf`): the KL map of
+"""``hmmtf klmap CHECKPOINT --out DIR``: the KL map of
 :mod:`empirical.analysis.klmap` (the trained model, the hand-built network, ``P_L``, the in-context
 n-grams, the ceiling and the oracle, pairwise on the same fresh-HMM prompts) on a checkpoint;
 writes ``klmap.json`` (every number, the command and the git commit) and ``klmap.png``

@@ -1,4 +1,4 @@
-"""``hmmtf ledger [--check]`` (registered in :mod:`hmmtf`): writes docs/claims.md and the
+"""``hmmtf ledger [--check]``: writes docs/claims.md and the
 generated blocks of README.md and docs/hmm.md from the result JSONs under figures/, and records
 what the canaries give at the present code (ledger/canaries.json); with ``--check`` writes nothing
 and exits 1 when a result is missing, records no commit, is older than its code (and no canary

@@ -1,4 +1,4 @@
-"""Subcommand of the Markov-chain study (registered in :mod:`hmmtf`):
+"""The subcommands of the Markov-chain study:
 
 ``hmmtf markov-sweep`` trains RoFormers of every arm (initialisation x architecture) on a grid of
 binary Markov chains and writes ``results.json``, ``phase_diagram.png``, ``read_back.png``,

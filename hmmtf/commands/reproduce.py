@@ -1,4 +1,4 @@
-"""``hmmtf reproduce --preset NAME`` (registered in :mod:`hmmtf`): the paper's experiment in one
+"""``hmmtf reproduce --preset NAME``: the paper's experiment in one
 command -- mixture, training, evaluation against the Bayes-optimal predictor, analysis, results
 bundle -- as resumable stages (:mod:`empirical.reproduce.stages`) after a plan checked against a
 time budget (:mod:`empirical.reproduce.plan`).

@@ -1,4 +1,4 @@
-"""Subcommands of the studies that choose and train the regime networks (registered in :mod:`hmmtf`):
+"""Subcommands of the studies that choose and train the regime networks:
 
 ``hmmtf signal`` measures the in-context signal of data families (:mod:`empirical.yardsticks.signal`),
 ``hmmtf family-calibration`` chooses the paper-scale family (:mod:`empirical.yardsticks.family_calibration`),

@@ -1,4 +1,4 @@
-"""Subcommands of the ``empirical`` package (registered in :mod:`hmmtf`):
+"""The subcommands of training and the yardsticks:
 
 ``hmmtf train --preset PRESET [--config FILE] [--FIELD VALUE ...]`` trains a RoFormer (also under
 ``torchrun --nproc_per_node=G -m hmmtf train ...``; the overrides: :mod:`empirical.training.overrides`),
