@@ -488,15 +488,15 @@ def _exempted(violation: Violation) -> bool:
                for exemption in EXEMPTIONS)
 
 
-def violations(root: Path) -> list[str]:
-    """Every error of the declaration and every rule the code under ``root`` breaks that no
-    exemption excuses, one line each."""
-    return declaration_errors() + [violation.message for violation in all_violations(root) if not _exempted(violation)]
+def violations(found: list[Violation]) -> list[str]:
+    """Every error of the declaration and every rule broken in ``found`` (:func:`all_violations` of
+    a tree) that no exemption excuses, one line each."""
+    return declaration_errors() + [violation.message for violation in found if not _exempted(violation)]
 
 
-def unneeded_exemptions(root: Path) -> list[str]:
-    """Each exemption that excuses nothing the code under ``root`` does."""
-    excused = {(violation.rule, violation.file, violation.imported) for violation in all_violations(root)}
+def unneeded_exemptions(found: list[Violation]) -> list[str]:
+    """Each exemption that excuses nothing in ``found`` (:func:`all_violations` of a tree)."""
+    excused = {(violation.rule, violation.file, violation.imported) for violation in found}
     return [f"{exemption.file}: the exemption from {exemption.rule} for {exemption.imported} excuses nothing; remove "
             f"it from {ARCHITECTURE_MODULE}" for exemption in EXEMPTIONS
             if (exemption.rule, exemption.file, exemption.imported) not in excused]

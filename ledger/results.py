@@ -56,8 +56,10 @@ HMM_ENGINE = ("hmm/model.py", "hmm/filtering.py", "hmm/prompts.py", "hmm/generat
 """The HMM engine under every result: the HMM type, exact filtering, sampling, random HMMs."""
 MIXTURE = (*HMM_ENGINE, "hmm/bayes.py", "hmm/presets.py", "empirical/training/presets.py", "empirical/training/data.py")
 """A preset's mixture, its prompts and the Bayes-optimal predictor."""
-CONSTRUCTION = ("construction/", "!construction/export.py")
-"""The hand-built network (its export does not compute anything a result reads)."""
+CONSTRUCTION = ("construction/", "!construction/export.py", "!construction/commands.py")
+"""The hand-built network (its export does not compute anything a result reads). Its command module
+lived here until it moved into the command line (``hmmtf/commands/construction_info.py``); the
+ledger follows a move from either side, so the old path stays excluded."""
 ROFORMER = ("empirical/training/model.py",)
 """The trained network's forward pass."""
 TRAINING_BENCHMARK = ("benchmarks/bench_training.py", "empirical/measurement/throughput.py", "empirical/training/train.py",
@@ -94,9 +96,13 @@ KLMAP_MODULES = ("empirical/analysis/klmap.py", "empirical/analysis/klmap_figure
 BELIEF_MODULES = ("empirical/analysis/beliefs.py", "empirical/analysis/belief_figures.py",
                   "hmmtf/commands/beliefs.py")
 """``hmmtf beliefs``, which ``hmmtf analyze`` does not run either."""
+MOVED_ANALYSIS_COMMANDS = ("empirical/analysis/commands.py", "empirical/analysis/head_commands.py",
+                           "empirical/analysis/klmap_commands.py", "empirical/analysis/belief_commands.py")
+"""Where the analysis commands lived before they moved into ``hmmtf/commands/``: the ledger follows a
+move from either side, so a folder that held them excludes their old paths."""
 ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical/analysis/patching_figures.py",
             "!empirical/analysis/report_figures.py", "!empirical/analysis/ngram_verdict.py",
-            *(f"!{module}" for module in (*HEAD_MODULES, *KLMAP_MODULES, *BELIEF_MODULES)),
+            *(f"!{module}" for module in (*HEAD_MODULES, *KLMAP_MODULES, *BELIEF_MODULES, *MOVED_ANALYSIS_COMMANDS)),
             *ROFORMER, *MIXTURE, *CONSTRUCTION, "empirical/training/configs.py")
 """``hmmtf analyze``: every section, the networks it reads and the mixture its prompts come from. Not
 its command module (``hmmtf/commands/analyze.py``), which parses the options into the sections'

@@ -104,6 +104,7 @@ def run_hmmtf(*argv: str, **environ: str) -> subprocess.CompletedProcess:
                           timeout=120, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **environ})
 
 
+@pytest.mark.long_running  # two interpreters each (the restart), importing torch: seconds of CPU a case
 @pytest.mark.parametrize(("argv", "line"), [
     (["train", "--preset", "no-such-preset"], "hmmtf train: error: argument --preset: invalid choice: "),
     (["train", "--preset", "tiny", "--steps", "0"], "hmmtf train: error: --steps: 0; expected an integer >= 1"),
@@ -117,6 +118,7 @@ def test_a_user_error_of_a_training_command_is_one_line_on_stderr_whether_it_res
     assert error.startswith(line), error
 
 
+@pytest.mark.long_running  # four interpreters (two commands, each restarted), importing torch
 def test_help_prints_only_the_help_and_verbose_names_the_restart():
     helped = run_hmmtf("reproduce", "--help")
     assert helped.returncode == 0 and helped.stderr == ""

@@ -11,12 +11,21 @@ from ledger.architecture import Package
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_tree_breaks_no_rule_of_the_map():
-    assert architecture.violations(ROOT) == []
+@pytest.fixture(scope="module")
+def tree_violations() -> list[architecture.Violation]:
+    """The rules this repository's code breaks, exempted or not (its imports read once: a few
+    seconds; the two tests that read them share a worker)."""
+    return architecture.all_violations(ROOT)
 
 
-def test_every_listed_exemption_still_excuses_an_import():
-    assert architecture.unneeded_exemptions(ROOT) == []
+@pytest.mark.xdist_group("architecture-tree")
+def test_the_tree_breaks_no_rule_of_the_map(tree_violations):
+    assert architecture.violations(tree_violations) == []
+
+
+@pytest.mark.xdist_group("architecture-tree")
+def test_every_listed_exemption_still_excuses_an_import(tree_violations):
+    assert architecture.unneeded_exemptions(tree_violations) == []
 
 
 def test_the_layer_is_the_longest_path_of_allowed_imports_down():
@@ -51,7 +60,7 @@ def test_a_downward_allowed_import_is_not_a_violation(tmp_path):
         "hmmtf/__init__.py": "import importlib\n\nSUBCOMMAND_MODULES = {'main': 'hmmtf.commands.bounds', 'ledger': 'hmmtf.commands.ledger'}\n"
                     "\n\ndef load(name):\n    return importlib.import_module(name)\n",
         "ledger/canaries.py": "def run():\n    import hmmtf\n"})
-    assert architecture.violations(root) == []
+    assert architecture.violations(architecture.all_violations(root)) == []
 
 
 def _allowed(where: str, imported: str, importer: str) -> str:
@@ -129,6 +138,6 @@ PLANTED = [
 
 @pytest.mark.parametrize("files, beginnings", PLANTED)
 def test_a_planted_violation_is_caught_by_its_rule(tmp_path, files, beginnings):
-    found = architecture.violations(_tree(tmp_path, files))
+    found = architecture.violations(architecture.all_violations(_tree(tmp_path, files)))
     assert len(found) == len(beginnings), found
     assert all(message.startswith(beginning) for message, beginning in zip(found, beginnings)), found

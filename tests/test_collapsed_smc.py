@@ -84,6 +84,7 @@ def assert_agrees(prior: DirichletHMMPrior, burn_in: int, exact: BruteForce, swe
     assert torch.all(result.rejuvenations >= len(PROMPT) - 5) and math.isnan(result.acceptance)
 
 
+@pytest.mark.long_running  # a million brute-force draws and 64 x 2048 particles: the comparison must be sharp
 @pytest.mark.parametrize("sweeps", [0, 1])
 def test_the_smc_matches_brute_force_monte_carlo_of_its_augmented_model(sweeps):
     """The collapsed machinery (count ratios, labels by first visit, the merged new state, the
@@ -93,6 +94,7 @@ def test_the_smc_matches_brute_force_monte_carlo_of_its_augmented_model(sweeps):
     assert_agrees(PRIOR, BURN_IN, brute_force(PRIOR, BURN_IN), sweeps)
 
 
+@pytest.mark.long_running  # as above, on the mixing prior
 def test_with_a_long_burn_in_the_smc_matches_brute_force_monte_carlo_of_the_stationary_start():
     assert start_law_error(MIXING_PRIOR, MIXING_BURN_IN, 20_000, 0).mean < 1e-6
     assert_agrees(MIXING_PRIOR, MIXING_BURN_IN, brute_force(MIXING_PRIOR, None))

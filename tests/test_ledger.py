@@ -38,9 +38,16 @@ from ledger.results import RESULTS, Result, registered
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long_running  # every result's producers across git history: about a minute of CPU
 def test_check_passes_on_the_committed_results(capsys):
     code = hmmtf.main(["ledger", "--check"])
     assert code == 0, "hmmtf ledger --check failed:\n" + capsys.readouterr().out
+
+
+def test_the_ledger_command_defaults_to_this_repository():
+    """``hmmtf ledger`` without ``--root`` reads this checkout (its module lies two folders down)."""
+    from hmmtf.commands import ledger as ledger_command
+    assert ledger_command.ROOT == ROOT
 
 
 def test_committed_pages_equal_what_the_committed_results_generate():

@@ -36,6 +36,7 @@ Z_TEST = 5.0
 comparison, and every comparison is seeded, so the tests are deterministic."""
 
 
+@pytest.mark.long_running  # a quadrature of the posterior per position: seconds of CPU
 def test_the_bayes_predictor_is_the_posterior_mean_by_quadrature():
     """K = 2, P = [[1 - a, a], [b, 1 - b]] with a, b ~ Beta(alpha, alpha) (a Dirichlet(alpha) row):
     p(x_{t+1} = 1 | x_0..x_t) = E[P[x_t, 1] L] / E[L], L the likelihood of the prefix, integrated

@@ -64,6 +64,7 @@ def test_filtered_targets_are_distributions_over_the_tokens_and_zero_on_the_deli
     assert torch.equal(batch.inputs, training_stream(MIXTURE, PRESET)(3).inputs)
 
 
+@pytest.mark.long_running  # 400 backward passes of sampled targets: seconds of CPU
 def test_the_soft_target_gradient_is_the_mean_of_sampled_target_gradients():
     """``E[one_hot(x_{t+1}) | x_{<=t}] = q_t`` and the loss is linear in the target, so over
     targets drawn from ``q`` at every counted position (inputs fixed) the mean gradient is the

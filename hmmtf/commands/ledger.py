@@ -15,7 +15,7 @@ from ledger.outcomes import judge_sections
 from ledger.registry import SECTIONS
 from ledger.render import counts_sentence
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_ledger(args) -> int:
