@@ -296,12 +296,27 @@ def smallest_state_kl(mixture: hmm.Mixture) -> float:
     return float(pairs[:, ~torch.eye(mixture.hmm.num_states, dtype=torch.bool)].min())
 
 
-def test_state_forcing_reaches_the_counterfactual_on_a_planted_network_and_the_controls_do_not():
+def planted_forcing(max_items: int | None = None) -> dict:
+    """:func:`state_forcing` of the planted network on 64 centroid and 24 patched prompts of the
+    planted mixture, at most ``max_items`` items (None: every item found)."""
     mixture = planted_mixture()
-    network = PlantedStateNetwork(mixture)
     centroid_prompts = hmm.sample_prompts(mixture, 64, PLANTED_FORMAT, seed=0)
     patched_prompts = hmm.sample_prompts(mixture, 24, PLANTED_FORMAT, seed=1)
-    forcing = state_forcing(network, mixture, centroid_prompts, patched_prompts, 0.9, 0, 16, torch.device("cpu"))
+    return state_forcing(PlantedStateNetwork(mixture), mixture, centroid_prompts, patched_prompts, 0.9, 0, 16,
+                         torch.device("cpu"), max_items)
+
+
+@pytest.fixture(scope="module")
+def uncapped_forcing() -> dict:
+    """:func:`planted_forcing` with every item: computed once for the tests that read it, which
+    share a worker (a second or two of bootstraps)."""
+    return planted_forcing()
+
+
+@pytest.mark.xdist_group("planted-forcing")
+def test_state_forcing_reaches_the_counterfactual_on_a_planted_network_and_the_controls_do_not(uncapped_forcing):
+    mixture = planted_mixture()
+    forcing = uncapped_forcing
     assert forcing["items"] >= 30 and forcing["prompts_with_items"] >= 15
     # Unpatched, the planted network predicts (T O)[s0] of the state it is in: the floor is 0 up to
     # rounding, every item's KL within planted_kl_rounding, and so their mean.
@@ -336,21 +351,13 @@ def test_capped_items_draw_a_uniform_subset_in_order_and_below_the_cap_draw_noth
             capped_items(items, value, generator)
 
 
-def test_state_forcing_under_a_cap_it_reaches_patches_that_many_items_and_above_it_changes_nothing():
-    mixture = planted_mixture()
-    network = PlantedStateNetwork(mixture)
-    centroid_prompts = hmm.sample_prompts(mixture, 64, PLANTED_FORMAT, seed=0)
-    patched_prompts = hmm.sample_prompts(mixture, 24, PLANTED_FORMAT, seed=1)
-
-    def forcing(max_items):
-        return state_forcing(network, mixture, centroid_prompts, patched_prompts, 0.9, 0, 16, torch.device("cpu"),
-                             max_items)
-
-    uncapped = forcing(None)
+@pytest.mark.xdist_group("planted-forcing")
+def test_state_forcing_under_a_cap_it_reaches_patches_that_many_items_and_above_it_changes_nothing(uncapped_forcing):
+    uncapped = uncapped_forcing
     found = uncapped["items"]
     assert uncapped["items_found"] == found and uncapped["max_items"] is None
-    assert forcing(found) == {**uncapped, "max_items": found}
-    capped = forcing(10)
+    assert planted_forcing(found) == {**uncapped, "max_items": found}
+    capped = planted_forcing(10)
     assert (capped["max_items"], capped["items_found"], capped["items"]) == (10, found, 10)
     assert sum(capped["items_by_test_position"]) == 10 and capped["prompts_with_items"] <= 10
     assert all(result["uses_state"] for result in capped["by_layer"].values())
