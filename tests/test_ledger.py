@@ -3,6 +3,7 @@ what the results generate, a planted change in a result changes them, provenance
 read, and a result older than its code, or without a commit, is reported."""
 import collections
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -38,6 +39,19 @@ from ledger.results import RESULTS, Result, registered
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
+def committed_readme_block() -> str:
+    """``readme_block(ROOT)``, generated once per process: the committed results do not change
+    while the suite runs (the tests that plant changes plant them in copies)."""
+    return readme_block(ROOT)
+
+
+@functools.cache
+def committed_claims_page() -> str:
+    """``claims_page(ROOT)``, generated once per process (as :func:`committed_readme_block`)."""
+    return claims_page(ROOT)
+
+
 @pytest.mark.long_running  # every result's producers across git history: about a minute of CPU
 def test_check_passes_on_the_committed_results(capsys):
     code = hmmtf.main(["ledger", "--check"])
@@ -56,12 +70,12 @@ def test_committed_pages_equal_what_the_committed_results_generate():
 
 def test_the_readme_block_is_the_generated_one_and_round_trips():
     readme = (ROOT / "README.md").read_text()
-    assert block_body(readme, README_BLOCK, "README.md") == readme_block(ROOT)
+    assert block_body(readme, README_BLOCK, "README.md") == committed_readme_block()
     body = "a\n| b |"
     once = replace_block(readme, README_BLOCK, body, "README.md")
     assert block_body(once, README_BLOCK, "README.md") == body
     assert replace_block(once, README_BLOCK, body, "README.md") == once
-    assert replace_block(once, README_BLOCK, readme_block(ROOT), "README.md") == readme
+    assert replace_block(once, README_BLOCK, committed_readme_block(), "README.md") == readme
 
 
 def _markdown_table(block: str, header_start: str) -> list[list[str]]:
@@ -79,7 +93,7 @@ def _link(verdict: Verdict, claim_id: str) -> str:
 
 def test_the_readme_matrix_has_a_row_per_regime_claim_and_a_column_per_network_then_the_paper_scale():
     models = (LADDER_MODEL, *REGIME_MODELS)
-    header, *rows = _markdown_table(readme_block(ROOT), "| claim |")
+    header, *rows = _markdown_table(committed_readme_block(), "| claim |")
     assert header[1:] == [model.name for model in models] + [PAPER_SCALE_NETWORK.name]
     claims = {model.name: {claim.id.removeprefix(f"{model.prefix}-"): claim for claim in regime_claims(model)}
               for model in models}
@@ -100,7 +114,7 @@ def test_the_readme_matrix_has_a_row_per_regime_claim_and_a_column_per_network_t
 
 
 def test_every_claim_is_in_the_readme_once_linked_to_an_anchor_of_the_page_and_counted():
-    block, page = readme_block(ROOT), claims_page(ROOT)
+    block, page = committed_readme_block(), committed_claims_page()
     linked = collections.Counter(re.findall(r"\]\(docs/claims\.md#([a-z0-9-]+)\)", block))
     assert set(linked) <= set(re.findall(r'<a id="([a-z0-9-]+)"></a>', page))
     # the placeholder's claim: its own line among the other claims and every cell of the paper-scale column
@@ -176,14 +190,14 @@ def _plant(root: Path, path: str, change) -> None:
 
 def test_a_planted_change_in_a_copied_json_changes_the_pages_and_the_verdict(tmp_path):
     root = _copy_results(tmp_path)
-    assert claims_page(root) == claims_page(ROOT)
+    assert claims_page(root) == committed_claims_page()
 
     def worse_model(document):
         document["excess_test_sequence"]["model"]["excess_over_gap"] = 0.25
 
     _plant(root, "figures/cpu-small/evaluation.json", worse_model)
     page = claims_page(root)
-    assert page != claims_page(ROOT) and readme_block(root) != readme_block(ROOT)
+    assert page != committed_claims_page() and readme_block(root) != committed_readme_block()
     row = next(line for line in page.splitlines() if line.startswith('| <a id="f1-accuracy"'))
     assert "25.0% of the unigram-to-Bayes gap" in row and "**not reproduced**" in row
 
