@@ -35,7 +35,9 @@ HELP = {
     "curriculum_steps": "steps over which the curriculum's share of a batch falls linearly to none",
     "curriculum_share": "the curriculum's share of a batch at step 0",
 }
+"""Each flag's help where the field's owner and name do not say enough."""
 METAVARS = {int: "INT", float: "FLOAT", str: "NAME"}
+"""The placeholder of a flag's value in the help, by the field's type."""
 
 
 def _dest(section: str, field: str) -> str:
