@@ -1,8 +1,14 @@
-"""Value types of the ``hmmtf`` subcommands' options (argparse ``type=``): counts, thread numbers
-and seeds are refused when they are out of range, never replaced by a default.
+"""What every ``hmmtf`` subcommand's options share:
 
-A refused value ends the command before it starts with one line (:mod:`hmmtf`'s convention):
-``hmmtf evaluate: error: argument --num-prompts: 0; expected an integer >= 1``.
+- value types (argparse ``type=``): counts, thread numbers and seeds are refused when they are out
+  of range, never replaced by a default. A refused value ends the command before it starts with one
+  line (:mod:`hmmtf`'s convention): ``hmmtf evaluate: error: argument --num-prompts: 0; expected an
+  integer >= 1``;
+- a config dataclass's fields as options (:func:`add_config_options`) and back
+  (:func:`config_from_command_line`);
+- the output policy: a default folder unique to its input (:func:`default_results_folder`), and a
+  folder holding another input's or command line's results refused unless ``--overwrite``
+  (:func:`check_results_owner`, :func:`check_study_owner`).
 """
 from __future__ import annotations
 
@@ -14,7 +20,6 @@ import tempfile
 import typing
 from pathlib import Path
 from typing import Callable
-
 
 
 def integer_at_least(minimum: int) -> Callable[[str], int]:
@@ -86,9 +91,9 @@ def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> N
     """Add one ``--field-name`` option per field of the dataclass ``config_class``, in field order.
 
     The field's annotation gives the option's values: ``int``, ``float`` or ``str`` one value of
-    that type, ``tuple[X, ...]`` one or more values of type ``X``. The default is the field's,
-    the help that of :func:`empirical.training.configs.option` followed by the default. ``TypeError`` names a field with any
-    other annotation.
+    that type, ``tuple[X, ...]`` one or more values of type ``X``. The default is the field's, the
+    help that of :func:`empirical.training.configs.option` followed by the default. ``TypeError``
+    names a field with any other annotation.
     """
     annotations = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
