@@ -1,7 +1,8 @@
 """Figures of a Markov sweep, one panel per arm (rows: initialisations, columns: architectures)
 unless stated: the phase diagram of the trapped fraction over the ``(p, q)`` grid, the transition
 probabilities read back from the trained models against the true kernels, the survival of the
-unigram plateau, and, per initialisation, every run's training loss against the two lines."""
+unigram plateau, and, per initialisation, every run's training loss against the two lines; and the
+figure of the in-context chains (``hmmtf markov-incontext``, :func:`plot_incontext`)."""
 from __future__ import annotations
 
 from pathlib import Path
