@@ -296,14 +296,16 @@ def smallest_state_kl(mixture: hmm.Mixture) -> float:
     return float(pairs[:, ~torch.eye(mixture.hmm.num_states, dtype=torch.bool)].min())
 
 
-def planted_forcing(max_items: int | None = None) -> dict:
-    """:func:`state_forcing` of the planted network on 64 centroid and 24 patched prompts of the
-    planted mixture, at most ``max_items`` items (None: every item found)."""
+def planted_forcing(network: PlantedStateNetwork | None = None, threshold: float = 0.9,
+                    max_items: int | None = None) -> dict:
+    """:func:`state_forcing` of ``network`` (default: the planted network) on 64 centroid and 24
+    patched prompts of the planted mixture, items at a state posterior >= ``threshold``, at most
+    ``max_items`` of them (None: every item found)."""
     mixture = planted_mixture()
     centroid_prompts = hmm.sample_prompts(mixture, 64, PLANTED_FORMAT, seed=0)
     patched_prompts = hmm.sample_prompts(mixture, 24, PLANTED_FORMAT, seed=1)
-    return state_forcing(PlantedStateNetwork(mixture), mixture, centroid_prompts, patched_prompts, 0.9, 0, 16,
-                         torch.device("cpu"), max_items)
+    return state_forcing(PlantedStateNetwork(mixture) if network is None else network, mixture, centroid_prompts,
+                         patched_prompts, threshold, 0, 16, torch.device("cpu"), max_items)
 
 
 @pytest.fixture(scope="module")
@@ -356,8 +358,8 @@ def test_state_forcing_under_a_cap_it_reaches_patches_that_many_items_and_above_
     uncapped = uncapped_forcing
     found = uncapped["items"]
     assert uncapped["items_found"] == found and uncapped["max_items"] is None
-    assert planted_forcing(found) == {**uncapped, "max_items": found}
-    capped = planted_forcing(10)
+    assert planted_forcing(max_items=found) == {**uncapped, "max_items": found}
+    capped = planted_forcing(max_items=10)
     assert (capped["max_items"], capped["items_found"], capped["items"]) == (10, found, 10)
     assert sum(capped["items_by_test_position"]) == 10 and capped["prompts_with_items"] <= 10
     assert all(result["uses_state"] for result in capped["by_layer"].values())
@@ -366,12 +368,9 @@ def test_state_forcing_under_a_cap_it_reaches_patches_that_many_items_and_above_
 def test_state_forcing_verdict_is_no_for_a_network_that_ignores_its_stream():
     """Control of the decision rule: with a read-out that ignores the state code, no patch moves
     the output, no difference is above 0, and no layer is said to use the state."""
-    mixture = planted_mixture()
-    network = PlantedStateNetwork(mixture)
+    network = PlantedStateNetwork(planted_mixture())
     network.readout = torch.zeros_like(network.readout)
-    centroid_prompts = hmm.sample_prompts(mixture, 64, PLANTED_FORMAT, seed=0)
-    patched_prompts = hmm.sample_prompts(mixture, 24, PLANTED_FORMAT, seed=1)
-    forcing = state_forcing(network, mixture, centroid_prompts, patched_prompts, 0.9, 0, 16, torch.device("cpu"))
+    forcing = planted_forcing(network)
     for result in forcing["by_layer"].values():
         assert not result["uses_state"]
         # Exact: with a zero read-out every logit is 0, so every prediction is the same uniform vector,
@@ -382,12 +381,9 @@ def test_state_forcing_verdict_is_no_for_a_network_that_ignores_its_stream():
 def test_state_forcing_without_items_records_why_runs_no_pass_and_draws_the_reason(tmp_path):
     """No posterior of the planted HMMs reaches 1 (every token has probability 0.04 in the other
     states), so there is no item: the section says why, and the network is never run."""
-    mixture = planted_mixture()
-    network = PlantedStateNetwork(mixture)
+    network = PlantedStateNetwork(planted_mixture())
     network.run_with_cache = network.forward = None  # a call would fail
-    centroid_prompts = hmm.sample_prompts(mixture, 64, PLANTED_FORMAT, seed=0)
-    patched_prompts = hmm.sample_prompts(mixture, 24, PLANTED_FORMAT, seed=1)
-    forcing = state_forcing(network, mixture, centroid_prompts, patched_prompts, 1.0, 0, 16, torch.device("cpu"))
+    forcing = planted_forcing(network, threshold=1.0)
     assert forcing["items"] == 0 and forcing["items_by_test_position"] == [0] * PLANTED_FORMAT.test_length
     assert {"before", "own_state_floor", "by_layer"}.isdisjoint(forcing)
     assert forcing["not_run"] == ("no test position of the 24 patched prompts has a state posterior >= 1.0 and two "
