@@ -19,6 +19,7 @@ import shlex
 import tempfile
 import typing
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Callable
 
 
@@ -151,7 +152,8 @@ def default_results_folder(command: str, source: str | Path) -> Path:
     return RESULTS_ROOT / command / relative
 
 
-def _recorded_owners(out: Path, results: tuple[str, ...], owner: Callable[[dict], object]):
+def _recorded_owners(out: Path, results: tuple[str, ...],
+                     owner: Callable[[dict], object]) -> Iterator[tuple[str, object]]:
     """``(name, owner)`` for each of the ``results`` (JSON files) that ``out`` holds: what ``owner``
     reads from it, None when the file is not a JSON object or ``owner`` finds nothing of the kind."""
     for name in results:
@@ -160,9 +162,10 @@ def _recorded_owners(out: Path, results: tuple[str, ...], owner: Callable[[dict]
             continue
         try:
             document = json.loads(path.read_text())
-            yield name, owner(document) if isinstance(document, dict) else None
+            recorded = owner(document) if isinstance(document, dict) else None
         except (ValueError, AttributeError):
-            yield name, None
+            recorded = None
+        yield name, recorded
 
 
 def check_results_owner(out: Path, source: str | Path, results: tuple[str, ...], overwrite: bool,

@@ -27,13 +27,14 @@ def run_ladder(args) -> int:
         points = collect_points(root)
         report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
         (out / LADDER_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-        (out / "ladder.md").write_text(ladder_table(points))
+        table = ladder_table(points)
+        (out / "ladder.md").write_text(table)
         plot_regime_ladder(points, out / "ladder_regime.png")
         plot_claim1_ladder(points, out / "ladder_claim1.png")
         plot_claim2_ladder(points, out / "ladder_claim2.png")
         plot_claim3_ladder(points, out / "ladder_claim3.png")
         plot_learning_curves(points, root, out / "ladder_learning_curves.png")
-    print(ladder_table(points))
+    print(table)
     return 0
 
 
