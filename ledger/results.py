@@ -117,9 +117,12 @@ n-grams, the ceiling, the oracle)."""
 PLATEAU_STUDY = ("empirical/studies/plateau.py", "empirical/yardsticks/curves.py", "models/plateau/",
                  "!models/plateau/*/checkpoint/*.safetensors", "models/paper-scale-cpu/paper-2x4x64-4x/",
                  "!models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/*.safetensors", "models/paper-scale-cpu/sparse-2x4x64-1x/",
-                 "!models/paper-scale-cpu/sparse-2x4x64-1x/checkpoint/*.safetensors")
+                 "!models/paper-scale-cpu/sparse-2x4x64-1x/checkpoint/*.safetensors", "figures/plateau/verdicts/",
+                 "figures/paper-scale/cpu/paper-2x4x64-4x/ngram-verdict.json",
+                 "figures/paper-scale/cpu/sparse-2x4x64-1x/ngram-verdict.json")
 """``hmmtf plateau``: like ``hmmtf curves`` (:data:`CURVE_STUDY`), summaries of the runs' recorded
-curves, so its producers are the summarising code and the run folders, the plain recipe's included."""
+curves, so its producers are the summarising code and the run folders, the plain recipe's included,
+and the runs' final verdicts that it quotes."""
 CURVE_STUDY = ("empirical/yardsticks/curves.py", "models/curves/", "!models/curves/*/checkpoint/*.safetensors")
 """``hmmtf curves``: it computes nothing but summaries of recorded data, each run folder's curve
 points and baselines (``curve.jsonl``, ``curve_baselines.json``), which ``hmmtf curve`` measured
@@ -355,9 +358,16 @@ RESULTS: tuple[Result, ...] = (
            needs="the runs' folders (models/curves/RUN; to extend a run, first `hmmtf restore-checkpoint "
                  "models/curves/RUN/checkpoint`, then its recorded hmmtf curve command)",
            canary="curves"),
+    Result("figures/plateau/verdicts/*/ngram-verdict.json",
+           "hmmtf ngram-verdict models/plateau/RUN --out figures/plateau/verdicts/RUN --threads 1 (RUN: each run of "
+           "the plateau study in models/plateau, at its last checkpoint; the runs' hmmtf curve commands are in "
+           "models/README.md)",
+           NGRAM_VERDICT, needs="the run's folder, models/plateau/RUN (its weights: `hmmtf restore-checkpoint "
+                                "models/plateau/RUN/checkpoint --weights-only`); about 3 minutes on a core",
+           canary="ngram-verdict"),
     Result("figures/plateau/plateau.json",
-           "hmmtf plateau --arm ARM RUN_DIR --baseline plain --verdicts figures/paper-scale/cpu --out figures/plateau "
-           "(one --arm per arm, its run folders after its name; the command is in the JSON)",
+           "hmmtf plateau --arm ARM RUN_DIR --baseline plain --verdicts figures/paper-scale/cpu figures/plateau/verdicts "
+           "--out figures/plateau (one --arm per arm, its run folders after its name; the command is in the JSON)",
            PLATEAU_STUDY,
            needs="the runs' folders (models/plateau/RUN and models/paper-scale-cpu/paper-2x4x64-4x; to extend a run, "
                  "first `hmmtf restore-checkpoint models/plateau/RUN/checkpoint`, then its recorded hmmtf curve command)",

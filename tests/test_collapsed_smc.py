@@ -141,9 +141,10 @@ def dirichlet_multinomial(counts: np.ndarray, concentration: float) -> np.ndarra
             + (gammaln(concentration + counts) - gammaln(concentration)).sum(-1))
 
 
-def labelled_log_joint(labels: np.ndarray, starts: np.ndarray, token_index: np.ndarray) -> np.ndarray:
-    """``(n,)``: ``log p(z, x)`` of labelled paths ``labels (n, L)`` of ``GIBBS_PRIOR`` with the tokens
-    ``GIBBS_TOKENS``, in closed form: ``(1/S)^segments prod_z DM(n(z, :); alpha) prod_z DM(m(z, :); beta)``."""
+def labelled_log_joint(labels: np.ndarray, starts: np.ndarray, token_index: np.ndarray,
+                       tokens: np.ndarray = GIBBS_TOKENS) -> np.ndarray:
+    """``(n,)``: ``log p(z, x)`` of labelled paths ``labels (n, L)`` of ``GIBBS_PRIOR`` with the HMM
+    ``tokens``, in closed form: ``(1/S)^segments prod_z DM(n(z, :); alpha) prod_z DM(m(z, :); beta)``."""
     S, p = GIBBS_PRIOR.num_states, GIBBS_PRIOR.num_tokens
     transitions = np.zeros((len(labels), S, S))
     emissions = np.zeros((len(labels), S, p))
@@ -152,7 +153,7 @@ def labelled_log_joint(labels: np.ndarray, starts: np.ndarray, token_index: np.n
         if not starts[site]:
             transitions[rows, labels[:, site - 1], labels[:, site]] += 1
         if token_index[site] >= 0:
-            emissions[rows, labels[:, site], GIBBS_TOKENS[token_index[site]]] += 1
+            emissions[rows, labels[:, site], tokens[token_index[site]]] += 1
     return (-starts.sum() * math.log(S) + dirichlet_multinomial(transitions, GIBBS_PRIOR.transition_concentration).sum(-1)
             + dirichlet_multinomial(emissions, GIBBS_PRIOR.emission_concentration).sum(-1))
 

@@ -83,13 +83,17 @@ def test_the_command_writes_each_arm_per_family_against_the_baseline(tmp_path, c
     soft = plant_run(tmp_path / "soft", [0.1, -0.01])
     soft_again = plant_run(tmp_path / "soft-seed1", [0.1, 0.1, -0.01], seed=1, signal=0.25)
     sparse = plant_run(tmp_path / "sparse", [-0.01], mixture="paper-sparse", signal=0.5)
-    verdict = tmp_path / "verdicts" / "soft"
-    verdict.mkdir(parents=True)
-    (verdict / "ngram-verdict.json").write_text(json.dumps({"step": 1024, "verdict": "beats the in-context unigram",
-                                                            "beats": {"test_sequence": {"ngram 2": False}}}))
+    for folder, run, step, words in (("verdicts", "soft", 1024, "beats the in-context unigram"),
+                                     ("other-verdicts", "soft", 512, "at the in-context-unigram level"),
+                                     ("other-verdicts", "plain", 2048, "beats every in-context n-gram")):
+        verdict = tmp_path / folder / run
+        verdict.mkdir(parents=True)
+        (verdict / "ngram-verdict.json").write_text(json.dumps({"step": step, "verdict": words,
+                                                                "beats": {"test_sequence": {"ngram 2": False}}}))
     out = tmp_path / "out"
     assert hmmtf.main(["plateau", "--arm", "plain", str(plain), str(sparse), "--arm", "soft", str(soft), str(soft_again),
-                       "--baseline", "plain", "--verdicts", str(tmp_path / "verdicts"), "--out", str(out)]) == 0
+                       "--baseline", "plain", "--verdicts", str(tmp_path / "verdicts"), str(tmp_path / "other-verdicts"),
+                       "--out", str(out)]) == 0
     study = json.loads((out / "plateau.json").read_text())
     assert (out / "plateau.png").stat().st_size > 0
     rows = {(row["arm"], row["family"]): row for row in study["arms"]}
@@ -100,7 +104,8 @@ def test_the_command_writes_each_arm_per_family_against_the_baseline(tmp_path, c
     assert rows["soft", "paper"]["against_baseline"] == "earlier"
     assert rows["plain", "paper-sparse"]["escape"] == {"escaped": True, "range": [0.0, 0.125]}
     assert [run["seed"] for run in rows["soft", "paper"]["runs"]] == [0, 1]
-    assert rows["soft", "paper"]["runs"][0]["ngram_verdict"]["verdict"] == "beats the in-context unigram"
+    assert rows["soft", "paper"]["runs"][0]["ngram_verdict"]["verdict"] == "beats the in-context unigram"  # the first folder's
+    assert rows["plain", "paper"]["runs"][0]["ngram_verdict"]["step"] == 2048  # found in the second folder
     assert "ngram_verdict" not in rows["soft", "paper"]["runs"][1]
     assert study["families"] == {"paper": {"signal_nats": (0.125 + 0.125 + 0.25) / 3, "runs": 3},
                                  "paper-sparse": {"signal_nats": 0.5, "runs": 1}}

@@ -96,15 +96,17 @@ def compare(arm: dict, baseline: dict) -> str:
     return "unresolved"
 
 
-def run_record(run_dir: Path, verdicts: Path | None, budget_tokens: int) -> dict:
+def run_record(run_dir: Path, verdicts: list[Path], budget_tokens: int) -> dict:
     """One run: its :func:`~empirical.yardsticks.curves.run_summary`, its seeds, its escape and,
-    when ``verdicts/RUN/ngram-verdict.json`` exists, that verdict (step and words)."""
+    from the first folder of ``verdicts`` that holds ``RUN/ngram-verdict.json``, that verdict (step
+    and words)."""
     summary = run_summary(run_dir)
     record = {**summary, "seed": summary["train"]["seed"], "escape": escape(summary["points"], budget_tokens)}
-    verdict_path = None if verdicts is None else verdicts / summary["run"] / VERDICT_FILE
-    if verdict_path is not None and verdict_path.is_file():
-        verdict = json.loads(verdict_path.read_text())
-        record["ngram_verdict"] = {"file": str(verdict_path), "step": verdict["step"], "verdict": verdict["verdict"],
+    found = [folder / summary["run"] / VERDICT_FILE for folder in verdicts
+             if (folder / summary["run"] / VERDICT_FILE).is_file()]
+    if found:
+        verdict = json.loads(found[0].read_text())
+        record["ngram_verdict"] = {"file": str(found[0]), "step": verdict["step"], "verdict": verdict["verdict"],
                                    "beats": verdict["beats"]}
     return record
 
@@ -134,9 +136,10 @@ def signal_order(rows: list[dict], signals: dict[str, dict]) -> list[dict]:
     return orders
 
 
-def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: Path | None) -> dict:
+def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: list[Path]) -> dict:
     """The study over ``arms`` (``(name, run folders)``; one family per run, read from its
-    checkpoint): per arm and family its runs (:func:`run_record`), their :func:`escape_range`, and
+    checkpoint): per arm and family its runs (:func:`run_record`, with the final verdicts found in the
+    folders ``verdicts``), their :func:`escape_range`, and
     its :func:`compare` against the ``baseline`` arm on the same family; per family its
     :func:`family_signals`; per arm on several families, its :func:`signal_order`."""
     names = [name for name, _ in arms]

@@ -20,7 +20,7 @@ def run_plateau(args) -> int:
     out = Path(args.out)
     check_study_owner(out, args.command_line, (PLATEAU_FILE,), args.overwrite)
     with run_folder_lock(out, "--out"):
-        study = plateau_study(arms, args.baseline, Path(args.verdicts) if args.verdicts else None)
+        study = plateau_study(arms, args.baseline, [Path(folder) for folder in args.verdicts])
         study = {"command": args.command_line, "git_commit": args.git_commit, **study}
         (out / PLATEAU_FILE).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
         plot_plateau(study, out / "plateau.png")
@@ -42,7 +42,9 @@ def register(subparsers) -> None:
     parser.add_argument("--arm", nargs="+", action="append", required=True, metavar="NAME_THEN_RUN_DIRS",
                         help="an arm: its name, then its run folders (one per seed and family); repeat per arm")
     parser.add_argument("--baseline", required=True, help="the arm every other is compared with (the plain recipe)")
-    parser.add_argument("--verdicts", help="folder holding RUN/ngram-verdict.json of the runs that have one")
+    parser.add_argument("--verdicts", nargs="+", default=[], metavar="FOLDER",
+                        help="folders holding RUN/ngram-verdict.json of the runs that have one (the first that "
+                             "holds a run's is read)")
     parser.add_argument("--out", type=output_folder, default="runs/plateau",
                         help="folder of plateau.json and plateau.png (default: %(default)s; the committed result is "
                              "written with --out figures/plateau)")
