@@ -19,6 +19,8 @@ the scope's rows::
     ceiling - ngram_n  <=  mean_b(L_U(b) - L_n(b)) + 1.645 s.e.      (one-sided 95%)
     ceiling - oracle   >=  0
 
+(the standard error clustered by HMM, as ``hmmtf ngram-verdict``'s: prompts of one HMM are not
+independent).
 ``U`` is the bounding predictor. Decision rule, stated before the results: the ceiling lies
 **below the in-context n-gram of order n** in a scope when that one-sided 95% bound is below 0.
 
@@ -37,7 +39,13 @@ follows):
   count, where the plain average keeps each replicate's finite-particle bias.
 
 The bound reported is the ``average of R`` (fixed before the results); the weighted one is
-reported beside it. A replicate's probabilities of the targets are kept in ``--work`` as it
+reported beside it.
+
+**Networks** (``--models``): trained networks of the same family scored on the same prompts. A
+network is a predictor of the prompt too, so its loss is another upper bound; beside it, ``model -
+bound`` (paired) and the share of the window from the in-context unigram to the bound that the
+network closes, ``(L_1 - L_model) / (L_1 - L_U)``: as the ceiling lies at or below the bound, the
+share of the window to the ceiling is at most that. A replicate's probabilities of the targets are kept in ``--work`` as it
 finishes (``replicate-R.npz``), so an interrupted run resumes from its finished replicates, and
 ``--shard I/N`` computes only the replicates ``r`` with ``r % N == I`` (two processes on two cores);
 the JSON (``--out``) is written when every replicate is there.
@@ -62,8 +70,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hmm  # noqa: E402
 
-from empirical.training.presets import PRESETS, get_preset  # noqa: E402
+from empirical.analysis.ngram_verdict import clustered_interval  # noqa: E402
+from empirical.training.checkpoint import load_checkpoint  # noqa: E402
+from empirical.training.presets import PRESETS, get_preset, preset_from_task  # noqa: E402
+from empirical.training.runs import checkpoint_folder  # noqa: E402
 from empirical.yardsticks.competence import fitted_ngrams, scope_rows  # noqa: E402
+from empirical.yardsticks.evaluate import model_predictor  # noqa: E402
 from empirical.yardsticks.ngram import scored_rows  # noqa: E402
 from empirical.yardsticks.regime import fresh_prompts, oracle_predictor  # noqa: E402
 from hmm.collapsed_smc import CollapsedSMCSettings, collapsed_prior_predictive  # noqa: E402
@@ -123,21 +135,24 @@ def evidence_weighted(targets: np.ndarray) -> np.ndarray:
     return (weights * targets).sum(0) / weights.sum(0)
 
 
-def bound_against(upper: np.ndarray, other: np.ndarray) -> dict:
-    """``mean_b(upper - other)``, its standard error over prompts and the one-sided 95% upper bound."""
-    difference = upper - other
-    mean, stderr = float(difference.mean()), float(difference.std(ddof=1) / math.sqrt(len(difference)))
-    return {"mean": mean, "stderr": stderr, "upper_95": mean + Z_ONE_SIDED_95 * stderr}
+def bound_against(upper: np.ndarray, other: np.ndarray, hmms: torch.Tensor) -> dict:
+    """``mean_b(upper - other)``, its standard error clustered by the prompts' ``hmms`` (prompts of one
+    HMM are not independent; :func:`empirical.analysis.ngram_verdict.clustered_interval`) and the
+    one-sided 95% upper bound."""
+    interval = clustered_interval(torch.from_numpy(upper - other), hmms)
+    return {"mean": interval["mean"], "stderr": interval["stderr"],
+            "upper_95": interval["mean"] + Z_ONE_SIDED_95 * interval["stderr"]}
 
 
 def mean_and_stderr(values: np.ndarray) -> dict:
     return {"mean": float(values.mean()), "stderr": float(values.std(ddof=1) / math.sqrt(len(values)))}
 
 
-def summary(targets: np.ndarray, baselines: dict[str, np.ndarray], tokens: torch.Tensor, prompt_format,
-            num_tokens: int) -> dict:
+def summary(targets: np.ndarray, baselines: dict[str, np.ndarray], networks: dict[str, np.ndarray],
+            tokens: torch.Tensor, hmms: torch.Tensor, prompt_format, num_tokens: int) -> dict:
     """Per scope: the losses of the averages of 1, 2, 4, ... replicates, of the evidence-weighted
-    average and of the baselines, and the bounds of the module docstring against each baseline."""
+    average and of the baselines, the bounds of the module docstring against each baseline, and
+    each network's :func:`network_window`."""
     scored, _ = scored_rows(tokens, num_tokens)
     replicates = len(targets)
     sizes = [2**k for k in range(int(math.log2(replicates)) + 1) if replicates % 2**k == 0]
@@ -157,12 +172,35 @@ def summary(targets: np.ndarray, baselines: dict[str, np.ndarray], tokens: torch
             "bound": mean_and_stderr(bound),
             "evidence_weighted": mean_and_stderr(weighted),
             "baselines": {name: mean_and_stderr(values) for name, values in others.items()},
-            "bound_minus": {name: bound_against(bound, values) for name, values in others.items()},
-            "evidence_weighted_minus": {name: bound_against(weighted, values) for name, values in others.items()},
-            "below": {name: bound_against(bound, values)["upper_95"] < 0 for name, values in others.items()
+            "bound_minus": {name: bound_against(bound, values, hmms) for name, values in others.items()},
+            "evidence_weighted_minus": {name: bound_against(weighted, values, hmms) for name, values in others.items()},
+            "below": {name: bound_against(bound, values, hmms)["upper_95"] < 0 for name, values in others.items()
                       if name != "oracle"},
+            "networks": {name: network_window(bound, others["ngram 1"], scope_losses(values, rows, scored), hmms)
+                         for name, values in networks.items()},
         }
     return result
+
+
+def network_probabilities(checkpoints: list[str], preset, tokens: torch.Tensor) -> dict[str, np.ndarray]:
+    """``{checkpoint: target probabilities (B, N)}`` of each network on ``tokens``; a network
+    trained on another family than ``preset``'s is refused."""
+    scored = {}
+    for path in checkpoints:
+        checkpoint = load_checkpoint(checkpoint_folder(path, "--models"))
+        family = preset_from_task(checkpoint.config["task"]).mixture
+        if family != preset.mixture:
+            raise ValueError(f"--models: {path!r} was trained on {family!r}; expected a network of {preset.mixture!r}")
+        predict = model_predictor(checkpoint.model, preset.mixture_spec.num_tokens)
+        scored[path] = target_probabilities(predict(tokens), tokens, preset.mixture_spec.num_tokens)
+    return scored
+
+
+def network_window(bound: np.ndarray, unigram: np.ndarray, model: np.ndarray, hmms: torch.Tensor) -> dict:
+    """Per-prompt losses ``(B,)`` of the bound, the in-context unigram and a network: its mean loss,
+    ``model - bound`` (:func:`bound_against`) and the share of the unigram-to-bound window it closes."""
+    return {"loss": mean_and_stderr(model), "model_minus_bound": bound_against(model, bound, hmms),
+            "share_of_window": float((unigram - model).mean() / (unigram - bound).mean())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", required=True, help="folder of the finished replicates (resumed from)")
     parser.add_argument("--shard", default="0/1", help="I/N: compute only the replicates r with r %% N == I")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--models", nargs="+", default=[], metavar="CHECKPOINT",
+                        help="networks of the family scored on the same prompts (checkpoint or run folders)")
     parser.add_argument("--out", help="the JSON result, written once every replicate is in --work")
     args = parser.parse_args(argv)
     try:
@@ -204,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     mixture, prompts = fresh_prompts(preset, args.prompts, args.fresh_tasks)
     tokens, prior = prompts.tokens, DirichletHMMPrior.from_spec(preset.mixture_spec)
     digest = prompts_digest(tokens)
+    try:
+        networks = network_probabilities(args.models, preset, tokens)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     paths = [work / REPLICATE_FILE.format(r) for r in range(args.replicates)]
@@ -225,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     baselines = {name: target_probabilities(predictor(tokens), tokens, p)
                  for name, predictor in fitted_ngrams(preset, args.fresh_tasks).items()}
     baselines["oracle"] = target_probabilities(oracle_predictor(mixture, prompts)(tokens), tokens, p)
+
     result = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
               "git_commit": commit, "preset": args.preset, "mixture": preset.mixture, "fresh_tasks": args.fresh_tasks, "prompts": args.prompts,
               "prompts_sha256": digest, "replicates": args.replicates, "prior": asdict(prior),
@@ -235,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
                           "torch": torch.__version__},
               "cpu_seconds": cpu, "prompts_per_cpu_minute": 60 * args.prompts * len(cpu) / sum(cpu),
-              "scopes": summary(targets, baselines, tokens, prompt_format, p)}
+              "distinct_hmms": int(torch.unique(prompts.task_ids).numel()),
+              "scopes": summary(targets, baselines, networks, tokens, prompts.task_ids, prompt_format, p)}
     text = json.dumps(result, indent=1, allow_nan=False)
     print(text)
     if args.out:

@@ -119,10 +119,11 @@ PLATEAU_STUDY = ("empirical/studies/plateau.py", "empirical/yardsticks/curves.py
                  "!models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/*.safetensors", "models/paper-scale-cpu/sparse-2x4x64-1x/",
                  "!models/paper-scale-cpu/sparse-2x4x64-1x/checkpoint/*.safetensors", "figures/plateau/verdicts/",
                  "figures/paper-scale/cpu/paper-2x4x64-4x/ngram-verdict.json",
-                 "figures/paper-scale/cpu/sparse-2x4x64-1x/ngram-verdict.json")
+                 "figures/paper-scale/cpu/sparse-2x4x64-1x/ngram-verdict.json",
+                 "figures/benchmarks/collapsed-smc/ceiling-paper.json")
 """``hmmtf plateau``: like ``hmmtf curves`` (:data:`CURVE_STUDY`), summaries of the runs' recorded
 curves, so its producers are the summarising code and the run folders, the plain recipe's included,
-and the runs' final verdicts that it quotes."""
+and the runs' final verdicts and the bound on the paper family's ceiling that it quotes."""
 CURVE_STUDY = ("empirical/yardsticks/curves.py", "models/curves/", "!models/curves/*/checkpoint/*.safetensors")
 """``hmmtf curves``: it computes nothing but summaries of recorded data, each run folder's curve
 points and baselines (``curve.jsonl``, ``curve_baselines.json``), which ``hmmtf curve`` measured
@@ -301,6 +302,21 @@ RESULTS: tuple[Result, ...] = (
            "about 3 minutes on a core"),
           ("s16", "python benchmarks/bench_collapsed_smc.py --preset tasks-8192-deep --prompts 16 --replicates 3 "
                   "--out figures/benchmarks/collapsed-smc/s16.json", "about 5 minutes on a core"))),
+    *(Result(f"figures/benchmarks/collapsed-smc/ceiling-{family}.json",
+             f"python benchmarks/ceiling_bounds.py --preset paper{mixture} --prompts 256 --replicates {replicates} "
+             f"--particles 128 --burn-in-steps 8 --work runs/ceiling-bounds/{family}{models} --out "
+             f"figures/benchmarks/collapsed-smc/ceiling-{family}.json (first with --shard 0/2 and --shard 1/2, one "
+             f"process a core; the last call gathers the replicates)",
+             ("benchmarks/ceiling_bounds.py", "hmm/collapsed_smc.py", "hmm/prior_predictive.py", "hmm/generators.py",
+              "hmm/markov.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py",
+              "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py",
+              "hmm/memory.py", *ROFORMER, *MIXTURE, *extra),
+             needs=f"about {minutes} minutes of CPU (two cores: half that)")
+      for family, mixture, replicates, models, extra, minutes in (
+          ("paper", "", 32, " --models models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-2x4x64-3x",
+           ("models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/", "models/paper-scale-cpu/paper-2x4x64-3x/checkpoint/"),
+           90),
+          ("paper-dirichlet-0.1", " --mixture paper-dirichlet-0.1", 8, "", (), 45))),
     Result("figures/paper-scale/sweep/sweep.json",
            "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
            "(on a lent GPU, docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
@@ -367,7 +383,8 @@ RESULTS: tuple[Result, ...] = (
            canary="ngram-verdict"),
     Result("figures/plateau/plateau.json",
            "hmmtf plateau --arm ARM RUN_DIR --baseline plain --verdicts figures/paper-scale/cpu figures/plateau/verdicts "
-           "--out figures/plateau (one --arm per arm, its run folders after its name; the command is in the JSON)",
+           "--ceilings figures/benchmarks/collapsed-smc/ceiling-paper.json --out figures/plateau (one --arm per arm, "
+           "its run folders after its name; the command is in the JSON)",
            PLATEAU_STUDY,
            needs="the runs' folders (models/plateau/RUN and models/paper-scale-cpu/paper-2x4x64-4x; to extend a run, "
                  "first `hmmtf restore-checkpoint models/plateau/RUN/checkpoint`, then its recorded hmmtf curve command)",

@@ -13,6 +13,11 @@ from test_collapsed_smc import GIBBS_FORMAT, GIBBS_PRIOR, labelled_log_joint
 
 from benchmarks import ceiling_bounds
 from benchmarks.ceiling_bounds import evidence_weighted, target_probabilities
+from empirical.training.checkpoint import load_checkpoint
+from empirical.training.presets import get_preset
+from empirical.yardsticks.competence import per_prompt_loss, scope_rows
+from empirical.yardsticks.evaluate import model_predictor
+from empirical.yardsticks.regime import fresh_prompts
 from hmm.collapsed_smc import CollapsedSMCSettings, _layout, _segments, collapsed_prior_predictive
 from hmm.prior_predictive import format_positions
 
@@ -98,3 +103,31 @@ def test_a_bad_shard_is_refused(tmp_path, capsys, shard):
     with pytest.raises(SystemExit):
         run_bounds(tmp_path, "--replicates", "2", "--shard", shard)
     assert f"--shard: {shard!r}; expected I/N" in capsys.readouterr().err
+
+
+def test_a_network_is_scored_on_the_same_prompts_against_the_bound(tmp_path, tiny_run):
+    """The network's loss, by the competence result's per-prompt loss on the same fresh prompts (a
+    second computation), its difference with the bound and its share of the unigram-to-bound window."""
+    assert run_bounds(tmp_path, "--replicates", "2", "--models", str(tiny_run)) == 0
+    result = json.loads((tmp_path / "bounds.json").read_text())
+    preset = get_preset("tiny")
+    _, prompts = fresh_prompts(preset, 4, 8)
+    model = load_checkpoint(tiny_run / "checkpoint").model
+    probabilities = model_predictor(model, preset.mixture_spec.num_tokens)(prompts.tokens)
+    for scope, rows in scope_rows(preset.prompt_format).items():
+        scored = result["scopes"][scope]
+        network = scored["networks"][str(tiny_run)]
+        expected = per_prompt_loss(probabilities, prompts.tokens, preset.mixture_spec.num_tokens, rows).mean().item()
+        assert network["loss"]["mean"] == pytest.approx(expected, rel=1e-6)
+        assert network["model_minus_bound"]["mean"] == pytest.approx(expected - scored["bound"]["mean"], abs=1e-6)
+        unigram = scored["baselines"]["ngram 1"]["mean"]
+        assert network["share_of_window"] == pytest.approx((unigram - expected) / (unigram - scored["bound"]["mean"]),
+                                                           rel=1e-5)
+
+
+def test_a_network_of_another_family_is_refused_before_any_replicate(tmp_path, capsys, tiny_run):
+    with pytest.raises(SystemExit):
+        run_bounds(tmp_path, "--replicates", "2", "--mixture", "cpu-small", "--models", str(tiny_run))
+    error = capsys.readouterr().err
+    assert f"--models: {str(tiny_run)!r} was trained on 'tiny'; expected a network of 'cpu-small'" in error
+    assert not (tmp_path / "work").exists()

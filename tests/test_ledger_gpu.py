@@ -89,3 +89,18 @@ def test_the_collapsed_smc_converges_only_when_the_change_is_within_its_error_in
     one_scope = changed(bench, lambda data: [converged(data, gpu.SCOPES[:1]),
                                              data["doubling"][gpu.SCOPES[1]].update(converged=False)])
     assert gpu.collapsed_converged(one_scope).verdict is Verdict.NOT_REPRODUCED
+
+
+def test_the_ceiling_lies_below_the_trigram_only_when_the_bound_does_in_both_scopes():
+    for path in gpu.CEILING_BOUNDS.values():
+        bounds = load(path)
+        ends = [bounds["scopes", scope, "bound_minus", "ngram 3", "upper_95"] for scope in gpu.SCOPES]
+        assert (gpu.ceiling_below_trigram(bounds).verdict is Verdict.HOLDS) == all(end < 0 for end in ends)
+
+        def set_ends(data, values):
+            for scope, value in zip(gpu.SCOPES, values):
+                data["scopes"][scope]["bound_minus"]["ngram 3"]["upper_95"] = value
+
+        assert gpu.ceiling_below_trigram(changed(bounds, lambda data: set_ends(data, (-0.01, -0.01)))).verdict is Verdict.HOLDS
+        assert gpu.ceiling_below_trigram(changed(bounds, lambda data: set_ends(data, (-0.01, 0.0)))
+                                         ).verdict is Verdict.NOT_REPRODUCED

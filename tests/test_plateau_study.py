@@ -142,3 +142,36 @@ def test_the_queue_counts_the_points_after_a_runs_escape_and_finds_the_process_t
     assert queue.lock_holder(tmp_path / "escaped") == os.getpid()
     lock.write_text("")
     assert queue.lock_holder(tmp_path / "escaped") is None
+
+
+def write_bounds(path: Path, bigram: float, prompts: int = 256, mixture: str = "paper") -> Path:
+    """A bound on ``mixture``'s ceiling as benchmarks/ceiling_bounds.py writes it: 0.05 nats below the
+    bigram on the test sequence, the oracle 1 nat below."""
+    path.write_text(json.dumps({"mixture": mixture, "prompts": prompts, "fresh_tasks": 1024, "replicates": 4,
+                                "settings": {"particles": 128},
+                                "scopes": {"test_sequence": {"bound": {"mean": bigram - 0.05},
+                                                             "baselines": {"ngram 2": {"mean": bigram},
+                                                                           "oracle": {"mean": bigram - 1.0}}}}}))
+    return path
+
+
+def test_a_bound_on_the_ceiling_gives_each_run_its_share_of_the_window(tmp_path):
+    """The planted runs' bigram is 2.625 on their scoring prompts and the unigram 0.125 above; the
+    bound 0.05 below the bigram. A run whose last point is 0.02 below the bigram has closed
+    (0.125 + 0.02) / (0.125 + 0.05) of the window; a bound on other prompts is refused."""
+    plain = plant_run(tmp_path / "plain", [0.1, -0.01])
+    out = tmp_path / "out"
+    bounds = write_bounds(tmp_path / "ceiling-paper.json", 2.625)
+    assert hmmtf.main(["plateau", "--arm", "plain", str(plain), "--baseline", "plain", "--ceilings", str(bounds),
+                       "--out", str(out)]) == 0
+    study = json.loads((out / "plateau.json").read_text())
+    ceiling = study["families"]["paper"]["ceiling"]
+    assert ceiling["bound_minus_bigram"] == pytest.approx(-0.05) and ceiling["oracle_minus_bigram"] == pytest.approx(-1.0)
+    run = study["arms"][0]["runs"][0]
+    assert run["window_share_at_last_point"] == pytest.approx((0.125 + 0.02) / (0.125 + 0.05))
+    for name, other in (("prompts", write_bounds(tmp_path / "other.json", 2.625, prompts=512)),
+                        ("bigram", write_bounds(tmp_path / "other.json", 2.6)),
+                        ("family", write_bounds(tmp_path / "other.json", 2.625, mixture="paper-sparse"))):
+        with pytest.raises(ValueError, match="--ceilings: "):
+            hmmtf.main(["plateau", "--arm", "plain", str(plain), "--baseline", "plain", "--ceilings", str(other),
+                        "--out", str(tmp_path / f"out-{name}"), "--debug"])

@@ -136,12 +136,53 @@ def signal_order(rows: list[dict], signals: dict[str, dict]) -> list[dict]:
     return orders
 
 
-def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: list[Path]) -> dict:
+def family_ceilings(ceilings: list[Path], rows: list[dict]) -> dict[str, dict]:
+    """Per family with a bound on its ceiling (the JSON of ``benchmarks/ceiling_bounds.py``, whose
+    prompts are the competence result's first ones, as a curve's): on the test sequence, the bound
+    (the loss of the averaged collapsed-SMC replicates, at least the ceiling's), it and the oracle
+    minus the in-context bigram, and what it was computed with. Refused when no run of the study is
+    of its family, or when it was computed on other prompts than the family's runs were scored on
+    (another count or number of fresh HMMs, or another bigram loss)."""
+    found = {}
+    for path in ceilings:
+        bounds = json.loads(path.read_text())
+        family = bounds["mixture"]
+        runs = [run for row in rows if row["family"] == family for run in row["runs"]]
+        if not runs:
+            raise ValueError(f"--ceilings: {str(path)!r} bounds {family!r}; expected a family the study's runs train on")
+        scope = bounds["scopes"][ESCAPE_SCOPE]
+        bigram = scope["baselines"][ESCAPE_BASELINE]["mean"]
+        probe, scored = runs[0]["probe"], runs[0]["baselines"][ESCAPE_SCOPE][ESCAPE_BASELINE]
+        if (bounds["prompts"], bounds["fresh_tasks"]) != (probe["num_prompts"], probe["fresh_tasks"]) or \
+                abs(bigram - scored) > 1e-9:
+            raise ValueError(f"--ceilings: {str(path)!r} was computed on {bounds['prompts']} prompts of "
+                             f"{bounds['fresh_tasks']} fresh HMMs (bigram {bigram:.6f}); expected the prompts the runs "
+                             f"of {family!r} were scored on ({probe['num_prompts']} of {probe['fresh_tasks']}, bigram "
+                             f"{scored:.6f})")
+        found[family] = {"file": str(path), "bound": scope["bound"]["mean"], "bound_minus_bigram": scope["bound"]["mean"] - bigram,
+                         "oracle_minus_bigram": scope["baselines"]["oracle"]["mean"] - bigram,
+                         "replicates": bounds["replicates"], "settings": bounds["settings"]}
+    return found
+
+
+def window_share(run: dict, ceiling: dict) -> float:
+    """The share of the window from the in-context unigram to the ceiling's bound that ``run`` has
+    closed at its last point, on the test sequence: ``(L_1 - L_model) / (L_1 - L_bound)``, every loss
+    on the run's scoring prompts (the ceiling lies at or below the bound, so the share of the
+    window to the ceiling is at most this)."""
+    unigram_minus_bigram = run["baselines"][ESCAPE_SCOPE]["ngram 1"] - run["baselines"][ESCAPE_SCOPE][ESCAPE_BASELINE]
+    model_minus_bigram = run["points"][-1][ESCAPE_SCOPE]["model_minus"][ESCAPE_BASELINE]["mean"]
+    return (unigram_minus_bigram - model_minus_bigram) / (unigram_minus_bigram - ceiling["bound_minus_bigram"])
+
+
+def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: list[Path],
+                  ceilings: list[Path] = ()) -> dict:
     """The study over ``arms`` (``(name, run folders)``; one family per run, read from its
     checkpoint): per arm and family its runs (:func:`run_record`, with the final verdicts found in the
-    folders ``verdicts``), their :func:`escape_range`, and
+    folders ``verdicts`` and, where ``ceilings`` bound the family's ceiling, :func:`window_share`), their :func:`escape_range`, and
     its :func:`compare` against the ``baseline`` arm on the same family; per family its
-    :func:`family_signals`; per arm on several families, its :func:`signal_order`."""
+    :func:`family_signals` (with its :func:`family_ceilings`); per arm on several families, its
+    :func:`signal_order`."""
     names = [name for name, _ in arms]
     if len(set(names)) != len(names):
         raise ValueError(f"--arm: names {names}; expected each arm named once")
@@ -160,5 +201,10 @@ def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: l
         if row["arm"] != baseline and row["family"] in reference:
             row["against_baseline"] = compare(row["escape"], reference[row["family"]])
     signals = family_signals(rows)
+    for family, ceiling in family_ceilings(list(ceilings), rows).items():
+        signals[family]["ceiling"] = ceiling
+        for row in rows:
+            for run in row["runs"] if row["family"] == family else ():
+                run["window_share_at_last_point"] = window_share(run, ceiling)
     return {"rules": RULES, "paper_budget_tokens": budget_tokens, "baseline": baseline, "arms": rows,
             "families": signals, "signal_order": signal_order(rows, signals)}

@@ -1,6 +1,8 @@
 """The plateau study's figure (:mod:`empirical.studies.plateau`): per family, every run's
 test-sequence loss minus the in-context bigram's on fresh HMMs, with its 95% paired interval,
-against the training budget (below 0 with its interval is the escape the study times); and each
+against the training budget (below 0 with its interval is the escape the study times), and the
+bound on the family's ceiling where the study has one (dashed: no predictor goes below the
+ceiling, which lies at or below it); and each
 arm's escape range against its family's in-context signal."""
 from __future__ import annotations
 
@@ -55,6 +57,10 @@ def plot_family(axis, study: dict, family: str, arm_colors: dict[str, str]) -> N
                 axis.plot(budgets[index], differences[index]["mean"], marker="*", markersize=12, color=color,
                           markeredgecolor="black")
     signal = study["families"][family]["signal_nats"]
+    ceiling = study["families"][family].get("ceiling")
+    if ceiling is not None:
+        axis.axhline(ceiling["bound_minus_bigram"], color="black", linestyle="--", linewidth=1,
+                     label=f"ceiling <= this (collapsed SMC, {ceiling['replicates']} runs averaged)")
     axis.axhline(0, color="black", linewidth=0.8)
     axis.set_xlabel("training budget (x the paper's 131,072 prompts)")
     axis.set_ylabel("test-sequence loss - in-context bigram's (nats/token)")

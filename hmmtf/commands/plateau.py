@@ -20,7 +20,8 @@ def run_plateau(args) -> int:
     out = Path(args.out)
     check_study_owner(out, args.command_line, (PLATEAU_FILE,), args.overwrite)
     with run_folder_lock(out, "--out"):
-        study = plateau_study(arms, args.baseline, [Path(folder) for folder in args.verdicts])
+        study = plateau_study(arms, args.baseline, [Path(folder) for folder in args.verdicts],
+                              [Path(path) for path in args.ceilings])
         study = {"command": args.command_line, "git_commit": args.git_commit, **study}
         (out / PLATEAU_FILE).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
         plot_plateau(study, out / "plateau.png")
@@ -45,6 +46,9 @@ def register(subparsers) -> None:
     parser.add_argument("--verdicts", nargs="+", default=[], metavar="FOLDER",
                         help="folders holding RUN/ngram-verdict.json of the runs that have one (the first that "
                              "holds a run's is read)")
+    parser.add_argument("--ceilings", nargs="+", default=[], metavar="FILE",
+                        help="bounds on families' ceilings on the runs' scoring prompts (the JSON of "
+                             "benchmarks/ceiling_bounds.py; figures/benchmarks/collapsed-smc/ceiling-FAMILY.json)")
     parser.add_argument("--out", type=output_folder, default="runs/plateau",
                         help="folder of plateau.json and plateau.png (default: %(default)s; the committed result is "
                              "written with --out figures/plateau)")
