@@ -48,7 +48,8 @@ network closes, ``(L_1 - L_model) / (L_1 - L_U)``: as the ceiling lies at or bel
 share of the window to the ceiling is at most that. A replicate's probabilities of the targets are kept in ``--work`` as it
 finishes (``replicate-R.npz``), so an interrupted run resumes from its finished replicates, and
 ``--shard I/N`` computes only the replicates ``r`` with ``r % N == I`` (two processes on two cores);
-the JSON (``--out``) is written when every replicate is there.
+the JSON (``--out``) and its figure (the same name, ``.png``: :func:`plot_bounds`) are written
+when every replicate is there.
 """
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hmm  # noqa: E402
 
 from empirical.analysis.ngram_verdict import clustered_interval  # noqa: E402
+from empirical.plotting import plt  # noqa: E402
 from empirical.training.checkpoint import load_checkpoint  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset, preset_from_task  # noqa: E402
 from empirical.training.runs import checkpoint_folder  # noqa: E402
@@ -203,6 +205,52 @@ def network_window(bound: np.ndarray, unigram: np.ndarray, model: np.ndarray, hm
             "share_of_window": float((unigram - model).mean() / (unigram - bound).mean())}
 
 
+def plot_bounds(result: dict, path: Path) -> None:
+    """Left: the loss of the average of R replicates against R, per scope, beside the in-context
+    trigram (the bound tightens as it falls). Right: the window on the test sequence and over all
+    positions, each predictor's mean loss minus the trigram's with its paired standard error (the
+    bound's and the networks'; the n-grams' and the oracle's means), the oracle written, as it lies
+    far below."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
+    for scope, color in zip(result["scopes"], ("tab:blue", "tab:orange")):
+        scored = result["scopes"][scope]
+        sizes = [int(size) for size in scored["loss_of_average_of"]]
+        left.plot(sizes, list(scored["loss_of_average_of"].values()), marker="o", color=color,
+                  label=f"{scope.replace('_', ' ')}: average of R runs")
+        left.axhline(scored["baselines"]["ngram 3"]["mean"], color=color, linestyle="--",
+                     label=f"{scope.replace('_', ' ')}: in-context trigram")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("replicates averaged, R")
+    left.set_ylabel("loss (nats/token)")
+    left.set_title("the bound tightens with the replicates averaged", fontsize=9)
+    left.legend(fontsize=7)
+    rows, oracles = [], []
+    for offset, scope in zip((0.15, -0.15), result["scopes"]):
+        scored = result["scopes"][scope]
+        trigram = scored["baselines"]["ngram 3"]["mean"]
+        entries = [(name, scored["baselines"][name]["mean"] - trigram, 0.0) for name in ("ngram 1", "ngram 2")]
+        entries += [(name.removeprefix("models/"), values["loss"]["mean"] - trigram, 0.0)
+                    for name, values in scored["networks"].items()]
+        entries.append(("ceiling <= (averaged SMC)", scored["bound_minus"]["ngram 3"]["mean"],
+                        scored["bound_minus"]["ngram 3"]["stderr"]))
+        rows = [name for name, _, _ in entries]
+        for index, (name, value, error) in enumerate(entries):
+            right.errorbar(value, index + offset, xerr=1.96 * error, fmt="o", capsize=3,
+                           color="tab:blue" if offset > 0 else "tab:orange",
+                           label=scope.replace("_", " ") if index == 0 else None)
+        oracles.append(f"{scored['baselines']['oracle']['mean'] - trigram:+.2f} ({scope.replace('_', ' ')})")
+    right.set_yticks(range(len(rows)), rows, fontsize=7)
+    right.axvline(0, color="black", linewidth=0.8)
+    right.set_xlabel("mean loss - in-context trigram's (nats/token); bound: 95% interval")
+    right.set_title(f"the window on the same prompts\n(the oracle, off the scale: {', '.join(oracles)})", fontsize=9)
+    right.legend(fontsize=7)
+    figure.suptitle(f"{result['mixture']}: the Bayes ceiling bounded by {result['replicates']} collapsed-SMC runs of "
+                    f"{result['settings']['particles']} particles averaged ({result['prompts']} prompts of "
+                    f"{result['distinct_hmms']} fresh HMMs)", fontsize=10)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
@@ -287,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
+        plot_bounds(result, Path(args.out).with_suffix(".png"))
     return 0
 
 

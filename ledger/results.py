@@ -313,10 +313,13 @@ RESULTS: tuple[Result, ...] = (
               "hmm/memory.py", *ROFORMER, *MIXTURE, *extra),
              needs=f"about {minutes} minutes of CPU (two cores: half that)")
       for family, mixture, replicates, models, extra, minutes in (
-          ("paper", "", 32, " --models models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-2x4x64-3x",
-           ("models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/", "models/paper-scale-cpu/paper-2x4x64-3x/checkpoint/"),
+          ("paper", "", 32, " --models models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-2x4x64-3x "
+                            "models/paper-scale-small/2x4x64",
+           ("models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/", "models/paper-scale-cpu/paper-2x4x64-3x/checkpoint/",
+            "models/paper-scale-small/2x4x64/checkpoint/", "empirical/plotting.py", "empirical/analysis/ngram_verdict.py"),
            90),
-          ("paper-dirichlet-0.1", " --mixture paper-dirichlet-0.1", 8, "", (), 45))),
+          ("paper-dirichlet-0.1", " --mixture paper-dirichlet-0.1", 8, "", ("empirical/plotting.py",
+                                                                             "empirical/analysis/ngram_verdict.py"), 45))),
     Result("figures/paper-scale/sweep/sweep.json",
            "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
            "(on a lent GPU, docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,

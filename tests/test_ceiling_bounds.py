@@ -89,6 +89,7 @@ def test_shards_resume_into_one_result_and_other_settings_are_refused(tmp_path, 
     assert "replicates [1, 3] are not in" in capsys.readouterr().out
     assert run_bounds(tmp_path, "--replicates", "4", "--shard", "1/2") == 0
     result = json.loads((tmp_path / "bounds.json").read_text())
+    assert (tmp_path / "bounds.png").stat().st_size > 0
     test_sequence = result["scopes"]["test_sequence"]
     assert set(test_sequence["loss_of_average_of"]) == {"1", "2", "4"}
     assert test_sequence["loss_of_average_of"]["4"] == pytest.approx(test_sequence["bound"]["mean"], rel=1e-12)
