@@ -317,9 +317,9 @@ RESULTS: tuple[Result, ...] = (
                             "models/paper-scale-small/2x4x64",
            ("models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/", "models/paper-scale-cpu/paper-2x4x64-3x/checkpoint/",
             "models/paper-scale-small/2x4x64/checkpoint/", "empirical/plotting.py", "empirical/analysis/ngram_verdict.py"),
-           90),
-          ("paper-dirichlet-0.1", " --mixture paper-dirichlet-0.1", 8, "", ("empirical/plotting.py",
-                                                                             "empirical/analysis/ngram_verdict.py"), 45))),
+           50),
+          ("paper-dirichlet-0.1", " --mixture paper-dirichlet-0.1", 16, "", ("empirical/plotting.py",
+                                                                              "empirical/analysis/ngram_verdict.py"), 20))),
     Result("figures/paper-scale/sweep/sweep.json",
            "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
            "(on a lent GPU, docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
