@@ -62,6 +62,9 @@ def plot_family(axis, study: dict, family: str, arm_colors: dict[str, str]) -> N
         axis.axhline(ceiling["bound_minus_bigram"], color="black", linestyle="--", linewidth=1,
                      label=f"ceiling <= this (collapsed SMC, {ceiling['replicates']} runs averaged)")
     axis.axhline(0, color="black", linewidth=0.8)
+    if ceiling is not None:  # keep the bound's line off the frame
+        low, high = axis.get_ylim()
+        axis.set_ylim(min(low, ceiling["bound_minus_bigram"] - 0.06 * (high - low)), high)
     axis.set_xlabel("training budget (x the paper's 131,072 prompts)")
     axis.set_ylabel("test-sequence loss - in-context bigram's (nats/token)")
     axis.set_title(f"{family} (signal {signal:.3f} nats): below 0 with its interval = escape (star)", fontsize=9)
