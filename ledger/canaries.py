@@ -235,6 +235,13 @@ def _torch_smc(shop: Workshop) -> None:
     _without_timing_ratios(shop.path("torch_smc.json"))
 
 
+def _ceiling_bounds(shop: Workshop) -> None:
+    run_script("benchmarks/ceiling_bounds.py", ["--preset", "tiny", "--prompts", "4", "--fresh-tasks", "8",
+                                                "--replicates", "2", "--particles", "8", "--burn-in-steps", "2",
+                                                "--work", shop.path("ceiling-bounds-work"), "--models",
+                                                shop.checkpoint(), "--out", shop.path("ceiling_bounds.json")])
+
+
 def _without_timing_ratios(path: str) -> None:
     """Rewrite the bench's JSON at ``path`` without its roofline's ``fraction_of_peak`` and
     ``binding``: ratios of timings (the SMC's rates over the device's measured peaks, and the larger
@@ -274,6 +281,9 @@ CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
            "the committed points)"),
     Canary("prior-predictive", _prior_predictive, ("prior_predictive.json",), None,
            "the rate of the SMC (a timing), and its convergence at the paper family's size"),
+    Canary("ceiling-bounds", _ceiling_bounds, ("ceiling_bounds.json",), None,
+           "the committed checkpoints the bound scores (a tiny network trained here stands in for them), and the "
+           "128-state sizes (it runs 2 replicates of 8 particles on 4 prompts of the tiny preset)"),
     Canary("torch-smc", _torch_smc, ("torch_smc.json",), None,
            "the torch SMC on CUDA and in float32 (it runs on the CPU in float64), its rate and roofline (timings), "
            "and its convergence at the sizes of the committed runs"),

@@ -311,7 +311,7 @@ RESULTS: tuple[Result, ...] = (
               "hmm/markov.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py",
               "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py",
               "hmm/memory.py", *ROFORMER, *MIXTURE, *extra),
-             needs=f"about {minutes} minutes of CPU (two cores: half that)")
+             needs=f"about {minutes} minutes of CPU (two cores: half that)", canary="ceiling-bounds")
       for family, mixture, replicates, models, extra, minutes in (
           ("paper", "", 32, " --models models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-2x4x64-3x "
                             "models/paper-scale-small/2x4x64",
