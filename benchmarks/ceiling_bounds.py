@@ -4,7 +4,7 @@ n-grams beside them, all on the same prompts.
 
     OMP_NUM_THREADS=1 python benchmarks/ceiling_bounds.py --preset paper --prompts 256 --replicates 8 \
         --particles 512 --burn-in-steps 16 --work runs/ceiling-bounds/paper \
-        --out figures/benchmarks/collapsed-smc/ceiling-paper.json
+        --out figures/competence/ceiling-paper.json
 
 **Why these are bounds.** The ceiling is the prior predictive's expected loss: the Bayes predictor
 of the next token given the prompt minimises the expected log loss over prompts of the prior, so

@@ -30,7 +30,7 @@ SMC_CPU = f"{SMC_DIR}/s16_cpu_numpy.json"
 SMC_GPU = (f"{SMC_DIR}/s16_cuda_float64.json", f"{SMC_DIR}/s16_cuda_float32.json")
 SMC_S128 = f"{SMC_DIR}/s128_cuda_float32.json"
 COLLAPSED_S128 = "figures/benchmarks/collapsed-smc/s128.json"
-CEILING_BOUNDS = {family: f"figures/benchmarks/collapsed-smc/ceiling-{family}.json"
+CEILING_BOUNDS = {family: f"figures/competence/ceiling-{family}.json"
                   for family in ("paper", "paper-dirichlet-0.1")}
 """The ceiling's bounds (benchmarks/ceiling_bounds.py) on the paper's family and its Dirichlet 0.1 control."""
 AGREEMENT_ERRORS = 4.0

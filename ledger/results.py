@@ -120,7 +120,7 @@ PLATEAU_STUDY = ("empirical/studies/plateau.py", "empirical/yardsticks/curves.py
                  "!models/paper-scale-cpu/sparse-2x4x64-1x/checkpoint/*.safetensors", "figures/plateau/verdicts/",
                  "figures/paper-scale/cpu/paper-2x4x64-4x/ngram-verdict.json",
                  "figures/paper-scale/cpu/sparse-2x4x64-1x/ngram-verdict.json",
-                 "figures/benchmarks/collapsed-smc/ceiling-paper.json")
+                 "figures/competence/ceiling-paper.json")
 """``hmmtf plateau``: like ``hmmtf curves`` (:data:`CURVE_STUDY`), summaries of the runs' recorded
 curves, so its producers are the summarising code and the run folders, the plain recipe's included,
 and the runs' final verdicts and the bound on the paper family's ceiling that it quotes."""
@@ -302,10 +302,10 @@ RESULTS: tuple[Result, ...] = (
            "about 3 minutes on a core"),
           ("s16", "python benchmarks/bench_collapsed_smc.py --preset tasks-8192-deep --prompts 16 --replicates 3 "
                   "--out figures/benchmarks/collapsed-smc/s16.json", "about 5 minutes on a core"))),
-    *(Result(f"figures/benchmarks/collapsed-smc/ceiling-{family}.json",
+    *(Result(f"figures/competence/ceiling-{family}.json",
              f"python benchmarks/ceiling_bounds.py --preset paper{mixture} --prompts 256 --replicates {replicates} "
              f"--particles 128 --burn-in-steps 8 --work runs/ceiling-bounds/{family}{models} --out "
-             f"figures/benchmarks/collapsed-smc/ceiling-{family}.json (first with --shard 0/2 and --shard 1/2, one "
+             f"figures/competence/ceiling-{family}.json (first with --shard 0/2 and --shard 1/2, one "
              f"process a core; the last call gathers the replicates)",
              ("benchmarks/ceiling_bounds.py", "hmm/collapsed_smc.py", "hmm/prior_predictive.py", "hmm/generators.py",
               "hmm/markov.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py",
@@ -378,15 +378,15 @@ RESULTS: tuple[Result, ...] = (
                  "models/curves/RUN/checkpoint`, then its recorded hmmtf curve command)",
            canary="curves"),
     Result("figures/plateau/verdicts/*/ngram-verdict.json",
-           "hmmtf ngram-verdict models/plateau/RUN --out figures/plateau/verdicts/RUN --threads 1 (RUN: each run of "
-           "the plateau study in models/plateau, at its last checkpoint; the runs' hmmtf curve commands are in "
+           "hmmtf ngram-verdict models/plateau/POINT --out figures/plateau/verdicts/POINT --threads 1 (POINT: each "
+           "run of the plateau study in models/plateau, at its last checkpoint; the runs' hmmtf curve commands are in "
            "models/README.md)",
-           NGRAM_VERDICT, needs="the run's folder, models/plateau/RUN (its weights: `hmmtf restore-checkpoint "
-                                "models/plateau/RUN/checkpoint --weights-only`); about 3 minutes on a core",
+           NGRAM_VERDICT, needs="the run's folder, models/plateau/POINT (its weights: `hmmtf restore-checkpoint "
+                                "models/plateau/POINT/checkpoint --weights-only`); about 3 minutes on a core",
            canary="ngram-verdict"),
     Result("figures/plateau/plateau.json",
            "hmmtf plateau --arm ARM RUN_DIR --baseline plain --verdicts figures/paper-scale/cpu figures/plateau/verdicts "
-           "--ceilings figures/benchmarks/collapsed-smc/ceiling-paper.json --out figures/plateau (one --arm per arm, "
+           "--ceilings figures/competence/ceiling-paper.json --out figures/plateau (one --arm per arm, "
            "its run folders after its name; the command is in the JSON)",
            PLATEAU_STUDY,
            needs="the runs' folders (models/plateau/RUN and models/paper-scale-cpu/paper-2x4x64-4x; to extend a run, "

@@ -48,7 +48,7 @@ def register(subparsers) -> None:
                              "holds a run's is read)")
     parser.add_argument("--ceilings", nargs="+", default=[], metavar="FILE",
                         help="bounds on families' ceilings on the runs' scoring prompts (the JSON of "
-                             "benchmarks/ceiling_bounds.py; figures/benchmarks/collapsed-smc/ceiling-FAMILY.json)")
+                             "benchmarks/ceiling_bounds.py; figures/competence/ceiling-FAMILY.json)")
     parser.add_argument("--out", type=output_folder, default="runs/plateau",
                         help="folder of plateau.json and plateau.png (default: %(default)s; the committed result is "
                              "written with --out figures/plateau)")
