@@ -2,9 +2,12 @@
 replicates of the collapsed-path SMC (hmm/collapsed_smc.py), the oracle below, the in-context
 n-grams beside them, all on the same prompts.
 
-    OMP_NUM_THREADS=1 python benchmarks/ceiling_bounds.py --preset paper --prompts 256 --replicates 8 \
-        --particles 512 --burn-in-steps 16 --work runs/ceiling-bounds/paper \
-        --out figures/competence/ceiling-paper.json
+    OMP_NUM_THREADS=1 python benchmarks/ceiling_bounds.py --preset paper --prompts 256 --replicates 32 \
+        --particles 128 --burn-in-steps 8 --work runs/ceiling-bounds/paper --shard 0/2   # and 1/2 on the other core
+    python benchmarks/ceiling_bounds.py ... --models models/paper-scale-cpu/paper-2x4x64-4x \
+        --out figures/competence/ceiling-paper.json      # gathers the runs, scores the networks
+
+(The particles, burn-in and run count were chosen on a pilot of 32 other prompts, docs/hmm.md.)
 
 **Why these are bounds.** The ceiling is the prior predictive's expected loss: the Bayes predictor
 of the next token given the prompt minimises the expected log loss over prompts of the prior, so
@@ -19,10 +22,9 @@ the scope's rows::
     ceiling - ngram_n  <=  mean_b(L_U(b) - L_n(b)) + 1.645 s.e.      (one-sided 95%)
     ceiling - oracle   >=  0
 
-(the standard error clustered by HMM, as ``hmmtf ngram-verdict``'s: prompts of one HMM are not
-independent).
-``U`` is the bounding predictor. Decision rule, stated before the results: the ceiling lies
-**below the in-context n-gram of order n** in a scope when that one-sided 95% bound is below 0.
+``U`` is the bounding predictor, the standard error clustered by HMM as ``hmmtf ngram-verdict``'s
+(prompts of one HMM are not independent). Decision rule, stated before the results: the ceiling
+lies **below the in-context n-gram of order n** in a scope when that one-sided 95% bound is below 0.
 
 **The bounding predictors** (rows ``t``, the replicates' probabilities ``p_r(t)`` of the token that
 follows):
@@ -45,8 +47,10 @@ reported beside it.
 network is a predictor of the prompt too, so its loss is another upper bound; beside it, ``model -
 bound`` (paired) and the share of the window from the in-context unigram to the bound that the
 network closes, ``(L_1 - L_model) / (L_1 - L_U)``: as the ceiling lies at or below the bound, the
-share of the window to the ceiling is at most that. A replicate's probabilities of the targets are kept in ``--work`` as it
-finishes (``replicate-R.npz``), so an interrupted run resumes from its finished replicates, and
+share of the window to the ceiling is at most that.
+
+**Resuming.** A replicate's probabilities of the targets are kept in ``--work`` as it finishes
+(``replicate-R.npz``), so an interrupted run resumes from its finished replicates, and
 ``--shard I/N`` computes only the replicates ``r`` with ``r % N == I`` (two processes on two cores);
 the JSON (``--out``) and its figure (the same name, ``.png``: :func:`plot_bounds`) are written
 when every replicate is there.

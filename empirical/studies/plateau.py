@@ -159,7 +159,8 @@ def family_ceilings(ceilings: list[Path], rows: list[dict]) -> dict[str, dict]:
                              f"{bounds['fresh_tasks']} fresh HMMs (bigram {bigram:.6f}); expected the prompts the runs "
                              f"of {family!r} were scored on ({probe['num_prompts']} of {probe['fresh_tasks']}, bigram "
                              f"{scored:.6f})")
-        found[family] = {"file": str(path), "bound": scope["bound"]["mean"], "bound_minus_bigram": scope["bound"]["mean"] - bigram,
+        bound = scope["bound"]["mean"]
+        found[family] = {"file": str(path), "bound": bound, "bound_minus_bigram": bound - bigram,
                          "oracle_minus_bigram": scope["baselines"]["oracle"]["mean"] - bigram,
                          "replicates": bounds["replicates"], "settings": bounds["settings"]}
     return found
@@ -176,13 +177,13 @@ def window_share(run: dict, ceiling: dict) -> float:
 
 
 def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: list[Path],
-                  ceilings: list[Path] = ()) -> dict:
+                  ceilings: list[Path]) -> dict:
     """The study over ``arms`` (``(name, run folders)``; one family per run, read from its
-    checkpoint): per arm and family its runs (:func:`run_record`, with the final verdicts found in the
-    folders ``verdicts`` and, where ``ceilings`` bound the family's ceiling, :func:`window_share`), their :func:`escape_range`, and
-    its :func:`compare` against the ``baseline`` arm on the same family; per family its
-    :func:`family_signals` (with its :func:`family_ceilings`); per arm on several families, its
-    :func:`signal_order`."""
+    checkpoint): per arm and family its runs (:func:`run_record`, with the final verdicts found in
+    the folders ``verdicts`` and, where ``ceilings`` bound the family's ceiling, its
+    :func:`window_share`), their :func:`escape_range`, and its :func:`compare` against the
+    ``baseline`` arm on the same family; per family its :func:`family_signals` (with its
+    :func:`family_ceilings`); per arm on several families, its :func:`signal_order`."""
     names = [name for name, _ in arms]
     if len(set(names)) != len(names):
         raise ValueError(f"--arm: names {names}; expected each arm named once")
@@ -201,10 +202,10 @@ def plateau_study(arms: list[tuple[str, list[Path]]], baseline: str, verdicts: l
         if row["arm"] != baseline and row["family"] in reference:
             row["against_baseline"] = compare(row["escape"], reference[row["family"]])
     signals = family_signals(rows)
-    for family, ceiling in family_ceilings(list(ceilings), rows).items():
+    for family, ceiling in family_ceilings(ceilings, rows).items():
         signals[family]["ceiling"] = ceiling
-        for row in rows:
-            for run in row["runs"] if row["family"] == family else ():
+        for row in (row for row in rows if row["family"] == family):
+            for run in row["runs"]:
                 run["window_share_at_last_point"] = window_share(run, ceiling)
     return {"rules": RULES, "paper_budget_tokens": budget_tokens, "baseline": baseline, "arms": rows,
             "families": signals, "signal_order": signal_order(rows, signals)}
