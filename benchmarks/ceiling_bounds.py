@@ -172,16 +172,16 @@ def summary(targets: np.ndarray, baselines: dict[str, np.ndarray], networks: dic
         bound = scope_losses(targets.mean(0), rows, scored)
         weighted = scope_losses(evidence_weighted(targets), rows, scored)
         others = {name: scope_losses(values, rows, scored) for name, values in baselines.items()}
+        bound_minus = {name: bound_against(bound, values, hmms) for name, values in others.items()}
         result[scope] = {
             "loss_of_average_of": averages,
             "doubling_the_replicates": doublings,
             "bound": mean_and_stderr(bound),
             "evidence_weighted": mean_and_stderr(weighted),
             "baselines": {name: mean_and_stderr(values) for name, values in others.items()},
-            "bound_minus": {name: bound_against(bound, values, hmms) for name, values in others.items()},
+            "bound_minus": bound_minus,
             "evidence_weighted_minus": {name: bound_against(weighted, values, hmms) for name, values in others.items()},
-            "below": {name: bound_against(bound, values, hmms)["upper_95"] < 0 for name, values in others.items()
-                      if name != "oracle"},
+            "below": {name: against["upper_95"] < 0 for name, against in bound_minus.items() if name != "oracle"},
             "networks": {name: network_window(bound, others["ngram 1"], scope_losses(values, rows, scored), hmms)
                          for name, values in networks.items()},
         }
