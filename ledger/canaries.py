@@ -236,10 +236,14 @@ def _torch_smc(shop: Workshop) -> None:
 
 
 def _ceiling_bounds(shop: Workshop) -> None:
-    run_script("benchmarks/ceiling_bounds.py", ["--preset", "tiny", "--prompts", "4", "--fresh-tasks", "8",
-                                                "--replicates", "2", "--particles", "8", "--burn-in-steps", "2",
-                                                "--work", shop.path("ceiling-bounds-work"), "--models",
-                                                shop.checkpoint(), "--out", shop.path("ceiling_bounds.json")])
+    """Run from the workshop, with the network named by its path there: the output keys each network by
+    the path it was given, and :func:`_canonical` rewrites values, not keys."""
+    checkpoint = str(Path(shop.checkpoint()).relative_to(shop.folder))
+    with contextlib.chdir(shop.folder):
+        run_script("benchmarks/ceiling_bounds.py", ["--preset", "tiny", "--prompts", "4", "--fresh-tasks", "8",
+                                                    "--replicates", "2", "--particles", "8", "--burn-in-steps", "2",
+                                                    "--work", shop.path("ceiling-bounds-work"), "--models",
+                                                    checkpoint, "--out", shop.path("ceiling_bounds.json")])
 
 
 def _without_timing_ratios(path: str) -> None:
