@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                       "is a lower bound",
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
                           "torch": torch.__version__},
-              "cpu_seconds": cpu, "prompts_per_cpu_minute": 60 * args.prompts * len(cpu) / sum(cpu),
+              "cpu_seconds": cpu, "cpu_prompts_per_minute": 60 * args.prompts * len(cpu) / sum(cpu),
               "distinct_hmms": int(torch.unique(prompts.task_ids).numel()),
               "scopes": summary(targets, baselines, networks, tokens, prompts.task_ids, prompt_format, p)}
     text = json.dumps(result, indent=1, allow_nan=False)
