@@ -34,6 +34,9 @@ HELP = {
     "curriculum_mixture": "a mixture of the same tokens mixed into the first --curriculum-steps steps ('': none)",
     "curriculum_steps": "steps over which the curriculum's share of a batch falls linearly to none",
     "curriculum_share": "the curriculum's share of a batch at step 0",
+    "context_curriculum_steps": "steps over which the prompts grow from --context-curriculum-demos demonstrations to "
+                                "the prompt format's, in equal shares (0: no context curriculum)",
+    "context_curriculum_demos": "demonstrations in the prompts of step 0 of a context curriculum",
 }
 """Each flag's help where the field's owner and name do not say enough."""
 METAVARS = {int: "INT", float: "FLOAT", str: "NAME"}

@@ -26,7 +26,12 @@ tiny run does not take (CUDA, bf16 on a GPU, ``torch.compile``, several processe
 blocking or chunking threshold); inputs it does not read (the committed checkpoints and run
 folders a result was measured on: the canary trains its own tiny network); timings; figures.
 And it compares bits on one software stack: a digest recorded under other versions of Python,
-numpy or torch does not vouch (:func:`environment`).
+numpy or torch does not vouch (:func:`environment`). Nor, in practice, on another processor: torch
+picks its CPU kernels by instruction set (AVX2, AVX512), and the ``ngram-verdict`` canary's float
+sums differ in their last bits between the two. A verification of the present code is kept across
+processors (its record says which one ran it), but a canary run on a processor of another kernel
+set than its baseline's cannot match it: the record notes the set (``cpu``), and the message says
+when that is the cause, so that the baseline is recorded again at its commit on this processor.
 """
 from __future__ import annotations
 
@@ -309,10 +314,11 @@ def same_software(first: dict[str, str], second: dict[str, str]) -> bool:
 
 
 def environment() -> dict[str, str]:
-    """The software stack the bits depend on."""
+    """The software stack the bits depend on, and the CPU kernel set torch dispatches to (``cpu``)."""
     import numpy
     import torch
-    return {"python": platform.python_version(), "numpy": numpy.__version__, "torch": torch.__version__}
+    return {"python": platform.python_version(), "numpy": numpy.__version__, "torch": torch.__version__,
+            "cpu": torch.backends.cpu.get_cpu_capability()}
 
 
 def _canonical(value, workshop: str):
@@ -617,6 +623,11 @@ class CanaryBook:
             return Vouch(name, False, f"{where} was recorded under {baseline['environment']}, this is "
                                       f"{now['environment']}: its bits cannot be compared")
         if now["within"][baseline["commit"]] != baseline["digest"]:
+            kernels = (baseline["environment"].get("cpu"), now["environment"].get("cpu"))
+            if kernels[0] != kernels[1]:
+                return Vouch(name, False, f"{where} differs, and it was recorded on a CPU of kernel set {kernels[0]} "
+                                          f"(None: unrecorded), this one is {kernels[1]}: record the baseline again "
+                                          f"here at its commit, else the numbers moved")
             return Vouch(name, False, f"{where} differs: the numbers moved")
         differ = _settings_that_differ(baseline["settings"], now["settings"], names)
         if differ:

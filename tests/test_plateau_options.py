@@ -1,8 +1,9 @@
 """The plateau study's training options (issue 51), each off by default and tested against an
 oracle: Rao-Blackwellised (filtered) targets against the mean of sampled-target gradients and the
-oracle predictor; the curriculum's share and streams; the attention scale against scaled query
-weights."""
+oracle predictor; the curriculum's share and streams; the context curriculum's schedule, streams
+and token counts; the attention scale against scaled query weights."""
 import dataclasses
+import json
 import math
 
 import pytest
@@ -13,8 +14,9 @@ from empirical.training.data import TRAIN_STREAM, PromptStream, prompt_batch, st
 from empirical.training.model import RoFormer, RoFormerConfig
 from empirical.training.prefetch import PrefetchedBatches
 from empirical.training.presets import get_preset
-from empirical.training.streams import CURRICULUM_STREAM, Curriculum, StudyStream, filtered_targets, training_stream
-from empirical.training.train import IGNORE_INDEX, Batch, TrainConfig, loss_sum_and_count, train
+from empirical.training.streams import (CURRICULUM_STREAM, ContextCurriculum, Curriculum, StudyStream, filtered_targets,
+                                        step_lengths, training_stream)
+from empirical.training.train import CHECKPOINT_DIR, IGNORE_INDEX, METRICS_FILE, TOKENS_READ, Batch, TrainConfig, loss_sum_and_count, train
 from empirical.yardsticks.hand_built import task_memory_predictor
 from rounding import gamma
 
@@ -146,6 +148,67 @@ def test_a_curriculum_of_an_unknown_mixture_or_of_other_tokens_is_refused_naming
         training_stream(MIXTURE, with_train(curriculum_mixture="tiny", curriculum_steps=4))
 
 
+def test_the_context_curriculum_gives_each_count_of_demonstrations_an_equal_share_of_its_steps():
+    """From 2 demonstrations to the format's 6 over 15 steps: 5 counts, 3 steps each, then 6."""
+    full = PRESET.prompt_format
+    schedule = [ContextCurriculum(steps=15, demos=2).format_at(full, step) for step in range(20)]
+    assert [format.num_demos for format in schedule] == [2] * 3 + [3] * 3 + [4] * 3 + [5] * 3 + [6] * 8
+    assert all(dataclasses.replace(format, num_demos=full.num_demos) == full for format in schedule)
+    uneven = [ContextCurriculum(steps=4, demos=0).format_at(full, step).num_demos for step in range(4)]
+    assert uneven == [0, 1, 3, 5]  # floor(7 s / 4): 7 counts over 4 steps, the last one the format's
+
+
+def test_a_context_curriculum_batch_is_the_plain_streams_draw_at_the_steps_format_and_the_plain_batch_after():
+    preset = with_train(context_curriculum_steps=10, context_curriculum_demos=1)
+    stream, plain = training_stream(MIXTURE, preset), training_stream(MIXTURE, PRESET)
+    for step in (0, 4, 9):
+        format = dataclasses.replace(PRESET.prompt_format, num_demos=1 + 6 * step // 10)
+        drawn = hmm.sample_prompts(MIXTURE, PRESET.train.batch_size, format,
+                                   seed=stream_seed(PRESET.data_seed, TRAIN_STREAM, step))
+        expected = prompt_batch(drawn, MIXTURE.delimiter)
+        assert torch.equal(stream(step).inputs, expected.inputs) and torch.equal(stream(step).targets, expected.targets)
+    assert torch.equal(stream(10).inputs, plain(10).inputs) and torch.equal(stream(10).targets, plain(10).targets)
+    # 1 + floor(6 s / 10) demonstrations at s = 0..9: 1 1 2 2 3 4 4 5 5 6, then the format's 6; d of them hold 17 d + 16 tokens
+    demos = {1: 2, 2: 2, 3: 1, 4: 2, 5: 2, 6: 1 + 2}
+    assert step_lengths(preset, 0, 12) == {17 * count + 16: steps for count, steps in demos.items()}
+    assert step_lengths(PRESET, 3, 12) == {PRESET.prompt_format.length: 9}
+
+
+def test_a_context_curriculum_of_a_too_long_start_or_a_negative_count_is_refused_naming_it():
+    with pytest.raises(ValueError, match="context_curriculum_demos: 6; expected fewer than the prompt format's 6"):
+        training_stream(MIXTURE, with_train(context_curriculum_steps=4, context_curriculum_demos=6))
+    for name in ("context_curriculum_steps", "context_curriculum_demos"):
+        with pytest.raises(ValueError, match=f"{name}: -1; expected an integer >= 0"):
+            TrainConfig(steps=10, batch_size=4, **{name: -1})
+
+
+def test_the_logs_tokens_are_the_tokens_read_and_a_checkpoint_without_them_resumes_as_before(tmp_path):
+    """``metrics.jsonl``'s ``tokens`` count every batch's tokens, so in a context curriculum they
+    are the sum of :func:`step_lengths`, through a resumption; a checkpoint saved before that count
+    existed resumes with ``step x`` the batch's tokens, which a run of one shape logged."""
+    preset = with_train(steps=8, batch_size=4, warmup_steps=1, log_every=2, precision="fp32",
+                        context_curriculum_steps=6, context_curriculum_demos=2)
+    model = RoFormerConfig(vocab_size=MIXTURE.num_tokens + 1, num_layers=1, num_heads=2, width=16)
+    stream = training_stream(MIXTURE, preset)
+    train(model, preset.train, stream, tmp_path / "straight", progress=False)
+    train(model, preset.train, stream, tmp_path / "resumed", stop_at=3, progress=False)
+    train(model, preset.train, stream, tmp_path / "resumed", progress=False)
+    expected = [4 * sum(length * steps for length, steps in step_lengths(preset, 0, stop).items()) for stop in (2, 4, 6, 8)]
+    for run in ("straight", "resumed"):
+        records = [json.loads(line) for line in (tmp_path / run / METRICS_FILE).read_text().splitlines()]
+        assert [record["tokens"] for record in records if record["step"] % 2 == 0] == expected, run
+    plain = with_train(steps=8, batch_size=4, warmup_steps=1, log_every=2, precision="fp32")
+    stream = training_stream(MIXTURE, plain)
+    train(model, plain.train, stream, tmp_path / "old", stop_at=4, progress=False)
+    config_path = tmp_path / "old" / CHECKPOINT_DIR / "config.json"
+    config = json.loads(config_path.read_text())
+    assert config.pop(TOKENS_READ) == 4 * 4 * PRESET.prompt_format.length
+    config_path.write_text(json.dumps(config))
+    train(model, plain.train, stream, tmp_path / "old", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "old" / METRICS_FILE).read_text().splitlines()]
+    assert [record["tokens"] for record in records] == [step * 4 * PRESET.prompt_format.length for step in (2, 4, 6, 8)]
+
+
 @pytest.mark.parametrize("scale", [0.5, 2.5])
 def test_the_attention_scale_multiplies_the_scores_as_scaled_queries_do(scale):
     """``c q.k`` is ``(c q).k``: a model with ``attention_scale = c`` computes the standard model
@@ -173,10 +236,10 @@ def test_a_non_finite_or_non_positive_attention_scale_is_refused_naming_it():
 
 
 def test_a_run_with_every_option_learns_its_soft_targets_and_resumes_bit_for_bit(tmp_path):
-    """Soft targets, a curriculum and an attention scale together: the loss against the filtered
-    targets falls, and a run stopped in the curriculum and resumed is the uninterrupted run."""
+    """Soft targets, both curricula and an attention scale together: the loss against the filtered
+    targets falls, and a run stopped in the curricula and resumed is the uninterrupted run."""
     preset = with_train(steps=12, batch_size=8, learning_rate=3e-3, warmup_steps=2, log_every=1, precision="fp32",
-                        soft_targets=True, curriculum_mixture=EASY, curriculum_steps=8)
+                        soft_targets=True, curriculum_mixture=EASY, curriculum_steps=8, context_curriculum_steps=6)
     model = RoFormerConfig(vocab_size=MIXTURE.num_tokens + 1, num_layers=1, num_heads=2, width=16, attention_scale=2.0)
     stream = training_stream(MIXTURE, preset)
     straight = train(model, preset.train, stream, tmp_path / "straight", progress=False)

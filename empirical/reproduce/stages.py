@@ -68,7 +68,7 @@ from empirical.reproduce.record import (
 )
 from empirical.measurement.roofline import synchronize, timed
 from empirical.training.run_control import StopRequest
-from empirical.training.streams import training_stream
+from empirical.training.streams import step_lengths, training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, train
 
 MIXTURE_FILE = "mixture.json"
@@ -155,16 +155,19 @@ def train_stage(run: Reproduction) -> dict:
     model_config = preset.model_config(preset.mixture_spec.num_tokens)
     result = train(model_config, preset.train, stream, folder, task=preset.task(), command=run.command,
                    stop_requested=run.stop, device=run.config.device)
-    length = preset.prompt_format.length
-    tokens = (result.step - start) * preset.train.batch_size * length
-    flops_per_token = training_flops_per_token(model_config, length)
+    # a context curriculum's first steps train on shorter prompts: tokens and FLOPs per length
+    lengths = step_lengths(preset, start, result.step)
+    tokens = sum(preset.train.batch_size * length * steps for length, steps in lengths.items())
+    flops = sum(preset.train.batch_size * length * steps * training_flops_per_token(model_config, length)
+                for length, steps in lengths.items())
+    flops_per_token = training_flops_per_token(model_config, preset.prompt_format.length)
     windows = [record for record in metrics_records(folder / METRICS_FILE) if record["step"] > start]
     steady = steady_tokens_per_s(windows, start + preset.train.log_every)
     return {
         "interrupted": result.interrupted,
         "steps": result.step - start,
         "tokens": tokens,
-        "flops": {str(run.config.train_dtype).removeprefix("torch."): float(flops_per_token * tokens)},
+        "flops": {str(run.config.train_dtype).removeprefix("torch."): float(flops)},
         "last_loss": result.last_loss,
         "steady_tokens_per_s": steady,
         "steady_mfu": steady * flops_per_token / run.rates.train if steady else None,

@@ -53,6 +53,9 @@ CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
 BRANCHED_FROM = "branched_from"
 """The checkpoint config's record of the run and step a branched run started from (:func:`branch_run`)."""
+TOKENS_READ = "tokens_read"
+"""The checkpoint config's count of the tokens of every global batch trained on so far (the
+``tokens`` of ``metrics.jsonl``'s records)."""
 
 
 class Batch(NamedTuple):
@@ -91,7 +94,7 @@ class TrainConfig(JSONConfig):
     rates as a decaying one over its stable steps, so it can be branched into its decay
     (:func:`branch_run`).
 
-    The last four fields shape the objective and the data, and are read by the prompt stream
+    The last six fields shape the objective and the data, and are read by the prompt stream
     (:func:`empirical.training.streams.training_stream`), not by this loop (plateau study, issue 51):
 
     - ``soft_targets``: the loss is the cross-entropy against each prompt's own HMM's next-token
@@ -102,6 +105,14 @@ class TrainConfig(JSONConfig):
       ``curriculum_share * max(0, 1 - s / curriculum_steps)`` of each batch (rounded to prompts)
       comes from another mixture of the same tokens (an easier family), annealed linearly to none
       at ``curriculum_steps``; ``""``: no curriculum.
+    - ``context_curriculum_steps``, ``context_curriculum_demos``: a curriculum on context length.
+      With ``K = context_curriculum_steps > 0``, ``d0 = context_curriculum_demos`` and ``D`` the
+      prompt format's demonstrations, the prompts of step ``s`` hold ::
+
+          d(s) = min(D, d0 + floor((D - d0 + 1) s / K))   demonstrations for s < K,  D after,
+
+      so that each count from ``d0`` to ``D`` takes an equal share of the first ``K`` steps (the
+      test sequence is always there); ``K = 0``: no curriculum.
     """
 
     steps: int
@@ -123,10 +134,13 @@ class TrainConfig(JSONConfig):
     curriculum_mixture: str = ""
     curriculum_steps: int = 0
     curriculum_share: float = 0.5
+    context_curriculum_steps: int = 0
+    context_curriculum_demos: int = 1
 
     def __post_init__(self) -> None:
         check_integers(self, ("steps", "batch_size", "log_every"), minimum=1)
-        check_integers(self, ("warmup_steps", "decay_steps", "checkpoint_every", "curriculum_steps"), minimum=0)
+        check_integers(self, ("warmup_steps", "decay_steps", "checkpoint_every", "curriculum_steps",
+                              "context_curriculum_steps", "context_curriculum_demos"), minimum=0)
         if self.checkpoint_every % self.log_every:
             raise ValueError(
                 f"checkpoint_every: {self.checkpoint_every}; expected a multiple of log_every = {self.log_every} "
@@ -514,6 +528,9 @@ def train(
         window: dict | None = {"loss_sum": 0.0, "counted": 0}
         origin: dict = {}  # where a branched run came from (branch_run), kept by every later save
         saved_step: int | None = None  # the step of the checkpoint on disk
+        # Tokens of the global batches before `start` (a context curriculum's prompts vary in length);
+        # None for a checkpoint saved without them, whose batches all had the first resumed step's shape.
+        tokens_read: int | None = 0
         if checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
             saved = load_checkpoint(checkpoint_dir, device)
             _check_same_run(saved.config, model_config, train_config, task, run_dir)
@@ -522,6 +539,7 @@ def train(
             if start < stop_at:  # a finished run only hands back its weights: no step needs the moments
                 optimizer.load_state_dict(require_optimizer_state(saved, checkpoint_dir, f"resuming it to step {stop_at}"))
             window = saved.config.get("log_window")
+            tokens_read = saved.config.get(TOKENS_READ)
             origin = {BRANCHED_FROM: saved.config[BRANCHED_FROM]} if BRANCHED_FROM in saved.config else {}
             if stop_at < start:
                 raise ValueError(
@@ -540,7 +558,7 @@ def train(
 
         def save(step: int, window_loss_sum: float, window_counted: int) -> None:
             if checkpoint_dir is not None and context.rank == 0:
-                config = {"train": train_config.to_dict(), "task": task or {}, "step": step,
+                config = {"train": train_config.to_dict(), "task": task or {}, "step": step, TOKENS_READ: tokens_read,
                           "command": command or shlex.join(sys.argv),
                           "log_window": {"loss_sum": window_loss_sum, "counted": window_counted}, **origin}
                 save_checkpoint(checkpoint_dir, model, optimizer, config)
@@ -572,6 +590,8 @@ def train(
         )
         for step in range(start, stop_at):
             global_batch = batch_fn(step)
+            if tokens_read is None:
+                tokens_read = step * global_batch.inputs.numel()
             if global_batch.inputs.shape[0] != train_config.batch_size:
                 raise ValueError(
                     f"batch_fn: step {step} returned {global_batch.inputs.shape[0]} rows; "
@@ -589,6 +609,7 @@ def train(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             tokens_since_log += global_batch.inputs.numel()
+            tokens_read += global_batch.inputs.numel()
             counted_since_log += global_count
             loss_since_log += local_sum
 
@@ -610,7 +631,7 @@ def train(
                 record = {
                     "step": end,
                     "loss": last_loss,
-                    "tokens": end * global_batch.inputs.numel(),
+                    "tokens": tokens_read,
                     "lr": lr,
                     "grad_norm": float(grad_norm),
                     "tokens_per_s": tokens_since_log / elapsed,
