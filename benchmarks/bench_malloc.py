@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
               "load_average_at_start": load_average, "preset": args.preset, "steps": args.steps,
               "warmup": args.warmup, "tuned_tunables": with_training_tunables(os.environ)[TUNABLES_VARIABLE],
               **measure(args)}
-    text = json.dumps(result, indent=2)
+    text = json.dumps(result, indent=2, allow_nan=False)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
           f"same weights after the steps: {same_bits}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
     return 0
 
 

@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         print(error_line(error.prog, str(error)), file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     if not args.compare:
-        text = json.dumps(single(args, command), indent=2)
+        text = json.dumps(single(args, command), indent=2, allow_nan=False)
         print(text)
     else:
         load_average = os.getloadavg()[0]
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             return USER_ERROR_EXIT_CODE
         result = compare(args, command, load_average)
         print(comparison_table(result))
-        text = json.dumps(result, indent=2)
+        text = json.dumps(result, indent=2, allow_nan=False)
     if args.out:
         Path(args.out).write_text(text + "\n")
     return 0

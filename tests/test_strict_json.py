@@ -37,15 +37,10 @@ CANARY_WITNESS = ("the torch SMC canary's own code, part of its digest (ledger/c
                   "changed with a new baseline of that canary; it rewrites the canary's scratch file only")
 
 KNOWN_LOOSE_WRITERS = {
-    ("empirical/training/train.py", "_run_differences"): TIMING_PRODUCER,
-    ("empirical/training/train.py", "train"): TIMING_PRODUCER,
     ("benchmarks/bench_collapsed_smc.py", "main"): TIMING_PRODUCER,
     ("benchmarks/bench_hand_built.py", "main"): TIMING_PRODUCER,
     ("benchmarks/bench_hmm.py", "main"): TIMING_PRODUCER,
-    ("benchmarks/bench_malloc.py", "main"): TIMING_PRODUCER,
     ("benchmarks/bench_prior_predictive.py", "main"): TIMING_PRODUCER,
-    ("benchmarks/bench_rotary.py", "main"): TIMING_PRODUCER,
-    ("benchmarks/bench_training.py", "main"): TIMING_PRODUCER,
     ("ledger/canaries.py", "_without_timing_ratios"): CANARY_WITNESS,
     ("hmmtf/commands/analyze.py", "_analyze_into"): UNDEFINED_SHUFFLE,
     ("empirical/reproduce/record.py", "write_json"): UNDEFINED_SHUFFLE,

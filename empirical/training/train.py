@@ -325,7 +325,7 @@ def _run_differences(saved: dict, model_config: RoFormerConfig, train_config: Tr
     The saved train config is read with the defaults of fields added since it was written."""
     saved = dict(saved, train=TrainConfig.from_dict(saved["train"]).to_dict()) if "train" in saved else saved
     current = json.loads(json.dumps({"model": model_config.to_dict(), "train": train_config.to_dict(),
-                                     "task": task or {}}))
+                                     "task": task or {}}, allow_nan=False))
     differences = [difference for section, value in current.items()
                    for difference in _differences(saved.get(section), value, section)]
     hidden = len(differences) - MAX_DIFFERENCES_SHOWN
@@ -638,7 +638,7 @@ def train(
                     "elapsed_s": time.perf_counter() - started,
                 }
                 if log_file is not None:
-                    log_file.write(json.dumps(record) + "\n")
+                    log_file.write(json.dumps(record, allow_nan=False) + "\n")
                     log_file.flush()
                 bar.set_postfix(loss=f"{last_loss:.4f}")
                 clock, tokens_since_log, counted_since_log = time.perf_counter(), 0, 0
