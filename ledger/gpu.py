@@ -270,8 +270,8 @@ GPU = Section("The paper-scale family: the recipe sweep on a lent GPU, smaller n
           sources=PAPER_CPU, judge=small_networks_competence,
           rule="holds when one network's verdict is 'beats every in-context n-gram'; otherwise not reproduced at "
                "these budgets"),
-    Claim("G-plateau-study", "An intervention on the training recipe of a 2 x 4 x 64 (soft targets, a curriculum, "
-          "the attention scale, or another learning rate or batch at the same tokens) shortens its counting plateau "
+    Claim("G-plateau-study", "An intervention on the training recipe of a 2 x 4 x 64 (soft targets, a curriculum on the "
+          "data or on the context length, the attention scale, or another learning rate or batch at the same tokens) shortens its counting plateau "
           "on the paper-scale family: it leaves the in-context unigram counter earlier than the plain recipe.",
           "hmmtf plateau over the runs of models/plateau/ and the plain recipe's (each scored by hmmtf curve every "
           "1/8 or 1/4 of the paper's budget on 256 prompts of 1024 fresh HMMs): the budget at which each run first "
