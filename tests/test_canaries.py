@@ -239,10 +239,28 @@ def test_a_key_the_code_now_adds_to_its_output_leaves_the_old_numbers_to_judge(r
     assert "differs: the numbers moved" in _state(root, canary).detail
 
 
+def test_a_digest_that_moved_on_another_kernel_set_says_so_and_one_that_matches_is_kept(repository):
+    """A baseline recorded on a processor of another CPU kernel set (AVX2 against AVX512: other last
+    bits) that no longer matches is named as such, so that it is recorded again at its commit; where
+    the digest matches, the kernel set does not matter."""
+    root, canary = repository
+    record = canaries.load_record(root)
+    for baseline in record["baselines"]["toy"]:
+        baseline["environment"] = {**baseline["environment"], "cpu": "ANOTHER"}
+    canaries.write_record(root, record)
+    _commit(root, {"toy/make.py": REFACTORED}, "split out a helper")
+    assert _state(root, canary).status is Status.FRESH
+    _commit(root, {"toy/make.py": REFACTORED.replace("SCALE = 2.0", "SCALE = 2.0000001")}, "other numbers")
+    detail = _state(root, canary).detail
+    assert "recorded on a CPU of kernel set ANOTHER" in detail and "record the baseline again here" in detail, detail
+    assert canaries.environment()["cpu"] != "ANOTHER"
+
+
 @pytest.mark.parametrize("other, same", [({"python": "3.11.9"}, True), ({"python": "3.12.1"}, False),
-                                         ({"numpy": "2.4.7"}, False), ({"torch": "2.13.0+cu130"}, False)])
+                                         ({"numpy": "2.4.7"}, False), ({"torch": "2.13.0+cu130"}, False),
+                                         ({"cpu": "AVX2"}, True)])
 def test_the_bits_are_compared_on_one_software_stack(other, same):
-    here = {"python": "3.11.7", "numpy": "2.4.6", "torch": "2.13.0+cpu"}
+    here = {"python": "3.11.7", "numpy": "2.4.6", "torch": "2.13.0+cpu", "cpu": "AVX512"}
     assert canaries.same_software(here, {**here, **other}) is same
 
 
