@@ -301,7 +301,10 @@ RESULTS: tuple[Result, ...] = (
                    "--burn-in-steps 32 --no-parameter-smc --doubling --out figures/benchmarks/collapsed-smc/s128.json",
            "about 3 minutes on a core"),
           ("s16", "python benchmarks/bench_collapsed_smc.py --preset tasks-8192-deep --prompts 16 --replicates 3 "
-                  "--out figures/benchmarks/collapsed-smc/s16.json", "about 5 minutes on a core"))),
+                  "--out figures/benchmarks/collapsed-smc/s16.json", "about 5 minutes on a core"),
+          ("s128-parameter", "python benchmarks/bench_collapsed_smc.py --preset paper --prompts 4 --replicates 2 "
+                             "--particles 128 --burn-in-steps 8 --parameter-particles 64 --moves 1 "
+                             "--out figures/benchmarks/collapsed-smc/s128-parameter.json", "about 7 minutes on a core"))),
     *(Result(f"figures/competence/ceiling-{family}.json",
              f"python benchmarks/ceiling_bounds.py --preset paper{mixture} --prompts 256 --replicates {replicates} "
              f"--particles 128 --burn-in-steps 8 --work runs/ceiling-bounds/{family}{models} --out "
