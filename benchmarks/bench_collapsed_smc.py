@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                           "load_average_at_start": load, "torch": torch.__version__},
               "reference_sigma": REFERENCE_STDERR, "start_law_error": start_law, "methods": methods,
               "cost_ratio_parameter_over_collapsed": cost_ratio, "doubling": doubling}
-    text = json.dumps(result, indent=2)
+    text = json.dumps(result, indent=2, allow_nan=False)
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

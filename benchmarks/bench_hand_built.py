@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({entry['seconds']:.1f} s for {args.prompts}), {entry['speedup_over_loop']:.2f}x the loop, "
               f"max |batched - loop| = {entry['max_abs_difference_to_loop']:.1e}")
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     return 0
 
 

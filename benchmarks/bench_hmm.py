@@ -313,7 +313,7 @@ def main() -> None:
               f"(mixture built in {g['mixture_build_seconds']:.1f} s)")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+            json.dump(results, handle, indent=2, allow_nan=False)
             handle.write("\n")
 
 

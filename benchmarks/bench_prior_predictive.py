@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
                           "load_average_at_start": load, "torch": torch.__version__},
               "rate": rate, "convergence": convergence, "cross_check": cross_check}
-    text = json.dumps(result, indent=2)
+    text = json.dumps(result, indent=2, allow_nan=False)
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

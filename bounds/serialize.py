@@ -3,7 +3,8 @@ report.json; ``hmmtf evaluate``'s evaluation.json, competence.json and hand_buil
 evaluation.json of ``hmmtf reproduce``).
 
 A dataclass becomes a dict of its fields in declaration order, a dict keeps its keys, a list or
-tuple becomes a list, ``+inf`` becomes the string :data:`INFINITY`, any other value is kept. Four
+tuple becomes a list, a float that is not finite becomes the string ``float`` reads back as it
+(``+inf``: :data:`INFINITY`; ``-inf``; NaN: :data:`NOT_A_NUMBER`), any other value is kept. Four
 rules are declared on a field's ``metadata``:
 
 * :data:`INLINE`: the field's own dict is merged into its parent's at its place (an HMM's
@@ -22,6 +23,13 @@ INFINITY = "inf"
 (:func:`bounds.formulas.lemma1_constant`), and the fitted C, the table's numbers that come from one.
 Strict JSON has no infinity; ``float`` reads this string back as ``inf``, as it reads the number
 ``Infinity`` that reports written before issue 53 hold (Python's json parses it to ``inf``)."""
+
+NOT_A_NUMBER = "nan"
+"""How NaN is written: a value the data leave undefined, as the analysis report's shuffle test on a
+prompt whose logits have no spread (:func:`empirical.analysis.report.summarise_shuffle`). Strict
+JSON has no NaN; ``float`` reads this string back as NaN. It is also how the canaries' digests
+write a NaN (``ledger/canaries.py``, ``_canonical``), so a report written before and after this
+rule hashes alike."""
 
 INLINE = {"json": "inline"}
 """Field metadata: merge the field's dict into the parent's."""
@@ -56,6 +64,6 @@ def to_json(value):
         return {key: to_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_json(item) for item in value]
-    if isinstance(value, float) and value == math.inf:
-        return INFINITY
+    if isinstance(value, float) and not math.isfinite(value):
+        return NOT_A_NUMBER if math.isnan(value) else INFINITY if value > 0 else f"-{INFINITY}"
     return value

@@ -259,7 +259,7 @@ def _without_timing_ratios(path: str) -> None:
     result = json.loads(Path(path).read_text())
     for key in ("fraction_of_peak", "binding"):
         del result["rate"]["roofline"][key]
-    Path(path).write_text(json.dumps(result))
+    Path(path).write_text(json.dumps(result, allow_nan=False))
 
 
 TRAINED_ELSEWHERE = "the committed checkpoint the result measured (a tiny network trained here stands in for it)"

@@ -10,10 +10,14 @@ import torch
 
 import hmm
 import tiny_pipeline
-from empirical.yardsticks.competence import (CACHE_VARIABLE, COMPETENT, NGRAM_ORDERS, VERDICTS, ceiling_estimates,
-                                  competence_verdict, gap_closed, paired, per_prompt_loss, scope_rows)
+import hmmtf
+from empirical.yardsticks.competence import (CACHE_VARIABLE, CEILING_METHODS, COMPETENT, NGRAM_ORDERS, VERDICTS,
+                                             ceiling_estimates, competence_section, competence_verdict, gap_closed,
+                                             paired, per_prompt_loss, scope_rows)
 from empirical.training.presets import get_preset
-from hmm.prior_predictive import SMCSettings
+from empirical.yardsticks.regime import fresh_prompts
+from hmm.collapsed_smc import CollapsedSMCSettings, collapsed_prior_predictive
+from hmm.prior_predictive import DirichletHMMPrior, SMCSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 LADDER_ORDER = ("ngram 1", "ngram 2", "ngram 3")
@@ -121,3 +125,72 @@ def test_the_ceiling_cache_returns_what_was_computed_and_misses_on_any_other_com
                   ceiling_estimates(tokens, prompt_format, spec, settings, replicates=3)):
         assert not other.cached
     assert len(list(tmp_path.glob("*.npz"))) == 4
+
+
+def _small_prompts():
+    spec = hmm.MixtureSpec(num_tasks=4, num_states=3, num_tokens=2, transition_concentration=0.5,
+                           emission_concentration=0.5)
+    prompt_format = hmm.PromptFormat(num_demos=2, demo_length=3, test_length=2)
+    return spec, prompt_format, hmm.sample_prompts(spec.build(seed=0), 3, prompt_format, seed=1).tokens
+
+
+def test_the_collapsed_backend_averages_collapsed_runs_of_successive_seeds_and_is_labelled_a_bound(monkeypatch):
+    monkeypatch.delenv(CACHE_VARIABLE, raising=False)
+    spec, prompt_format, tokens = _small_prompts()
+    settings = CollapsedSMCSettings(particles=16, burn_in_steps=2, seed=5)
+    ceiling = ceiling_estimates(tokens, prompt_format, spec, settings, replicates=3, backend="collapsed")
+    direct = [collapsed_prior_predictive(tokens, prompt_format, DirichletHMMPrior.from_spec(spec),
+                                         dataclasses.replace(settings, seed=5 + r)).next_token for r in range(3)]
+    assert all(torch.equal(mine, theirs) for mine, theirs in zip(ceiling.replicates, direct, strict=True))
+    assert ceiling.upper_bound and ceiling.record()["backend"] == "collapsed"
+    assert not ceiling_estimates(tokens, prompt_format, spec, SMCSettings(particles=16, moves=1)).upper_bound
+
+
+def test_each_backend_refuses_the_other_backends_settings():
+    spec, prompt_format, tokens = _small_prompts()
+    with pytest.raises(ValueError, match=r"^settings: SMCSettings; expected CollapsedSMCSettings for the collapsed"):
+        ceiling_estimates(tokens, prompt_format, spec, SMCSettings(), backend="collapsed")
+    with pytest.raises(ValueError, match=r"^settings: CollapsedSMCSettings; expected SMCSettings for the numpy"):
+        ceiling_estimates(tokens, prompt_format, spec, CollapsedSMCSettings())
+    with pytest.raises(ValueError, match=r"^backend: 'torch'; expected one of \('numpy', 'collapsed'\)"):
+        competence_section(None, None, get_preset("tiny"), 4, 4, SMCSettings(), backend="torch")
+
+
+def test_the_competence_result_with_the_collapsed_backend_records_its_ceiling_as_an_upper_bound(monkeypatch):
+    """The tiny preset's ladder with the collapsed bound as its ceiling (a uniform predictor stands in
+    for the model and the unigram): the record says what the ceiling is, and its paired difference is
+    the one of the averaged collapsed runs on the same fresh prompts (:func:`ceiling_estimates`,
+    checked against the collapsed SMC above)."""
+    monkeypatch.delenv(CACHE_VARIABLE, raising=False)
+    preset = get_preset("tiny")
+    num_tokens = preset.mixture_spec.num_tokens
+    uniform = lambda tokens: torch.full((*tokens.shape, num_tokens), 1 / num_tokens, dtype=torch.float64)  # noqa: E731
+    settings = CollapsedSMCSettings(particles=16, burn_in_steps=2)
+    result = competence_section(uniform, uniform, preset, 8, 4, settings, replicates=2, backend="collapsed")
+    ceiling = result.ceiling
+    assert ceiling["method"] == CEILING_METHODS["collapsed"] and ceiling["upper_bound"] is True
+    assert (ceiling["backend"], ceiling["particles"], ceiling["burn_in_steps"], ceiling["replicates"]) == (
+        "collapsed", 16, 2, 2)
+    assert "moves" not in ceiling
+    _, prompts = fresh_prompts(preset, 8, 4)
+    bound = ceiling_estimates(prompts.tokens, preset.prompt_format, preset.mixture_spec, settings, 2, "collapsed")
+    for scope, rows in scope_rows(preset.prompt_format).items():
+        model = per_prompt_loss(uniform(prompts.tokens), prompts.tokens, num_tokens, rows)
+        expected = model - per_prompt_loss(bound.probabilities, prompts.tokens, num_tokens, rows)
+        assert result.comparisons[scope]["model - ceiling"]["mean"] == pytest.approx(expected.mean().item(), rel=1e-12)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--ceiling-backend", "collapsed", "--ceiling-moves", "4"],
+     "hmmtf evaluate: error: --ceiling-moves: 4; the collapsed backend makes no Gibbs moves (leave it out, or pass "
+     "--ceiling-backend numpy)"),
+    (["--ceiling-burn-in-steps", "4"],
+     "hmmtf evaluate: error: --ceiling-burn-in-steps: 4; it sets the collapsed backend's burn-in (pass "
+     "--ceiling-backend collapsed, or leave it out)"),
+])
+def test_evaluate_refuses_an_option_of_the_other_ceiling_backend_before_reading_anything(tmp_path, capsys, options,
+                                                                                          message):
+    out = tmp_path / "out"
+    assert hmmtf.main(["evaluate", str(tmp_path / "no-checkpoint"), "--out", str(out), *options]) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert not out.exists()

@@ -1,10 +1,10 @@
 """Every JSON the project writes is strict JSON (issue 53): each ``json.dump`` / ``json.dumps`` call
 of a module under the architecture map's ``SOURCES`` passes ``allow_nan=False``, so that a NaN or an
 infinity raises ValueError at the writer instead of writing ``NaN`` / ``Infinity``, which strict
-readers refuse. The calls not yet changed are listed, each with its reason, and each entry must
-still excuse a call (the list only shrinks). ``hmmtf main``'s report writes an infinite smallest C
-as the string "inf", and its readers (the ledger, the figures) read that and the Infinity of reports
-written before alike. The committed result files themselves are checked by
+readers refuse. A value that is not finite by design goes through :func:`bounds.serialize.to_json`
+and is written as the string ``float`` reads back: ``hmmtf main``'s infinite smallest C as "inf"
+(its readers, the ledger and the figures, read that and the Infinity of reports written before
+alike), the analysis report's undefined shuffle values as "nan". The committed result files themselves are checked by
 ``tests/test_ledger.py::test_every_committed_json_is_strict_json``."""
 import ast
 import json
@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+import torch
 
 from bounds import figures
-from bounds.serialize import to_json
+from bounds.serialize import INFINITY, NOT_A_NUMBER, to_json
 from bounds.verify import write_report
+from empirical.analysis.report import summarise_shuffle
 from ledger.architecture import _aliases, _dotted, python_files
+from ledger.canaries import _canonical
 from ledger.claims import Verdict
 from ledger.numbers import sig
 from ledger.outcomes import judge
@@ -27,28 +30,6 @@ from ledger.theory import REPORT
 ROOT = Path(__file__).resolve().parents[1]
 
 JSON_WRITERS = frozenset({"json.dump", "json.dumps"})
-
-TIMING_PRODUCER = "timing-benchmark producer: changed when the timings are re-measured on idle cores"
-UNDEFINED_SHUFFLE = ("the analysis report: the shuffle test's per-prompt and per-head values are NaN where a prompt's "
-                     "logits have no spread (empirical/analysis/report.summarise_shuffle; at the canaries' tiny "
-                     "sizes, not in the committed reports); to be written as null with new baselines of the analyze "
-                     "canary")
-CANARY_WITNESS = ("the torch SMC canary's own code, part of its digest (ledger/canaries.py, _canary_source): "
-                  "changed with a new baseline of that canary; it rewrites the canary's scratch file only")
-
-KNOWN_LOOSE_WRITERS = {
-    ("benchmarks/bench_collapsed_smc.py", "main"): TIMING_PRODUCER,
-    ("benchmarks/bench_hand_built.py", "main"): TIMING_PRODUCER,
-    ("benchmarks/bench_hmm.py", "main"): TIMING_PRODUCER,
-    ("benchmarks/bench_prior_predictive.py", "main"): TIMING_PRODUCER,
-    ("ledger/canaries.py", "_without_timing_ratios"): CANARY_WITNESS,
-    ("hmmtf/commands/analyze.py", "_analyze_into"): UNDEFINED_SHUFFLE,
-    ("empirical/reproduce/record.py", "write_json"): UNDEFINED_SHUFFLE,
-}
-"""(file, enclosing function) of the writers still without ``allow_nan=False``, and why: a code
-change to a producer of a committed timing makes that timing stale, and it can only be measured
-again on idle cores (ledger/results.py names each timing's producers)."""
-
 
 class JsonCall(NamedTuple):
     """One ``json.dump`` / ``json.dumps`` call: where it is, in which function (dotted through the
@@ -97,18 +78,8 @@ def loose_writer_message(call: JsonCall) -> str:
 
 
 def test_every_json_writer_refuses_nan_and_infinity():
-    loose = [loose_writer_message(call) for call in project_json_calls()
-             if not call.strict and (call.file, call.function) not in KNOWN_LOOSE_WRITERS]
+    loose = [loose_writer_message(call) for call in project_json_calls() if not call.strict]
     assert loose == []
-
-
-def test_every_known_loose_writer_is_still_there():
-    """A writer given ``allow_nan=False`` (or gone) leaves the list: it only shrinks."""
-    loose = {(call.file, call.function) for call in project_json_calls() if not call.strict}
-    excusing_nothing = [f"{file} ({function}): no json.dump/json.dumps without allow_nan=False there any more; "
-                        f"remove it from KNOWN_LOOSE_WRITERS" for file, function in KNOWN_LOOSE_WRITERS
-                        if (file, function) not in loose]
-    assert excusing_nothing == []
 
 
 def test_the_scanner_finds_a_writer_without_the_keyword_however_json_is_imported():
@@ -134,7 +105,29 @@ def test_the_scanner_finds_a_writer_without_the_keyword_however_json_is_imported
         "not JSON; pass allow_nan=False")
 
 
-def test_an_infinite_smallest_C_is_written_as_the_string_inf_and_a_nan_is_refused(tmp_path):
+def test_a_value_that_is_not_finite_is_written_as_the_string_float_reads_back():
+    written = to_json({"C": math.inf, "low": -math.inf, "undefined": [0.5, math.nan], "none": None})
+    assert written == {"C": INFINITY, "low": "-inf", "undefined": [0.5, NOT_A_NUMBER], "none": None}
+    read = json.loads(json.dumps(written, allow_nan=False))
+    assert float(read["C"]) == math.inf and float(read["low"]) == -math.inf and math.isnan(float(read["undefined"][1]))
+
+
+def test_an_undefined_shuffle_value_is_written_as_strict_json_that_the_canary_reads_as_before():
+    """The analysis report's shuffle test is NaN on a prompt whose logits have no spread
+    (``summarise_shuffle``). It is written as the string "nan", and the canary's canonical form of
+    that report equals the canonical form of the report written before issue 53 (the token NaN), so
+    the analyze canary's baselines still vouch."""
+    changes = {"1": torch.tensor([[0.5, 0.25], [math.nan, math.nan], [0.75, math.nan]], dtype=torch.float64)}
+    summary = summarise_shuffle(changes)
+    assert math.isnan(summary["1"]["per_prompt"][1]) and summary["1"]["prompts"] == 2
+    strict = json.dumps(to_json(summary), allow_nan=False)
+    assert '"nan"' in strict and "NaN" not in strict
+    before = json.dumps(summary)  # how the report was written before: the token NaN
+    assert "NaN" in before
+    assert _canonical(json.loads(strict), "<workshop>") == _canonical(json.loads(before), "<workshop>")
+
+
+def test_an_infinite_smallest_C_is_written_as_the_string_inf_and_a_raw_nan_is_refused(tmp_path):
     report = to_json({"C": math.inf, "smallest_C": [0.2, math.inf], "decay_rate": None})
     assert report == {"C": "inf", "smallest_C": [0.2, "inf"], "decay_rate": None}
     write_report(report, tmp_path / "report.json")

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bounds.serialize import to_json
 from empirical.provenance import GIT_COMMIT_VARIABLE, declared_commit
 
 RECORD_FILE = "record.json"
@@ -42,10 +43,11 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so that a reader (or a
-    run cut off mid-write) never sees half a file."""
+    """Write ``data`` to ``path`` as strict JSON (a value that is not finite as the string ``float``
+    reads back: :func:`bounds.serialize.to_json`) through a temporary file and a rename, so that a
+    reader (or a run cut off mid-write) never sees half a file."""
     staging = path.with_name(path.name + ".tmp")
-    staging.write_text(json.dumps(data, indent=2) + "\n")
+    staging.write_text(json.dumps(to_json(data), indent=2, allow_nan=False) + "\n")
     os.replace(staging, path)
 
 

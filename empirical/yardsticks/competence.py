@@ -16,7 +16,13 @@ preset's generator, :data:`empirical.yardsticks.regime.FRESH_MIXTURE_STREAM`, pr
 * ``ceiling``: the posterior predictive under the generator's prior (:mod:`hmm.prior_predictive`),
   the best any predictor of the prompt alone can do; computed as :data:`CEILING_REPLICATES`
   independent SMC runs whose predictive distributions are averaged, their spread giving the
-  Monte-Carlo error;
+  Monte-Carlo error. Where that SMC does not converge (128 states), the ``collapsed`` backend
+  (:mod:`hmm.collapsed_smc`, :data:`COLLAPSED_CEILING_SETTINGS`) gives an **upper bound** instead:
+  each replicate, and their average, is a predictor of the prompt alone, so its expected loss is at
+  least the ceiling's (``benchmarks/ceiling_bounds.py``). The result then says so
+  (``ceiling.upper_bound``), and for a model ahead of the in-context unigram the ``gap_closed`` it
+  reports is at least the share of the window to the true ceiling that the model closes (the
+  window to the bound is the narrower);
 * ``oracle``: each prompt's own HMM (not reachable from the prompt).
 
 **Decision rule** (fixed before any result). Per prompt b, ``d_b = loss_model(b) - loss_n(b)``
@@ -59,6 +65,7 @@ from empirical.yardsticks.hand_built import hand_built_predictor, served_rows
 from empirical.yardsticks.ngram import InContextNGram, scored_rows
 from empirical.yardsticks.regime import Z_95, fresh_prompts, oracle_predictor
 from hmm import prior_predictive_torch
+from hmm.collapsed_smc import CollapsedSMCSettings, collapsed_prior_predictive
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
 
 NGRAM_ORDERS = (1, 2, 3)
@@ -77,9 +84,26 @@ much as the particles: on the first 32 prompts, a replicate of 128 particles and
 0.0056 nats more than the average of two (twice the Jensen term of averaging estimates inside a
 log), one of 256 particles and four sweeps 0.0017. Its convergence check (doubling both) is in
 ``figures/competence/prior_predictive.json``; ``docs/empirical.md``, "Competence numbers"."""
+COLLAPSED_CEILING_SETTINGS = CollapsedSMCSettings(particles=128, burn_in_steps=8)
+"""Each replicate of the collapsed backend's bound: 128 particles and K = 8 burn-in steps, the
+settings of the committed bounds at 128 states (``figures/competence/ceiling-paper.json``; chosen on
+a pilot of 32 other prompts: at equal CPU, many runs of 128 particles bound tighter than fewer of
+more, ``docs/hmm.md``)."""
+COLLAPSED_CEILING_REPLICATES = 16
+"""Replicates averaged into the collapsed backend's bound (the pilot's 16 x 128)."""
 COMPETENCE_CEILING_KEYS = ("particles", "moves", "replicates", "ess_threshold", "seed", "seconds", "cached")
 """The entries of :meth:`Ceiling.record` that competence.json's ``ceiling`` holds, in its order (the
 committed results' bytes: no ``batch_prompts``)."""
+COLLAPSED_CEILING_KEYS = ("backend", "particles", "burn_in_steps", "sweeps", "replicates", "ess_threshold", "seed",
+                          "seconds", "cached")
+"""The same for the collapsed backend's bound."""
+CEILING_METHODS = {
+    "numpy": "resample-move SMC (IBIS) over (T, O), FFBS Gibbs moves, MH for the stationary start",
+    "collapsed": "collapsed-path SMC over hidden paths (Dirichlet-multinomial counts of the visited states, K hidden "
+                 "burn-in steps for the stationary start); the average of the replicates is an upper bound on the "
+                 "ceiling's loss, not an estimate of it",
+}
+"""What competence.json's ``ceiling.method`` says, by backend."""
 HAND_BUILT_NETWORK = {"history_length": 2, "gd_steps": 32}
 """The hand-built network on the ladder: L = 2 (the in-context bigram's history), T = 32."""
 RULE = ("per prompt, d = loss(model) - loss(in-context n-gram), each the mean over the scope's rows; the model beats "
@@ -145,19 +169,25 @@ class Ceiling(NamedTuple):
 
     replicates: list[torch.Tensor]
     """Each ``(B, N, p)``: one SMC estimate of the prior predictive."""
-    settings: SMCSettings
+    settings: SMCSettings | CollapsedSMCSettings
     """The first replicate's settings (replicate r has seed ``settings.seed + r``)."""
     seconds: float
     """Wall time of the SMC runs that computed them (also when read back from the cache)."""
     cached: bool
     """Read from :data:`CACHE_VARIABLE`'s directory rather than computed in this process."""
     backend: str = "numpy"
-    """:data:`BACKENDS` entry that computed them: ``"numpy"``, or ``"torch <device> <dtype>"``."""
+    """:data:`BACKENDS` entry that computed them: ``"numpy"``, ``"collapsed"``, or ``"torch <device> <dtype>"``."""
 
     @property
     def probabilities(self) -> torch.Tensor:
         """``(B, N, p)``: the replicates averaged, the ceiling the results use."""
         return torch.stack(self.replicates).mean(0)
+
+    @property
+    def upper_bound(self) -> bool:
+        """Whether :attr:`probabilities` bound the ceiling's loss from above rather than estimate it
+        (the collapsed backend: module docstring)."""
+        return self.backend == "collapsed"
 
     def record(self) -> dict:
         """The settings, replicate count, seconds and cache flag, as results record them, and the
@@ -172,12 +202,15 @@ SMC_SOURCES = ("hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.
 """The modules the numpy SMC's numbers come from; their bytes are part of the cache key."""
 TORCH_SMC_SOURCES = ("hmm/prior_predictive.py", "hmm/prior_predictive_torch.py", "hmm/markov.py")
 """The modules the torch SMC's numbers come from."""
-BACKENDS = ("numpy", "torch")
-"""The SMCs :func:`ceiling_estimates` runs: :mod:`hmm.prior_predictive`, :mod:`hmm.prior_predictive_torch`."""
+COLLAPSED_SMC_SOURCES = ("hmm/collapsed_smc.py", "hmm/prior_predictive.py", "hmm/markov.py")
+"""The modules the collapsed SMC's numbers come from."""
+BACKENDS = ("numpy", "torch", "collapsed")
+"""The SMCs :func:`ceiling_estimates` runs: :mod:`hmm.prior_predictive`, :mod:`hmm.prior_predictive_torch`,
+:mod:`hmm.collapsed_smc` (an upper bound: :attr:`Ceiling.upper_bound`)."""
 
 
-def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, prior: DirichletHMMPrior, settings: SMCSettings,
-               replicates: int, backend: str = "numpy") -> str:
+def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, prior: DirichletHMMPrior,
+               settings: SMCSettings | CollapsedSMCSettings, replicates: int, backend: str = "numpy") -> str:
     """SHA-256 of everything the replicates depend on: the prompts, the format, the prior, the SMC
     settings, the replicate count, the SMC's source files and the numpy and torch versions, and
     the backend (:attr:`Ceiling.backend`) unless numpy's, whose keys stay as they were."""
@@ -187,25 +220,33 @@ def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, prior: Dir
     if backend != "numpy":
         digest.update(backend.encode())
     root = Path(hmm.__file__).resolve().parents[1]
-    for source in SMC_SOURCES if backend == "numpy" else TORCH_SMC_SOURCES:
+    sources = {"numpy": SMC_SOURCES, "collapsed": COLLAPSED_SMC_SOURCES}.get(backend, TORCH_SMC_SOURCES)
+    for source in sources:
         digest.update((root / source).read_bytes())
     return digest.hexdigest()
 
 
 def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spec: hmm.MixtureSpec,
-                      settings: SMCSettings = CEILING_SETTINGS, replicates: int = CEILING_REPLICATES,
-                      backend: str = "numpy", device="cpu", dtype: torch.dtype = torch.float64) -> Ceiling:
+                      settings: SMCSettings | CollapsedSMCSettings = CEILING_SETTINGS,
+                      replicates: int = CEILING_REPLICATES, backend: str = "numpy", device="cpu",
+                      dtype: torch.dtype = torch.float64) -> Ceiling:
     """``replicates`` independent SMC estimates of the prior predictive of ``spec``'s prior on
     ``tokens (B, N)`` (seeds ``settings.seed + r``), by the SMC of ``backend`` (:data:`BACKENDS`);
     the torch SMC runs on ``device`` in ``dtype`` and its estimates come back as float64 on the CPU.
+    The collapsed backend takes :class:`~hmm.collapsed_smc.CollapsedSMCSettings` and gives upper
+    bounds (:attr:`Ceiling.upper_bound`); the others take :class:`~hmm.prior_predictive.SMCSettings`.
 
     With :data:`CACHE_VARIABLE` set to a directory, the replicates are read from it when the same
     computation (:func:`_cache_key`) was done before, and written to it otherwise: every result
     on one family's prompts then pays for its SMC once. Unset, nothing is read or written."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: {backend!r}; expected one of {BACKENDS}")
-    if backend == "numpy" and (str(device) != "cpu" or dtype != torch.float64):
-        raise ValueError(f"device, dtype: {device!r}, {dtype}; expected 'cpu' and torch.float64 for the numpy backend")
+    expected = CollapsedSMCSettings if backend == "collapsed" else SMCSettings
+    if not isinstance(settings, expected):
+        raise ValueError(f"settings: {type(settings).__name__}; expected {expected.__name__} for the {backend} backend")
+    if backend in ("numpy", "collapsed") and (str(device) != "cpu" or dtype != torch.float64):
+        raise ValueError(f"device, dtype: {device!r}, {dtype}; expected 'cpu' and torch.float64 for the {backend} "
+                         f"backend")
     if backend == "torch":
         device, dtype = prior_predictive_torch.check_device(device), prior_predictive_torch.check_dtype(dtype)
         backend = f"torch {device.type} {str(dtype).removeprefix('torch.')}"
@@ -219,9 +260,11 @@ def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spe
                 return Ceiling(list(torch.from_numpy(stored["replicates"])), settings, float(stored["seconds"]), True,
                                backend)
 
-    def estimate(replicate_settings: SMCSettings) -> torch.Tensor:
+    def estimate(replicate_settings: SMCSettings | CollapsedSMCSettings) -> torch.Tensor:
         if backend == "numpy":
             return prior_predictive(tokens, prompt_format, prior, replicate_settings).next_token
+        if backend == "collapsed":
+            return collapsed_prior_predictive(tokens, prompt_format, prior, replicate_settings).next_token
         return prior_predictive_torch.prior_predictive(tokens, prompt_format, prior, replicate_settings, device, dtype
                                                        ).next_token.to("cpu", torch.float64)
 
@@ -295,15 +338,19 @@ def ceiling_error(replicates: list[torch.Tensor], tokens: torch.Tensor, num_toke
 
 
 def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentPreset, num_prompts: int,
-                       fresh_tasks: int, settings: SMCSettings = CEILING_SETTINGS) -> Competence:
+                       fresh_tasks: int, settings: SMCSettings | CollapsedSMCSettings = CEILING_SETTINGS,
+                       replicates: int = CEILING_REPLICATES, backend: str = "numpy") -> Competence:
     """The competence result (module docstring, :class:`Competence`): the ladder on fresh HMMs
     (:func:`empirical.yardsticks.evaluate.evaluate_predictors`, reference = the ceiling, baseline = the
     in-context unigram), the hand-built network on its rows, the paired differences, the verdict
-    and the fraction of the gap closed."""
+    and the fraction of the gap closed; the ceiling by ``replicates`` runs of ``backend``'s SMC
+    (:func:`ceiling_estimates`), an upper bound for the collapsed one."""
+    if backend not in CEILING_METHODS:
+        raise ValueError(f"backend: {backend!r}; expected one of {tuple(CEILING_METHODS)}")
     fresh, prompts = fresh_prompts(preset, num_prompts, fresh_tasks)
     tokens, p, fmt = prompts.tokens, fresh.num_tokens, preset.prompt_format
     ngrams = fitted_ngrams(preset, fresh_tasks)
-    estimates = ceiling_estimates(tokens, fmt, preset.mixture_spec, settings)
+    estimates = ceiling_estimates(tokens, fmt, preset.mixture_spec, settings, replicates, backend)
     averaged = estimates.probabilities
     predictors = {name: cached(predictor) for name, predictor in {
         "unigram": unigram, **ngrams, "model": model, "ceiling": lambda _: averaged,
@@ -332,8 +379,10 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
         ngram_concentrations={name: list(ngram.concentrations) for name, ngram in ngrams.items()},
         ngram_fit={"prompts": FIT_PROMPTS, "mixture_stream": FIT_MIXTURE_STREAM, "prompt_stream": FIT_PROMPT_STREAM,
                    "fresh_tasks": fresh_tasks},
-        ceiling={"method": "resample-move SMC (IBIS) over (T, O), FFBS Gibbs moves, MH for the stationary start",
-                 **{key: ceiling_record[key] for key in COMPETENCE_CEILING_KEYS},
+        ceiling={"method": CEILING_METHODS[backend],
+                 **{key: ceiling_record[key]
+                    for key in (COLLAPSED_CEILING_KEYS if estimates.upper_bound else COMPETENCE_CEILING_KEYS)},
+                 **({"upper_bound": True} if estimates.upper_bound else {}),
                  "prompts_per_minute": num_prompts * 60 / estimates.seconds, "monte_carlo_stderr": ceiling_stderr},
         hand_built_network=HAND_BUILT_NETWORK,
         ladder=ladder,

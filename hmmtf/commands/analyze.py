@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from bounds.serialize import to_json
 from empirical.analysis.report import REPORT_FILE, AnalysisConfig, analyze
 from empirical.analysis.report_figures import write_figures
 from empirical.training.checkpoint import Checkpoint, load_checkpoint
@@ -130,7 +131,7 @@ def _analyze_into(args, config: AnalysisConfig, folder: Path, loaded: tuple, out
     out.mkdir(parents=True, exist_ok=True)
     write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    (out / REPORT_FILE).write_text(json.dumps(to_json(report), indent=2, allow_nan=False) + "\n")
     print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report.get("claims")},
                      indent=1, allow_nan=False))
     return 0

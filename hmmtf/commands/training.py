@@ -21,7 +21,8 @@ from bounds.serialize import to_json
 from empirical.reports.evaluation import (COMPETENCE_FILE, EVALUATION_FILE, SIDE_BY_SIDE_FILE, CompetenceReport,
                                          EvaluationReport, Provenance, SideBySideReport)
 from empirical.yardsticks.calibrate import DEFAULT_CONCENTRATIONS, calibrate
-from empirical.yardsticks.competence import CEILING_SETTINGS, competence_section
+from empirical.yardsticks.competence import (CEILING_REPLICATES, CEILING_SETTINGS, COLLAPSED_CEILING_REPLICATES,
+                                             COLLAPSED_CEILING_SETTINGS, competence_section)
 from empirical.training.prefetch import PrefetchedBatches
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.yardsticks.hand_built import HAND_BUILT_BATCH, SMOOTHING, served_rows, side_by_side_predictors
@@ -35,6 +36,7 @@ from empirical.training.runs import CHECKPOINT_EXPECTED, LoadedRun, checkpoint_f
 from empirical.training.run_control import interrupted_line, run_folder_lock, stop_on_signals
 from empirical.training.streams import training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
+from hmm.collapsed_smc import CollapsedSMCSettings
 from hmm.prior_predictive import SMCSettings
 from hmmtf.options import (add_overwrite_option, check_output_folder, check_results_owner, check_study_owner,
                            default_results_folder, non_negative_int, output_folder, positive_float, positive_int)
@@ -108,6 +110,7 @@ def run_evaluate(args) -> int:
     :func:`hmmtf.options.default_results_folder`), which is checked for writing first, refused when
     it holds another input's results (unless ``--overwrite``) and locked while it is written."""
     torch.set_num_threads(args.threads)
+    ceiling_settings(args)  # an option of the other backend is refused before anything is read or written
     checkpoint_dir = checkpoint_folder(args.checkpoint, "checkpoint")
     out = check_output_folder(args.out if args.out else default_results_folder("evaluate", checkpoint_dir))
     check_results_owner(out, checkpoint_dir, EVALUATE_RESULTS, args.overwrite)
@@ -169,15 +172,36 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
     return 0
 
 
+def ceiling_settings(args) -> tuple[SMCSettings | CollapsedSMCSettings, int] | None:
+    """The competence result's ceiling from the ``--ceiling-*`` options: the SMC settings of a
+    replicate and the replicate count, of the numpy SMC or of the collapsed backend's upper bound
+    (:data:`empirical.yardsticks.competence.BACKENDS`); None for ``--ceiling-particles 0`` (no
+    competence result). An option of the other backend is refused."""
+    if args.ceiling_backend == "collapsed" and args.ceiling_moves != CEILING_SETTINGS.moves:
+        raise ValueError(f"--ceiling-moves: {args.ceiling_moves}; the collapsed backend makes no Gibbs moves "
+                         f"(leave it out, or pass --ceiling-backend numpy)")
+    if args.ceiling_backend == "numpy" and args.ceiling_burn_in_steps is not None:
+        raise ValueError(f"--ceiling-burn-in-steps: {args.ceiling_burn_in_steps}; it sets the collapsed backend's "
+                         f"burn-in (pass --ceiling-backend collapsed, or leave it out)")
+    if not args.ceiling_particles:
+        return None
+    if args.ceiling_backend == "collapsed":
+        burn_in = args.ceiling_burn_in_steps or COLLAPSED_CEILING_SETTINGS.burn_in_steps
+        return (CollapsedSMCSettings(particles=args.ceiling_particles, burn_in_steps=burn_in, seed=args.ceiling_seed),
+                args.ceiling_replicates or COLLAPSED_CEILING_REPLICATES)
+    return (SMCSettings(particles=args.ceiling_particles, moves=args.ceiling_moves, seed=args.ceiling_seed),
+            args.ceiling_replicates or CEILING_REPLICATES)
+
+
 def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts: int, report: EvaluationReport,
                      out: Path) -> dict:
     """The competence result (:func:`empirical.yardsticks.competence.competence_section`) on the regime
     section's fresh-HMM prompts: ``competence.json`` (with the provenance, task and model of
     ``report``) and ``competence.png``; returns its summary for the command's output."""
-    settings = SMCSettings(particles=args.ceiling_particles, moves=args.ceiling_moves, seed=args.ceiling_seed)
+    settings, replicates = ceiling_settings(args)
     started = time.perf_counter()
     competence = competence_section(predictors["model"], predictors["unigram"], preset, num_prompts, args.fresh_tasks,
-                                    settings)
+                                    settings, replicates, args.ceiling_backend)
     written = to_json(CompetenceReport(provenance=report.provenance, task=report.task, model=report.model,
                                        evaluation_time_s=time.perf_counter() - started, competence=competence))
     (out / COMPETENCE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
@@ -284,6 +308,17 @@ def register(subparsers) -> None:
                         help="Gibbs sweeps per SMC rejuvenation of the ceiling")
     parser.add_argument("--ceiling-seed", type=non_negative_int, default=CEILING_SETTINGS.seed,
                         help="seed of the ceiling's SMC")
+    parser.add_argument("--ceiling-backend", choices=("numpy", "collapsed"), default="numpy",
+                        help="the ceiling's SMC: numpy (an estimate, converged at 16 states) or collapsed (the "
+                             "collapsed-path SMC, whose average over replicates is an upper bound on the ceiling's "
+                             "loss: for 128 states, where no SMC converges; the committed bounds use "
+                             f"--ceiling-particles {COLLAPSED_CEILING_SETTINGS.particles})")
+    parser.add_argument("--ceiling-replicates", type=positive_int, default=None,
+                        help=f"independent SMC runs averaged into the ceiling (default: {CEILING_REPLICATES} for "
+                             f"numpy, {COLLAPSED_CEILING_REPLICATES} for collapsed)")
+    parser.add_argument("--ceiling-burn-in-steps", type=positive_int, default=None,
+                        help="hidden burn-in steps before each demonstration, the collapsed backend's stationary "
+                             f"start (default: {COLLAPSED_CEILING_SETTINGS.burn_in_steps})")
     parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch CPU threads (1 is fastest on a shared machine)")
     parser.set_defaults(run=run_evaluate)
