@@ -149,6 +149,13 @@ def _evaluate(shop: Workshop) -> None:
                "--ceiling-moves", "1", "--threads", "1"])
 
 
+def _competence_bound(shop: Workshop) -> None:
+    run_hmmtf(["evaluate", shop.checkpoint(), "--out", shop.path("competence-bound"), "--num-prompts", "4",
+               "--hand-built-prompts", "0", "--fresh-tasks", "4", "--reference-tasks", "8", "--competence-prompts", "6",
+               "--ceiling-backend", "collapsed", "--ceiling-particles", "8", "--ceiling-replicates", "2",
+               "--ceiling-burn-in-steps", "2", "--threads", "1"])
+
+
 def _analyze(shop: Workshop) -> None:
     run_hmmtf(["analyze", shop.checkpoint(), "--out", shop.path("analyze"), "--sections", "shuffle", "probes",
                "offsets", "patching", "--probe-train-prompts", "24", "--probe-test-prompts", "12", "--shuffle-prompts",
@@ -266,6 +273,9 @@ TRAINED_ELSEWHERE = "the committed checkpoint the result measured (a tiny networ
 CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
     Canary("evaluate", _evaluate, ("evaluate/evaluation.json", "evaluate/competence.json", "evaluate/hand_built.json"),
            "evaluate", TRAINED_ELSEWHERE),
+    Canary("competence-bound", _competence_bound, ("competence-bound/competence.json",), "evaluate",
+           TRAINED_ELSEWHERE + "; the 128-state sizes (it averages 2 runs of 8 particles on 6 prompts of the tiny "
+           "preset)"),
     Canary("analyze", _analyze, ("analyze/analysis.json",), "analyze", TRAINED_ELSEWHERE),
     Canary("heads", _heads, ("heads/heads.json",), "heads", TRAINED_ELSEWHERE),
     Canary("klmap", _klmap, ("klmap/klmap.json",), "klmap", TRAINED_ELSEWHERE),

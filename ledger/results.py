@@ -133,6 +133,18 @@ model, the n-grams or the SMC would rewrite the same numbers, and calling the re
 would claim a recomputation that did not happen. What a run's recorded numbers were measured
 with is in its ``curve_baselines.json`` (the probe and the ceiling's SMC settings). Not the run
 folders' tensors, which it does not read (they left the tree: ``hmmtf restore-checkpoint``)."""
+COMPETENCE = ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "hmm/prior_predictive.py",
+              "hmm/particle_filter.py", "hmm/markov.py", "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py",
+              "empirical/yardsticks/hand_built.py", *ROFORMER, *MIXTURE, *CONSTRUCTION)
+"""``hmmtf evaluate``'s ``competence.json``: the ladder on fresh HMMs (the n-grams, the model, the
+hand-built network, the ceiling's SMC, the oracle)."""
+PAPER_SCALE_EVALUATE = (
+    "hmmtf evaluate models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --num-prompts 64 "
+    "--hand-built-prompts 0 --fresh-tasks 1024 --reference-tasks 4096 --competence-prompts 256 --ceiling-backend "
+    "collapsed --ceiling-particles 128 --threads 1 (64 prompts for the evaluation, as the Bayes predictor over 8192 "
+    "HMMs of 128 states costs about 10 s a prompt on a core; the competence result on 256 others, with the "
+    "collapsed SMC's upper bound as its ceiling; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)")
+"""The evaluation of the 128-state networks, with the competence result beside the ceiling's bound."""
 EVALUATE = ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE)
 """``hmmtf evaluate``'s ``evaluation.json`` with its regime section: the model, the training mixture's
 Bayes predictor, the oracle and the fresh HMMs."""
@@ -177,11 +189,8 @@ def regime_model_results(family: str) -> tuple[Result, ...]:
         Result(f"{folder}/evaluation.json", evaluate,
                EVALUATE, needs=needs,
                canary="evaluate"),
-        Result(f"{folder}/competence.json", evaluate,
-               ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
-                "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", "hmm/families.py", *ROFORMER,
-                *MIXTURE, *CONSTRUCTION), needs=needs + "; 10 (observable) to 40 (paper) minutes on a core",
-               canary="evaluate"),
+        Result(f"{folder}/competence.json", evaluate, (*COMPETENCE, "hmm/families.py"),
+               needs=needs + "; 10 (observable) to 40 (paper) minutes on a core", canary="evaluate"),
         Result(f"{folder}/analysis.json", f"hmmtf analyze {model} --out figures/{family}/POINT --sections shuffle "
                f"probes offsets patching --probe-tasks 64 --threads 1", (*ANALYSIS, "hmm/families.py"),
                needs=needs + "; about 10 minutes on a core", canary="analyze"),
@@ -271,9 +280,7 @@ RESULTS: tuple[Result, ...] = (
                  "(or hmmtf train --preset POINT)", canary="evaluate"),
     Result("figures/ladder/*/competence.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
-           ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py",
-            "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", *ROFORMER, *MIXTURE,
-            *CONSTRUCTION), needs="the point's checkpoint (as for evaluation.json); the SMC ceiling takes 11-40 "
+           COMPETENCE, needs="the point's checkpoint (as for evaluation.json); the SMC ceiling takes 11-40 "
                                   "minutes on a core", canary="evaluate"),
     Result("figures/competence/prior_predictive.json",
            "python benchmarks/bench_prior_predictive.py --preset tasks-8192-deep --prompts 32 --out "
@@ -338,13 +345,11 @@ RESULTS: tuple[Result, ...] = (
            "models/README.md)",
            NGRAM_VERDICT, needs="the point's run folder, models/paper-scale-cpu/POINT; a few minutes on a core",
            canary="ngram-verdict"),
-    Result("figures/paper-scale/cpu/*/evaluation.json",
-           "hmmtf evaluate models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --num-prompts 64 "
-           "--hand-built-prompts 0 --fresh-tasks 1024 --reference-tasks 4096 --ceiling-particles 0 --threads 1 (no "
-           "ceiling at 128 states, so no competence.json; 64 prompts, as the Bayes predictor over 8192 HMMs of 128 "
-           "states costs about 10 s a prompt on a core; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)",
-           EVALUATE,
+    Result("figures/paper-scale/cpu/*/evaluation.json", PAPER_SCALE_EVALUATE, EVALUATE,
            needs="the point's run folder, models/paper-scale-cpu/POINT; about 30 minutes on a core", canary="evaluate"),
+    Result("figures/paper-scale/cpu/*/competence.json", PAPER_SCALE_EVALUATE, (*COMPETENCE, "hmm/collapsed_smc.py"),
+           needs="the point's run folder, models/paper-scale-cpu/POINT; with the evaluation, about 40 minutes on a core",
+           canary="competence-bound"),
     Result("figures/paper-scale/cpu/*/analysis.json",
            "hmmtf analyze models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --sections shuffle probes "
            "offsets patching --batch-size 16 --probe-train-prompts 1024 --probe-test-prompts 256 --shuffle-prompts 256 "

@@ -194,3 +194,18 @@ def test_evaluate_refuses_an_option_of_the_other_ceiling_backend_before_reading_
     assert hmmtf.main(["evaluate", str(tmp_path / "no-checkpoint"), "--out", str(out), *options]) == 2
     assert capsys.readouterr().err.strip() == message
     assert not out.exists()
+
+
+def test_evaluate_writes_the_competence_result_on_its_own_prompts_with_the_collapsed_bound(tiny_run, tmp_path,
+                                                                                          capsys):
+    out = tmp_path / "out"
+    argv = ["evaluate", str(tiny_run / "checkpoint"), "--out", str(out), "--num-prompts", "4", "--hand-built-prompts",
+            "0", "--fresh-tasks", "4", "--reference-tasks", "8", "--competence-prompts", "6", "--ceiling-backend",
+            "collapsed", "--ceiling-particles", "8", "--ceiling-replicates", "2", "--ceiling-burn-in-steps", "2"]
+    assert hmmtf.main(argv) == 0
+    capsys.readouterr()
+    competence = json.loads((out / "competence.json").read_text())
+    assert competence["num_prompts"] == 6 and competence["fresh_tasks"] == 4
+    ceiling = competence["ceiling"]
+    assert ceiling["upper_bound"] is True and ceiling["method"] == CEILING_METHODS["collapsed"]
+    assert (ceiling["particles"], ceiling["burn_in_steps"], ceiling["replicates"]) == (8, 2, 2)

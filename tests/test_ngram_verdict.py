@@ -6,8 +6,10 @@ import pytest
 import torch
 from tiny_checkpoints import assert_refused_in_one_line, command_report
 
-from empirical.yardsticks.competence import VERDICTS, competence_verdict
-from empirical.analysis.ngram_verdict import clustered_interval
+from empirical.yardsticks.competence import CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, VERDICTS, competence_verdict
+from empirical.analysis.ngram_verdict import CEILING_BOUND, clustered_interval
+
+NGRAMS = ("ngram 1", "ngram 2", "ngram 3")
 from empirical.yardsticks.regime import Z_95
 
 
@@ -34,7 +36,9 @@ def test_prompts_repeated_within_an_hmm_add_no_information():
 @pytest.mark.long_running
 def test_the_command_writes_the_comparison_and_its_verdict(tmp_path, capsys):
     printed, report = command_report("ngram-verdict", tmp_path, capsys, ["--prompts", "24", "--fresh-tasks", "6"])
-    assert report["settings"] == {"prompts": 24, "fresh_tasks": 6} and report["distinct_hmms"] <= 6
+    assert report["settings"] == {"prompts": 24, "fresh_tasks": 6, "ceiling_replicates": 0,
+                                  "ceiling_particles": COLLAPSED_CEILING_SETTINGS.particles}
+    assert report["distinct_hmms"] <= 6 and "ceiling_bound" not in report
     assert set(report["losses"]) == set(report["accuracy"]) == {"test_sequence", "all_positions"}
     assert all(0 <= value <= 1 for by_name in report["accuracy"].values() for value in by_name.values())
     for scope, comparisons in report["comparisons"].items():
@@ -50,8 +54,27 @@ def test_the_command_writes_the_comparison_and_its_verdict(tmp_path, capsys):
     assert (tmp_path / "ngram-verdict" / "ngram-verdict.png").stat().st_size > 0
 
 
+@pytest.mark.long_running
+def test_the_ceilings_bound_is_scored_beside_the_ngrams_on_the_same_prompts(tmp_path, capsys):
+    _, report = command_report("ngram-verdict", tmp_path, capsys, ["--prompts", "12", "--fresh-tasks", "4",
+                                                                   "--ceiling-replicates", "2", "--ceiling-particles", "8"])
+    bound = report["ceiling_bound"]
+    assert bound["method"] == CEILING_METHODS["collapsed"] and bound["backend"] == "collapsed"
+    assert (bound["replicates"], bound["particles"]) == (2, 8)
+    for scope, comparisons in report["comparisons"].items():
+        losses = report["losses"][scope]
+        assert set(comparisons) == {*(f"model - {name}" for name in (*NGRAMS, "oracle", CEILING_BOUND)),
+                                    *(f"{CEILING_BOUND} - {name}" for name in (*NGRAMS, "oracle"))}
+        for name, interval in comparisons.items():
+            first, second = name.split(" - ")
+            assert interval["mean"] == pytest.approx(losses[first] - losses[second], abs=1e-12)
+    assert report["verdict"] == competence_verdict(report["beats"])  # the bound is no n-gram: it decides nothing
+
+
 def test_bad_settings_are_refused_in_one_line(tmp_path, capsys):
     assert_refused_in_one_line("ngram-verdict", tmp_path, capsys, [
         (["--prompts", "0"], "argument --prompts: 0; expected an integer >= 1"),
         (["--fresh-tasks", "-1"], "argument --fresh-tasks: -1; expected an integer >= 1"),
+        (["--ceiling-replicates", "-1"], "argument --ceiling-replicates: -1; expected an integer >= 0"),
+        (["--ceiling-particles", "0"], "argument --ceiling-particles: 0; expected an integer >= 1"),
     ])

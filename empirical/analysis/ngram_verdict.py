@@ -1,5 +1,6 @@
 """``hmmtf ngram-verdict CHECKPOINT --out DIR``: the competence rule's comparison with the in-context
-n-grams, decided on many more prompts than the competence result, without its SMC ceiling.
+n-grams, decided on many more prompts than the competence result, without its SMC ceiling (an upper
+bound on it can be scored beside them).
 
 **Why.** On the paper's family the whole in-context signal is about 0.05 nats per token and the
 in-context trigram already takes about 0.81 of it, so a network that infers more than the trigram
@@ -23,6 +24,13 @@ error of about 0.0011 nats over all positions and 0.003 on the test sequence): 4
 them to about 0.0003 and 0.0008, so a true margin of 0.001 and 0.003 nats is detected with power
 above 0.9.
 
+**The ceiling's bound** (optional, ``ceiling_replicates`` > 0). The SMC ceiling of the competence
+result does not converge at 128 states, where this verdict is the gate; the collapsed-path SMC's
+average over runs is an upper bound on it (:data:`CEILING_BOUND`), cheap enough for these prompts
+(about 360 prompts a CPU minute a run on the paper family). Scored on the same prompts, it places
+the model in the window from the in-context unigram to the ceiling: ``model - ceiling bound`` and
+``ceiling bound - ngram n`` with the same clustered intervals.
+
 **Data.** :data:`VERDICT_MIXTURE_STREAM` draws the fresh HMMs (the preset's generator, another
 seed stream than the training, competence and fitting HMMs), :data:`VERDICT_PROMPT_STREAM` the
 prompts. The n-grams are :func:`empirical.yardsticks.competence.fitted_ngrams`, fitted on the competence
@@ -38,7 +46,8 @@ import torch
 import hmm
 from empirical.plotting import plt
 from empirical.yardsticks.competence import (
-    NGRAM_ORDERS, RULE, competence_verdict, fitted_ngrams, paired, per_prompt_loss, scope_rows)
+    CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, NGRAM_ORDERS, RULE, ceiling_estimates, competence_verdict,
+    fitted_ngrams, paired, per_prompt_loss, scope_rows)
 from empirical.training.configs import check_integers, option
 from empirical.training.data import stream_seed
 from empirical.yardsticks.evaluate import model_predictor
@@ -54,6 +63,11 @@ VERDICT_PROMPT_STREAM = 14
 CLUSTERED_RULE = RULE + ("; the standard error of mean(d) is clustered by HMM "
                          "(se^2 = sum_g (sum_{b in g} (d_b - mean d))^2 / B^2)")
 """The module docstring's decision rule, recorded in every result."""
+CEILING_BOUND = "ceiling bound"
+"""The predictor name of the collapsed SMC's upper bound on the ceiling (``ceiling_replicates`` > 0):
+the average of its runs, a predictor of the prompt alone whose expected loss is at least the
+ceiling's (``empirical/yardsticks/competence.py``). Beside the model's comparisons, the bound's own
+with each n-gram and the oracle: ``bound - ngram 3`` below 0 says the ceiling lies below the trigram."""
 REPORT_FILE = "ngram-verdict.json"
 FIGURE_FILE = "ngram-verdict.png"
 
@@ -64,9 +78,14 @@ class NgramVerdictSettings:
 
     prompts: int = option(4096, "fresh-HMM prompts (streams independent of the competence result's)")
     fresh_tasks: int = option(8192, "fresh HMMs the prompts come from (as many, of other streams, fit the n-grams)")
+    ceiling_replicates: int = option(0, "runs of the collapsed-path SMC averaged into an upper bound on the ceiling, "
+                                        "scored beside the n-grams (0: none; on the paper family a run over 4096 "
+                                        "prompts takes about 11 minutes of a core)")
+    ceiling_particles: int = option(COLLAPSED_CEILING_SETTINGS.particles, "hidden paths of each run of the bound")
 
     def __post_init__(self) -> None:
-        check_integers(self, ("prompts", "fresh_tasks"), minimum=1)
+        check_integers(self, ("prompts", "fresh_tasks", "ceiling_particles"), minimum=1)
+        check_integers(self, ("ceiling_replicates",), minimum=0)
 
 
 def clustered_interval(differences: torch.Tensor, clusters: torch.Tensor) -> dict:
@@ -95,6 +114,12 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
     predictors = {**fitted_ngrams(preset, settings.fresh_tasks), "model": model_predictor(model, p, device),
                   "oracle": oracle_predictor(fresh, prompts)}
     probabilities = {name: predictor(tokens) for name, predictor in predictors.items()}
+    bound = None
+    if settings.ceiling_replicates:
+        bound = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec,
+                                  dataclasses.replace(COLLAPSED_CEILING_SETTINGS, particles=settings.ceiling_particles),
+                                  settings.ceiling_replicates, "collapsed")
+        probabilities[CEILING_BOUND] = bound.probabilities
     ngrams = [f"ngram {n}" for n in NGRAM_ORDERS]
     scored, targets = scored_rows(tokens, p)
     losses, accuracy, comparisons, beats = {}, {}, {}, {}
@@ -106,7 +131,10 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
                            for name, probs in probabilities.items()}
         comparisons[scope] = {f"model - {name}": clustered_interval(per_prompt["model"] - per_prompt[name],
                                                                     prompts.task_ids)
-                              for name in (*ngrams, "oracle")}
+                              for name in (*ngrams, "oracle", *([CEILING_BOUND] if bound else []))}
+        if bound:
+            comparisons[scope].update({f"{CEILING_BOUND} - {name}": clustered_interval(
+                per_prompt[CEILING_BOUND] - per_prompt[name], prompts.task_ids) for name in (*ngrams, "oracle")})
         beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in ngrams}
     return {
         "rule": CLUSTERED_RULE,
@@ -118,6 +146,9 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
         "comparisons": comparisons,
         "beats": beats,
         "verdict": competence_verdict(beats),
+        **({"ceiling_bound": {"method": CEILING_METHODS["collapsed"], **bound.record(),
+                              "prompts_per_minute": len(tokens) * 60 / bound.seconds}}
+           if bound else {}),
     }
 
 
@@ -126,7 +157,7 @@ def plot_ngram_verdict(report: dict, path: Path) -> None:
     (rows) and order (columns), each on its own scale with 0 marked, so that the trigram's margin of
     a thousandth of a nat is as readable as the unigram's tenth; the title gives the verdict."""
     scopes = list(report["comparisons"])
-    names = [name for name in report["comparisons"][scopes[0]] if "ngram" in name]
+    names = [name for name in report["comparisons"][scopes[0]] if name.startswith("model - ngram")]
     figure, axes = plt.subplots(len(scopes), len(names), figsize=(3.6 * len(names), 1.9 * len(scopes)),
                                 constrained_layout=True, squeeze=False)
     for row, scope in enumerate(scopes):

@@ -7,7 +7,7 @@ from empirical.analysis.ngram_verdict import (FIGURE_FILE, REPORT_FILE, NgramVer
 from hmmtf.commands.analyze import add_measure_command
 
 HELP = ("the model against the in-context 1/2/3-grams on thousands of fresh-HMM prompts (the competence rule, "
-        "standard errors clustered by HMM, no SMC ceiling)")
+        "standard errors clustered by HMM, no SMC ceiling; optionally an upper bound on it beside them)")
 
 
 def summary(report: dict) -> dict:
@@ -20,5 +20,5 @@ def summary(report: dict) -> dict:
 
 def register(subparsers) -> None:
     """Add ``ngram-verdict`` to the ``hmmtf`` parser."""
-    add_measure_command(subparsers, "ngram-verdict", HELP, NgramVerdictSettings, (), ngram_verdict_report,
-                        plot_ngram_verdict, summary, REPORT_FILE, FIGURE_FILE)
+    add_measure_command(subparsers, "ngram-verdict", HELP, NgramVerdictSettings, ("ceiling_replicates",),
+                        ngram_verdict_report, plot_ngram_verdict, summary, REPORT_FILE, FIGURE_FILE)

@@ -167,7 +167,8 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
     if args.hand_built_prompts:
         summary["hand_built"] = write_side_by_side(args, predictors, mixture, prompts, report.provenance, out)
     if args.fresh_tasks and args.ceiling_particles:
-        summary["competence"] = write_competence(args, predictors, preset, num_prompts, report, out)
+        summary["competence"] = write_competence(args, predictors, preset, args.competence_prompts or num_prompts,
+                                                 report, out)
     print(json.dumps(summary, indent=2, allow_nan=False))
     return 0
 
@@ -308,6 +309,9 @@ def register(subparsers) -> None:
                         help="Gibbs sweeps per SMC rejuvenation of the ceiling")
     parser.add_argument("--ceiling-seed", type=non_negative_int, default=CEILING_SETTINGS.seed,
                         help="seed of the ceiling's SMC")
+    parser.add_argument("--competence-prompts", type=positive_int, default=None,
+                        help="fresh-HMM prompts of the competence result (default: as many as --num-prompts; more "
+                             "where the evaluation's Bayes predictor is what limits --num-prompts, at 128 states)")
     parser.add_argument("--ceiling-backend", choices=("numpy", "collapsed"), default="numpy",
                         help="the ceiling's SMC: numpy (an estimate, converged at 16 states) or collapsed (the "
                              "collapsed-path SMC, whose average over replicates is an upper bound on the ceiling's "
