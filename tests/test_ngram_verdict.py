@@ -8,9 +8,9 @@ from tiny_checkpoints import assert_refused_in_one_line, command_report
 
 from empirical.yardsticks.competence import CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, VERDICTS, competence_verdict
 from empirical.analysis.ngram_verdict import CEILING_BOUND, clustered_interval
+from empirical.yardsticks.regime import Z_95
 
 NGRAMS = ("ngram 1", "ngram 2", "ngram 3")
-from empirical.yardsticks.regime import Z_95
 
 
 def test_with_one_prompt_per_hmm_the_clustered_error_is_the_naive_one_without_bessels_correction():
