@@ -141,7 +141,7 @@ def test_the_ceiling_chooses_its_smc_and_caches_each_under_its_own_key(tmp_path,
 
 
 @pytest.mark.parametrize(("keywords", "message"), [
-    ({"backend": "jax"}, r"backend: 'jax'; expected one of \('numpy', 'torch'\)"),
+    ({"backend": "jax"}, r"backend: 'jax'; expected one of \('numpy', 'torch', 'collapsed'\)"),
     ({"device": "cuda"}, r"device, dtype: 'cuda', torch.float64; expected 'cpu' and torch.float64 for the numpy backend"),
     ({"backend": "torch", "dtype": torch.int64}, r"dtype: torch.int64; expected torch.float32 or torch.float64"),
 ])

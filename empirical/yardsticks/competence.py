@@ -176,7 +176,7 @@ class Ceiling(NamedTuple):
     cached: bool
     """Read from :data:`CACHE_VARIABLE`'s directory rather than computed in this process."""
     backend: str = "numpy"
-    """:data:`BACKENDS` entry that computed them: ``"numpy"``, ``"collapsed"``, or ``"torch <device> <dtype>"``."""
+    """:data:`BACKEND_SOURCES` entry that computed them: ``"numpy"``, ``"collapsed"``, or ``"torch <device> <dtype>"``."""
 
     @property
     def probabilities(self) -> torch.Tensor:
@@ -204,9 +204,10 @@ TORCH_SMC_SOURCES = ("hmm/prior_predictive.py", "hmm/prior_predictive_torch.py",
 """The modules the torch SMC's numbers come from."""
 COLLAPSED_SMC_SOURCES = ("hmm/collapsed_smc.py", "hmm/prior_predictive.py", "hmm/markov.py")
 """The modules the collapsed SMC's numbers come from."""
-BACKENDS = ("numpy", "torch", "collapsed")
-"""The SMCs :func:`ceiling_estimates` runs: :mod:`hmm.prior_predictive`, :mod:`hmm.prior_predictive_torch`,
-:mod:`hmm.collapsed_smc` (an upper bound: :attr:`Ceiling.upper_bound`)."""
+BACKEND_SOURCES = {"numpy": SMC_SOURCES, "torch": TORCH_SMC_SOURCES, "collapsed": COLLAPSED_SMC_SOURCES}
+"""The SMCs :func:`ceiling_estimates` runs, by backend: :mod:`hmm.prior_predictive`,
+:mod:`hmm.prior_predictive_torch`, :mod:`hmm.collapsed_smc` (an upper bound: :attr:`Ceiling.upper_bound`),
+each with the modules its numbers come from (part of the cache key)."""
 
 
 def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, prior: DirichletHMMPrior,
@@ -220,8 +221,7 @@ def _cache_key(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, prior: Dir
     if backend != "numpy":
         digest.update(backend.encode())
     root = Path(hmm.__file__).resolve().parents[1]
-    sources = {"numpy": SMC_SOURCES, "collapsed": COLLAPSED_SMC_SOURCES}.get(backend, TORCH_SMC_SOURCES)
-    for source in sources:
+    for source in BACKEND_SOURCES[backend.split()[0]]:
         digest.update((root / source).read_bytes())
     return digest.hexdigest()
 
@@ -231,7 +231,7 @@ def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spe
                       replicates: int = CEILING_REPLICATES, backend: str = "numpy", device="cpu",
                       dtype: torch.dtype = torch.float64) -> Ceiling:
     """``replicates`` independent SMC estimates of the prior predictive of ``spec``'s prior on
-    ``tokens (B, N)`` (seeds ``settings.seed + r``), by the SMC of ``backend`` (:data:`BACKENDS`);
+    ``tokens (B, N)`` (seeds ``settings.seed + r``), by the SMC of ``backend`` (:data:`BACKEND_SOURCES`);
     the torch SMC runs on ``device`` in ``dtype`` and its estimates come back as float64 on the CPU.
     The collapsed backend takes :class:`~hmm.collapsed_smc.CollapsedSMCSettings` and gives upper
     bounds (:attr:`Ceiling.upper_bound`); the others take :class:`~hmm.prior_predictive.SMCSettings`.
@@ -239,8 +239,8 @@ def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spe
     With :data:`CACHE_VARIABLE` set to a directory, the replicates are read from it when the same
     computation (:func:`_cache_key`) was done before, and written to it otherwise: every result
     on one family's prompts then pays for its SMC once. Unset, nothing is read or written."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: {backend!r}; expected one of {BACKENDS}")
+    if backend not in BACKEND_SOURCES:
+        raise ValueError(f"backend: {backend!r}; expected one of {tuple(BACKEND_SOURCES)}")
     expected = CollapsedSMCSettings if backend == "collapsed" else SMCSettings
     if not isinstance(settings, expected):
         raise ValueError(f"settings: {type(settings).__name__}; expected {expected.__name__} for the {backend} backend")

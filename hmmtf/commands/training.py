@@ -176,7 +176,7 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
 def ceiling_settings(args) -> tuple[SMCSettings | CollapsedSMCSettings, int] | None:
     """The competence result's ceiling from the ``--ceiling-*`` options: the SMC settings of a
     replicate and the replicate count, of the numpy SMC or of the collapsed backend's upper bound
-    (:data:`empirical.yardsticks.competence.BACKENDS`); None for ``--ceiling-particles 0`` (no
+    (:data:`empirical.yardsticks.competence.BACKEND_SOURCES`); None for ``--ceiling-particles 0`` (no
     competence result). An option of the other backend is refused."""
     if args.ceiling_backend == "collapsed" and args.ceiling_moves != CEILING_SETTINGS.moves:
         raise ValueError(f"--ceiling-moves: {args.ceiling_moves}; the collapsed backend makes no Gibbs moves "
