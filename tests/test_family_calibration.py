@@ -8,9 +8,10 @@ import torch
 
 import hmm
 from empirical.yardsticks import family_calibration as calibration
-from empirical.yardsticks.competence import per_prompt_loss, scope_rows
+from empirical.yardsticks.competence import (CACHE_VARIABLE, CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS,
+                                             ceiling_estimates, per_prompt_loss, scope_rows)
 from empirical.yardsticks.regime import FRESH_MIXTURE_STREAM, FRESH_PROMPT_STREAM, oracle_predictor
-from empirical.yardsticks.signal import streams_of_seed_zero
+from empirical.yardsticks.signal import fresh_prompts_and_ngrams, streams_of_seed_zero
 
 
 def test_expected_row_entropy_is_the_closed_form_and_matches_sampling():
@@ -79,6 +80,30 @@ def test_one_family_measurements_agree_with_each_other():
     assert result["density_nats"] == calibration.family_density(spec)
     with pytest.raises(ValueError, match="num_prompts: 1; expected an integer >= 2"):
         calibration.calibrate_family(spec, fmt, num_prompts=1, fresh_tasks=8)
+
+
+def test_the_ceilings_bound_is_measured_beside_a_family_only_when_asked_and_from_the_same_prompts(monkeypatch):
+    """With ``ceiling_replicates`` the collapsed SMC's average is scored on the family's own prompts:
+    its loss is the loss of :func:`ceiling_estimates` on them, and the rule reads nothing of it."""
+    monkeypatch.delenv(CACHE_VARIABLE, raising=False)
+    spec = hmm.MixtureSpec(8, 4, 4, 0.05, 0.05)
+    fmt = hmm.PromptFormat(num_demos=2, demo_length=8, test_length=8)
+    plain = calibration.calibrate_family(spec, fmt, num_prompts=6, fresh_tasks=8)
+    assert "ceiling_bound" not in plain
+    with_bound = calibration.calibrate_family(spec, fmt, num_prompts=6, fresh_tasks=8, ceiling_replicates=2)
+    record = with_bound["ceiling_bound"]
+    assert (record["method"], record["backend"], record["replicates"]) == (CEILING_METHODS["collapsed"], "collapsed", 2)
+    _, prompts, _ = fresh_prompts_and_ngrams(spec, fmt, 6, 8)
+    bound = ceiling_estimates(prompts.tokens, fmt, spec, COLLAPSED_CEILING_SETTINGS, 2, "collapsed")
+    for scope, rows in scope_rows(fmt).items():
+        measured = with_bound["scopes"][scope]
+        expected = per_prompt_loss(bound.probabilities, prompts.tokens, 4, rows).mean().item()
+        assert measured["loss"][CEILING_BOUND]["mean"] == pytest.approx(expected, rel=1e-12)
+        assert measured["differences"][f"{CEILING_BOUND} - oracle"]["mean"] == pytest.approx(
+            expected - measured["loss"]["oracle"]["mean"], abs=1e-12)
+        assert {name: value for name, value in measured["loss"].items() if name != CEILING_BOUND} == \
+            plain["scopes"][scope]["loss"]
+    assert calibration.rule_checks(with_bound) == calibration.rule_checks(plain)
 
 
 def test_a_bad_concentration_is_named():

@@ -6,8 +6,9 @@ import pytest
 import torch
 from tiny_checkpoints import assert_refused_in_one_line, command_report
 
-from empirical.yardsticks.competence import CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, VERDICTS, competence_verdict
-from empirical.analysis.ngram_verdict import CEILING_BOUND, clustered_interval
+from empirical.yardsticks.competence import (CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, VERDICTS,
+                                             competence_verdict)
+from empirical.analysis.ngram_verdict import clustered_interval
 from empirical.yardsticks.regime import Z_95
 
 NGRAMS = ("ngram 1", "ngram 2", "ngram 3")

@@ -29,7 +29,8 @@ result does not converge at 128 states, where this verdict is the gate; the coll
 average over runs is an upper bound on it (:data:`CEILING_BOUND`), cheap enough for these prompts
 (about 360 prompts a CPU minute a run on the paper family). Scored on the same prompts, it places
 the model in the window from the in-context unigram to the ceiling: ``model - ceiling bound`` and
-``ceiling bound - ngram n`` with the same clustered intervals.
+``ceiling bound - ngram n`` with the same clustered intervals (``ceiling bound - ngram 3`` below 0:
+the ceiling lies below the trigram).
 
 **Data.** :data:`VERDICT_MIXTURE_STREAM` draws the fresh HMMs (the preset's generator, another
 seed stream than the training, competence and fitting HMMs), :data:`VERDICT_PROMPT_STREAM` the
@@ -46,7 +47,7 @@ import torch
 import hmm
 from empirical.plotting import plt
 from empirical.yardsticks.competence import (
-    CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, NGRAM_ORDERS, RULE, ceiling_estimates, competence_verdict,
+    CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, NGRAM_ORDERS, RULE, ceiling_estimates, competence_verdict,
     fitted_ngrams, paired, per_prompt_loss, scope_rows)
 from empirical.training.configs import check_integers, option
 from empirical.training.data import stream_seed
@@ -63,11 +64,6 @@ VERDICT_PROMPT_STREAM = 14
 CLUSTERED_RULE = RULE + ("; the standard error of mean(d) is clustered by HMM "
                          "(se^2 = sum_g (sum_{b in g} (d_b - mean d))^2 / B^2)")
 """The module docstring's decision rule, recorded in every result."""
-CEILING_BOUND = "ceiling bound"
-"""The predictor name of the collapsed SMC's upper bound on the ceiling (``ceiling_replicates`` > 0):
-the average of its runs, a predictor of the prompt alone whose expected loss is at least the
-ceiling's (``empirical/yardsticks/competence.py``). Beside the model's comparisons, the bound's own
-with each n-gram and the oracle: ``bound - ngram 3`` below 0 says the ceiling lies below the trigram."""
 REPORT_FILE = "ngram-verdict.json"
 FIGURE_FILE = "ngram-verdict.png"
 

@@ -104,6 +104,10 @@ CEILING_METHODS = {
                  "ceiling's loss, not an estimate of it",
 }
 """What competence.json's ``ceiling.method`` says, by backend."""
+CEILING_BOUND = "ceiling bound"
+"""The name of the collapsed SMC's upper bound where it is scored beside other predictors rather than
+as the ceiling (``hmmtf ngram-verdict``, ``hmmtf family-calibration``): the average of its runs, a
+predictor of the prompt alone whose expected loss is at least the ceiling's."""
 HAND_BUILT_NETWORK = {"history_length": 2, "gd_steps": 32}
 """The hand-built network on the ladder: L = 2 (the in-context bigram's history), T = 32."""
 RULE = ("per prompt, d = loss(model) - loss(in-context n-gram), each the mean over the scope's rows; the model beats "

@@ -17,7 +17,12 @@ Loss (nats/token) and top-1 accuracy (``argmax q = o_{t+1}``, ties to the lowest
 prompt over the scope's rows (test sequence, all positions), then the mean with its standard error
 and the paired differences with their 95% intervals over prompts (:func:`empirical.yardsticks.competence.paired`).
 The prior-predictive ceiling of ``hmmtf signal`` is not computed: its SMC over 128-state HMMs
-would take hours a family on a CPU core, and the oracle bounds it from below.
+would take hours a family on a CPU core, and the oracle bounds it from below. With
+``ceiling_replicates`` R > 0 (``--ceiling-replicates``), an upper bound on it is measured beside the
+others: the average of R runs of the collapsed-path SMC (``ceiling bound``; :data:`CEILING_BOUND`,
+:func:`empirical.yardsticks.competence.ceiling_estimates`), so that each family's window from the
+best n-gram to the oracle is split at a point the ceiling lies below. The rule does not read it
+(it was fixed before the bound existed).
 
 **The rule** (:data:`RULE`, written and committed before any cell of the grid was measured; the
 seven cells of ``/work/shared/design/GPU.md``'s oracle table, 128 prompts each, were known). A
@@ -58,7 +63,8 @@ import time
 import torch
 
 import hmm
-from empirical.yardsticks.competence import FIT_PROMPTS, NGRAM_ORDERS, paired, per_prompt_loss, scope_rows
+from empirical.yardsticks.competence import (CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, FIT_PROMPTS, NGRAM_ORDERS,
+                                             ceiling_estimates, paired, per_prompt_loss, scope_rows)
 from empirical.yardsticks.ngram import scored_rows
 from empirical.yardsticks.regime import oracle_predictor
 from empirical.yardsticks.signal import fresh_prompts_and_ngrams
@@ -104,14 +110,20 @@ def per_prompt_accuracy(probabilities: torch.Tensor, tokens: torch.Tensor, num_t
 
 
 def calibrate_family(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num_prompts: int,
-                     fresh_tasks: int) -> dict:
+                     fresh_tasks: int, ceiling_replicates: int = 0) -> dict:
     """The module docstring's measurements for one family, as a JSON-ready dict: per scope each
     predictor's loss and accuracy (mean, s.e., 95% interval), the paired differences the rule
-    reads, and the n-grams' fitted concentrations."""
+    reads, and the n-grams' fitted concentrations; with ``ceiling_replicates`` > 0 the collapsed
+    SMC's upper bound on the ceiling beside them (its record under ``ceiling_bound``)."""
     fresh, prompts, ngrams = fresh_prompts_and_ngrams(spec, prompt_format, num_prompts, fresh_tasks)
     tokens, p = prompts.tokens, spec.num_tokens
     probabilities = {name: ngram(tokens) for name, ngram in ngrams.items()}
     probabilities["oracle"] = oracle_predictor(fresh, prompts)(tokens)
+    bound = None
+    if ceiling_replicates:
+        bound = ceiling_estimates(tokens, prompt_format, spec, COLLAPSED_CEILING_SETTINGS, ceiling_replicates,
+                                  "collapsed")
+        probabilities[CEILING_BOUND] = bound.probabilities
     scopes = {}
     for scope, rows in scope_rows(prompt_format).items():
         losses = {name: per_prompt_loss(probs, tokens, p, rows) for name, probs in probabilities.items()}
@@ -127,12 +139,15 @@ def calibrate_family(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num
                    for n in NGRAM_ORDERS[1:]},
                 "best ngram - oracle": paired(losses[best] - losses["oracle"]),
                 "uniform - oracle": paired(math.log(p) - losses["oracle"]),
+                **({f"best ngram - {CEILING_BOUND}": paired(losses[best] - losses[CEILING_BOUND]),
+                    f"{CEILING_BOUND} - oracle": paired(losses[CEILING_BOUND] - losses["oracle"])} if bound else {}),
             },
         }
     return {"spec": dataclasses.asdict(spec), "fresh_tasks": fresh_tasks, "num_prompts": num_prompts,
             "density_nats": family_density(spec),
             "ngram_concentrations": {name: list(ngram.concentrations) for name, ngram in ngrams.items()},
-            "scopes": scopes}
+            "scopes": scopes,
+            **({"ceiling_bound": {"method": CEILING_METHODS["collapsed"], **bound.record()}} if bound else {})}
 
 
 def rule_checks(family: dict) -> dict[str, bool]:
@@ -162,13 +177,14 @@ def grid_specs(concentrations=GRID, num_tasks: int = 8192) -> dict[str, hmm.Mixt
 
 
 def calibration_report(specs: dict[str, hmm.MixtureSpec], prompt_format: hmm.PromptFormat, num_prompts: int,
-                       fresh_tasks: int, progress=None) -> dict:
-    """:func:`calibrate_family` of every family, each with its :func:`rule_checks`, and the rule's
-    choice. ``progress(name, seconds)`` is called after each family."""
+                       fresh_tasks: int, progress=None, ceiling_replicates: int = 0) -> dict:
+    """:func:`calibrate_family` of every family (with ``ceiling_replicates`` runs of the ceiling's
+    bound), each with its :func:`rule_checks`, and the rule's choice. ``progress(name, seconds)`` is
+    called after each family."""
     families = {}
     for name, spec in specs.items():
         started = time.perf_counter()
-        families[name] = calibrate_family(spec, prompt_format, num_prompts, fresh_tasks)
+        families[name] = calibrate_family(spec, prompt_format, num_prompts, fresh_tasks, ceiling_replicates)
         families[name]["seconds"] = time.perf_counter() - started
         families[name]["rule_checks"] = rule_checks(families[name])
         if progress is not None:

@@ -68,7 +68,8 @@ def run_family_calibration(args) -> int:
 
     with run_folder_lock(out, "--out"):
         started = time.perf_counter()
-        report = calibration_report(specs, hmm.PROMPT_FORMATS["paper"], args.num_prompts, args.fresh_tasks, progress)
+        report = calibration_report(specs, hmm.PROMPT_FORMATS["paper"], args.num_prompts, args.fresh_tasks, progress,
+                                    args.ceiling_replicates)
         report = {"command": args.command_line, "git_commit": args.git_commit, "threads": args.threads,
                   "seconds": time.perf_counter() - started, **report}
         (out / FAMILY_CALIBRATION_FILE).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
@@ -136,6 +137,10 @@ def register(subparsers) -> None:
                         help=f"the grid, for transition and emission rows alike (default {list(GRID)})")
     parser.add_argument("--num-prompts", type=positive_int, default=512, help="prompts per family")
     parser.add_argument("--fresh-tasks", type=positive_int, default=1024, help="fresh HMMs the prompts come from")
+    parser.add_argument("--ceiling-replicates", type=non_negative_int, default=0,
+                        help="runs of the collapsed-path SMC averaged into an upper bound on each family's ceiling "
+                             "(0: none; at 512 prompts a run takes 1.5 minutes of a core on the paper family, more "
+                             "on denser ones)")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     parser.add_argument("--out", type=output_folder, default="runs/families/paper-scale",
                         help="folder of family_calibration.json and .png (the committed result: --out "
