@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ledger.claims import Claim, Judge, Outcome, Section, Verdict
-from ledger.documents import Doc
+from ledger.documents import Doc, LedgerError
 from ledger.numbers import fixed, interval, listed
 from ledger.observations import (
     falls_with_distance,
@@ -116,12 +116,37 @@ COMPETENT_VERDICTS = ("beats the in-context bigram", BEATS_EVERY_NGRAM)
 claims (beats the in-context bigram or more): ``competence.json`` and ``ngram-verdict.json`` use the same."""
 
 
-def competent_by_ngram_verdict(verdict: Doc) -> Outcome:
-    """The competence gate read from the n-gram verdict, for a family without a prior-predictive
-    ceiling (128 states): the network beats the in-context bigram on thousands of fresh-HMM prompts."""
+def window_to_the_bound(competence: Doc) -> str:
+    """Where the model lies in the window from the in-context unigram to the ceiling, read from a
+    ``competence.json`` whose ceiling is the collapsed SMC's upper bound (``ceiling.upper_bound``):
+    the test sequence's losses and the share of the window to the bound the model closes, which is
+    at least its share of the window to the true ceiling."""
+    losses = competence["ladder", "test_sequence"]
+    closed = competence["gap_closed", "test_sequence"]
+    ceiling = competence["ceiling"]
+    names = ("ngram 1", "ngram 2", "ngram 3", "model")
+    return (f"beside an upper bound on the ceiling ({ceiling['replicates']} runs of the collapsed SMC, "
+            f"{competence['num_prompts']} other prompts), test sequence: "
+            + ", ".join(f"{name} {fixed(losses[name]['loss'])}" for name in names)
+            + f", ceiling <= {fixed(losses['ceiling']['loss'])}, oracle {fixed(losses['oracle']['loss'])}; the model "
+              f"closes {fixed(closed['fraction'], 2)} [{fixed(closed['interval_95'][0], 2)}, "
+              f"{fixed(closed['interval_95'][1], 2)}] of the window from the in-context unigram to the bound (at most "
+              f"that of the window to the ceiling)")
+
+
+def competent_by_ngram_verdict(verdict: Doc, bound: Doc | None = None) -> Outcome:
+    """The competence gate read from the n-gram verdict, for a family whose prior-predictive ceiling
+    the SMC does not reach (128 states): the network beats the in-context bigram on thousands of
+    fresh-HMM prompts. With ``bound`` (a ``competence.json`` beside the ceiling's upper bound), the
+    number says where the model lies in the window (:func:`window_to_the_bound`); the gate does not
+    read it."""
     outcome = beats_every_ngram(verdict)
+    if bound is not None and not bound["ceiling"].get("upper_bound"):
+        raise LedgerError(f"{bound.path}: its ceiling is not the collapsed SMC's upper bound (ceiling.upper_bound); "
+                          f"expected the competence result of --ceiling-backend collapsed")
+    number = outcome.number if bound is None else f"{outcome.number}; {window_to_the_bound(bound)}"
     return Outcome(Verdict.HOLDS if verdict["verdict"] in COMPETENT_VERDICTS else Verdict.NOT_REPRODUCED,
-                   outcome.number, f"verdict: {verdict['verdict']} (ngram-verdict.verdict); no prior-predictive "
+                   number, f"verdict: {verdict['verdict']} (ngram-verdict.verdict); no converged prior-predictive "
                    f"ceiling at this family's 128 states", outcome.scale)
 
 
@@ -154,9 +179,10 @@ class RegimeModel:
     ``ngram_verdict`` (``hmmtf ngram-verdict``'s result; None: no such claim), ``ceiling`` (False
     for a family with no prior-predictive ceiling, 128 states: no ``competence.json``, so the
     competence gate is the n-gram verdict, and Figure 1's regime diagnostic is judged from an
-    ``evaluation.json`` made without the ceiling) and ``covers`` (the name of the
+    ``evaluation.json`` made without the ceiling), ``covers`` (the name of the
     :class:`UntestedNetwork` this model is, whose placeholder column it takes in the README's
-    matrix; None: none)."""
+    matrix; None: none) and ``ceiling_bound`` (without a ceiling, the ``competence.json`` made with
+    the collapsed SMC's upper bound as its ceiling, quoted beside the n-gram verdict; None: none)."""
 
     name: str
     prefix: str
@@ -169,6 +195,7 @@ class RegimeModel:
     ngram_verdict: str | None = None
     ceiling: bool = True
     covers: str | None = None
+    ceiling_bound: str | None = None
 
     def __post_init__(self) -> None:
         if not self.ceiling and self.ngram_verdict is None:
@@ -204,8 +231,10 @@ def _competence_claims(model: RegimeModel) -> tuple[Claim, ...]:
     else:
         competence = Claim(
             f"{model.prefix}-competence", statement, model.scale + "loss on 4096 prompts of 8192 fresh HMMs against "
-            "the in-context 1/2/3-grams, paired per prompt, standard errors clustered by HMM (no prior-predictive "
-            "ceiling exists at 128 states)", sources=(model.competence,), judge=competent_by_ngram_verdict,
+            "the in-context 1/2/3-grams, paired per prompt, standard errors clustered by HMM (no converged "
+            "prior-predictive ceiling at 128 states; beside it, an upper bound on it)",
+            sources=(model.competence, *((model.ceiling_bound,) if model.ceiling_bound else ())),
+            judge=competent_by_ngram_verdict,
             figure=model.figures["competence"],
             rule="holds when ngram-verdict.json's verdict beats the in-context bigram (95% intervals below 0 in both "
                  "scopes, empirical/analysis/ngram_verdict.py); otherwise not reproduced")
@@ -343,13 +372,15 @@ STATES_128_FOLDER = "figures/paper-scale/cpu"
 
 def _states_128_model(run: str, prefix: str, what: str) -> RegimeModel:
     """The run ``models/paper-scale-cpu/RUN`` on a 128-state family, its results in
-    ``figures/paper-scale/cpu/RUN``: no ceiling (so no ``competence.json``), gated by its n-gram verdict."""
+    ``figures/paper-scale/cpu/RUN``: no converged ceiling, so gated by its n-gram verdict, with the
+    window to the ceiling's upper bound from its ``competence.json`` beside it."""
     point = f"{STATES_128_FOLDER}/{run}"
     analysis = f"{point}/analysis.json"
     return RegimeModel(f"paper-scale-cpu/{run}", prefix, f"on {run} ({what}), ", point, analysis, analysis,
                        {"competence": f"{point}/ngram-verdict.png", "regime": f"{point}/regime.png",
                         **_mechanism_figures(point)},
-                       heads=f"{point}/heads.json", ngram_verdict=f"{point}/ngram-verdict.json", ceiling=False)
+                       heads=f"{point}/heads.json", ngram_verdict=f"{point}/ngram-verdict.json", ceiling=False,
+                       ceiling_bound=f"{point}/competence.json")
 
 
 REGIME_MODELS = (
