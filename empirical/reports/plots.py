@@ -126,6 +126,9 @@ LADDER_STYLES = {
     "oracle": STYLES["oracle"],
 }
 """The ladder of predictors of :mod:`empirical.yardsticks.competence`, weakest first."""
+CEILING_BOUND_STYLE = {**LADDER_STYLES["ceiling"], "fillstyle": "none",
+                       "label": "upper bound on the ceiling (collapsed SMC)"}
+"""The ceiling's curve where it is the collapsed SMC's upper bound (``ceiling.upper_bound``)."""
 
 
 def gap_closed_phrase(competence: dict) -> str:
@@ -137,6 +140,9 @@ def gap_closed_phrase(competence: dict) -> str:
     closed = competence["gap_closed"]["all_positions"]
     fraction, (low, high) = closed["fraction"], closed["interval_95"]
     gap = f"the in-context-unigram-to-ceiling gap ({closed['gap_nats']:.3f} nats)"
+    if competence["ceiling"].get("upper_bound"):
+        gap = (f"the gap from the in-context unigram to the ceiling's upper bound ({closed['gap_nats']:.3f} nats; "
+               f"of the gap to the ceiling, at most that)")
     if high < 0:
         return (f"closes none of {gap}: its loss is above the in-context unigram's by {-fraction:.0%} "
                 f"[{-high:.0%}, {-low:.0%}] of it")
@@ -155,11 +161,13 @@ def plot_competence(competence: dict, path: Path) -> None:
     figure, axes = plt.subplots(3, 2, figsize=(11, 11), constrained_layout=True)
     panels = [("by_demonstrations", "num_demonstrations", "number of demonstrations"),
               ("by_test_position", "position", "position in the test sequence")]
-    hand_built_styles = {**LADDER_STYLES, "hand-built": {
+    ceiling = competence["ceiling"]
+    ladder_styles = {**LADDER_STYLES, **({"ceiling": CEILING_BOUND_STYLE} if ceiling.get("upper_bound") else {})}
+    hand_built_styles = {**ladder_styles, "hand-built": {
         "color": "tab:brown", "marker": "x", "linestyle": "-.",
         "label": "hand-built (L = {history_length}, T = {gd_steps})".format(**competence["hand_built_network"])}}
-    rows = [(competence["ladder"], "accuracy", "top-1 accuracy", LADDER_STYLES),
-            (competence["ladder"], "loss", "loss (nats/token)", LADDER_STYLES),
+    rows = [(competence["ladder"], "accuracy", "top-1 accuracy", ladder_styles),
+            (competence["ladder"], "loss", "loss (nats/token)", ladder_styles),
             (competence["hand_built"], "loss", "loss on the hand-built rows", hand_built_styles)]
     for row, (evaluation, metric, y_label, styles) in enumerate(rows):
         for column, (key, x_key, x_label) in enumerate(panels):
@@ -169,14 +177,16 @@ def plot_competence(competence: dict, path: Path) -> None:
             axis.set_ylabel(y_label)
             axis.grid(alpha=0.3)
         axes[row, 1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    ceiling = competence["ceiling"]
     competent = "holds" if competence["competent"] else "not reproduced"
+    method = (f"ceiling's upper bound: collapsed SMC, {ceiling['replicates']} runs x {ceiling['particles']} particles, "
+              f"K = {ceiling['burn_in_steps']}" if ceiling.get("upper_bound") else
+              f"ceiling: SMC, {ceiling['replicates']} x {ceiling['particles']} particles")
     figure.suptitle(
         f"{competence['num_prompts']} prompts of {competence['fresh_tasks']} fresh HMMs: {competence['verdict']} "
-        f"(competent, beats the in-context bigram: {competent})\n{gap_closed_phrase(competence)}\nceiling: SMC, "
-        f"{ceiling['replicates']} x {ceiling['particles']} particles, Monte-Carlo s.e. "
-        f"{ceiling['monte_carlo_stderr']['all_positions']:.4f} nats (mean +- s.e. over prompts); in-context uni- and "
-        f"trigram drawn {NGRAM_OFFSET:g} left and right", fontsize=10)
+        f"(competent, beats the in-context bigram: {competent})\n{gap_closed_phrase(competence)}\n{method}, "
+        f"Monte-Carlo s.e. "
+        f"{ceiling['monte_carlo_stderr']['all_positions']:.4f} nats\n(mean +- s.e. over prompts; in-context uni- and "
+        f"trigram drawn {NGRAM_OFFSET:g} left and right)", fontsize=10)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
