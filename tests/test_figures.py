@@ -156,6 +156,9 @@ def test_the_theorem1_figure_keeps_the_generalization_legend_off_its_panel_label
     ("figures/paper/4x4x64/competence.json",
      ["beats the in-context bigram (competent, beats the in-context bigram: holds)",
       "closes 77% [75%, 80%] of the in-context-unigram-to-ceiling gap"]),
+    ("figures/paper-scale/cpu/paper-2x4x64-4x/competence.json",
+     ["closes 90% [88%, 92%] of the gap from the in-context unigram to the ceiling's upper bound",
+      "of the gap to the ceiling, at most that", "ceiling's upper bound: collapsed SMC, 16 runs x 128 particles"]),
 ])
 def test_the_competence_title_speaks_the_ledgers_words_and_the_bigram_is_not_hidden_by_the_trigram(tmp_path, path,
                                                                                                     words):
@@ -168,6 +171,7 @@ def test_the_competence_title_speaks_the_ledgers_words_and_the_bigram_is_not_hid
     assert "closes -" not in title
     axis = figure.axes[0]
     lines = {container.get_label(): container.lines[0] for container in axis.containers}
+    assert ("upper bound on the ceiling (collapsed SMC)" in lines) == ("upper_bound" in competence["ceiling"])
     bigram, trigram = lines["in-context bigram"], lines["in-context trigram"]
     assert bigram.get_zorder() > trigram.get_zorder()
     assert (bigram.get_marker(), bigram.get_linestyle()) != (trigram.get_marker(), trigram.get_linestyle())
