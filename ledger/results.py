@@ -142,7 +142,7 @@ PAPER_SCALE_EVALUATE = (
     "hmmtf evaluate models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --num-prompts 64 "
     "--hand-built-prompts 0 --fresh-tasks 1024 --reference-tasks 4096 --competence-prompts 256 --ceiling-backend "
     "collapsed --ceiling-particles 128 --threads 1 (64 prompts for the evaluation, as the Bayes predictor over 8192 "
-    "HMMs of 128 states costs about 10 s a prompt on a core; the competence result on 256 others, with the "
+    "HMMs of 128 states costs 3 to 10 s a prompt on a core; the competence result on 256 others, with the "
     "collapsed SMC's upper bound as its ceiling; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)")
 """The evaluation of the 128-state networks, with the competence result beside the ceiling's bound."""
 EVALUATE = ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE)
