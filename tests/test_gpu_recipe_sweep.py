@@ -16,7 +16,7 @@ from empirical.reproduce.config import ANALYSIS_CONFIGS
 from empirical.training.overrides import resolve
 from hmmtf.override_options import flag_overrides
 from empirical.training.train import learning_rate
-from empirical.yardsticks.competence import VERDICTS
+from empirical.yardsticks.competence import COLLAPSED_CEILING_SETTINGS, VERDICTS
 from hmmtf.options import config_from_command_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -171,7 +171,8 @@ def test_the_cpu_rehearsal_trains_and_scores_every_run(tmp_path, capsys):
         run = report["runs"][name]
         assert run["train_returncode"] == 0 and not run["stopped_early"] and "--prefetch 2" in run["train_command"]
         assert run["final_step"] == run["planned_steps"] == 256 // batch
-        assert run["verdict"]["settings"] == {"prompts": 16, "fresh_tasks": 16}
+        assert run["verdict"]["settings"] == {"prompts": 16, "fresh_tasks": 16, "ceiling_replicates": 0,
+                                              "ceiling_particles": COLLAPSED_CEILING_SETTINGS.particles}
         assert set(run["verdict"]["losses"]["test_sequence"]) == {"ngram 1", "ngram 2", "ngram 3", "model", "oracle"}
     capsys.readouterr()
     assert sweep.main(["--out", str(out), "--wait", "1"]) == 0
