@@ -47,8 +47,8 @@ import torch
 import hmm
 from empirical.plotting import plt
 from empirical.yardsticks.competence import (
-    CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, NGRAM_ORDERS, RULE, ceiling_estimates, competence_verdict,
-    fitted_ngrams, paired, per_prompt_loss, scope_rows)
+    CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, NGRAM_ORDERS, RULE, ceiling_estimates,
+    competence_verdict, fitted_ngrams, paired, per_prompt_loss, scope_rows)
 from empirical.training.configs import check_integers, option
 from empirical.training.data import stream_seed
 from empirical.yardsticks.evaluate import model_predictor
@@ -127,8 +127,8 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
                            for name, probs in probabilities.items()}
         comparisons[scope] = {f"model - {name}": clustered_interval(per_prompt["model"] - per_prompt[name],
                                                                     prompts.task_ids)
-                              for name in (*ngrams, "oracle", *([CEILING_BOUND] if bound else []))}
-        if bound:
+                              for name in (*ngrams, "oracle", *([CEILING_BOUND] if bound is not None else []))}
+        if bound is not None:
             comparisons[scope].update({f"{CEILING_BOUND} - {name}": clustered_interval(
                 per_prompt[CEILING_BOUND] - per_prompt[name], prompts.task_ids) for name in (*ngrams, "oracle")})
         beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in ngrams}
@@ -144,7 +144,7 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
         "verdict": competence_verdict(beats),
         **({"ceiling_bound": {"method": CEILING_METHODS["collapsed"], **bound.record(),
                               "prompts_per_minute": len(tokens) * 60 / bound.seconds}}
-           if bound else {}),
+           if bound is not None else {}),
     }
 
 

@@ -140,14 +140,16 @@ def calibrate_family(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num
                 "best ngram - oracle": paired(losses[best] - losses["oracle"]),
                 "uniform - oracle": paired(math.log(p) - losses["oracle"]),
                 **({f"best ngram - {CEILING_BOUND}": paired(losses[best] - losses[CEILING_BOUND]),
-                    f"{CEILING_BOUND} - oracle": paired(losses[CEILING_BOUND] - losses["oracle"])} if bound else {}),
+                    f"{CEILING_BOUND} - oracle": paired(losses[CEILING_BOUND] - losses["oracle"])}
+                   if bound is not None else {}),
             },
         }
     return {"spec": dataclasses.asdict(spec), "fresh_tasks": fresh_tasks, "num_prompts": num_prompts,
             "density_nats": family_density(spec),
             "ngram_concentrations": {name: list(ngram.concentrations) for name, ngram in ngrams.items()},
             "scopes": scopes,
-            **({"ceiling_bound": {"method": CEILING_METHODS["collapsed"], **bound.record()}} if bound else {})}
+            **({"ceiling_bound": {"method": CEILING_METHODS["collapsed"], **bound.record()}}
+               if bound is not None else {})}
 
 
 def rule_checks(family: dict) -> dict[str, bool]:
