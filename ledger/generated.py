@@ -34,7 +34,7 @@ def _bench(render_results: Callable[[dict], str]) -> Callable[[Path], str]:
 
 TARGETS: tuple[Target, ...] = (
     Target(render.PAGE, None, None, render.claims_page),
-    Target("README.md", render.README_BLOCK, None, render.readme_block),
+    Target("README.md", render.RESULTS_BLOCK, None, render.readme_block),
     Target("README.md", "bench:hmm", bench_text.RESULTS, _bench(bench_text.readme_paragraph)),
     Target("docs/hmm.md", "bench:hmm-table", bench_text.RESULTS, _bench(bench_text.docs_table)),
     Target("docs/ARCHITECTURE.md", "architecture:packages", "ledger/architecture.py", architecture.import_table),
