@@ -95,6 +95,7 @@ from hmm.prior_predictive import (
     _categorical,
     _normalised,
     _systematic_resample,
+    batched,
     check_prompts,
     format_positions,
 )
@@ -444,7 +445,7 @@ def collapsed_prior_predictive(tokens, prompt_format: PromptFormat, prior: Diric
 
     ``tokens (B, N)``: prompts of ``prompt_format`` with delimiter ``prior.num_tokens``. Prompts are
     processed in batches of ``settings.batch_prompts``, each with its own generator seeded by
-    ``(settings.seed, first prompt of the batch)``.
+    ``(settings.seed, first prompt of the batch)`` (:func:`hmm.prior_predictive.batched`).
     """
     if not isinstance(prior, DirichletHMMPrior):
         raise ValueError(f"prior: {type(prior).__name__}; expected a DirichletHMMPrior")
@@ -452,13 +453,6 @@ def collapsed_prior_predictive(tokens, prompt_format: PromptFormat, prior: Diric
         raise ValueError(f"settings: {type(settings).__name__}; expected CollapsedSMCSettings")
     tokens = check_prompts(tokens, prompt_format, prior.num_tokens).numpy()
     positions, starts = (values.numpy() for values in format_positions(prompt_format))
-    results = []
-    particle_steps = 0
-    for first in range(0, tokens.shape[0], settings.batch_prompts):
-        rng = np.random.default_rng((settings.seed, first))
-        *batch, steps = _collapsed_batch(tokens[first: first + settings.batch_prompts], positions, starts, prior,
-                                         settings, rng)
-        results.append(batch)
-        particle_steps += steps
-    next_token, log_evidence, rejuvenations = (torch.from_numpy(np.concatenate(parts)) for parts in zip(*results))
+    next_token, log_evidence, rejuvenations, (particle_steps,) = batched(tokens, positions, starts, prior, settings,
+                                                                         _collapsed_batch)
     return PriorPredictive(next_token, log_evidence, rejuvenations, float("nan"), particle_steps)

@@ -207,14 +207,17 @@ def _counts(indices: np.ndarray, size: int) -> np.ndarray:
 
 
 def _gibbs_parameters(states, tokens, starts, prior: DirichletHMMPrior, transition, stationary,
-                      rng: np.random.Generator):
+                      rng: np.random.Generator, last_power: float = 1.0):
     """Steps 2 and 3 of the module docstring for M particles: new ``(transition, emission,
-    stationary, accepted (M,) bool)`` given ``states (M, J)`` and ``tokens (M, J)``."""
+    stationary, accepted (M,) bool)`` given ``states (M, J)`` and ``tokens (M, J)``; the last
+    token's emission counts ``last_power`` (its likelihood tempered, :func:`_move`)."""
     M, J = states.shape
     S, p = prior.num_states, prior.num_tokens
     inside = ~starts[1:]
     transitions = _counts((states[:, :-1] * S + states[:, 1:])[:, inside], S * S).reshape(M, S, S)
     emissions = _counts(states * p + tokens, S * p).reshape(M, S, p)
+    if last_power != 1.0:
+        emissions.reshape(M, S * p)[np.arange(M), states[:, -1] * p + tokens[:, -1]] -= 1.0 - last_power
     emission = _dirichlet(emissions + prior.emission_concentration, rng)
     proposal = _dirichlet(transitions + prior.transition_concentration, rng)
     proposed_stationary, valid = _stationary(proposal)
@@ -267,19 +270,35 @@ class _Particles:
 
 
 def _move(particles: _Particles, tokens: np.ndarray, starts: np.ndarray, prior: DirichletHMMPrior,
-          moves: int, rng: np.random.Generator) -> tuple[_Particles, np.ndarray]:
+          moves: int, rng: np.random.Generator, last_power: float = 1.0,
+          filter_after: bool = True) -> tuple[_Particles, np.ndarray]:
     """``moves`` Gibbs sweeps (module docstring) targeting ``p(theta | tokens)`` for each particle,
     ``tokens (M, j)`` its prompt's HMM tokens so far; returns the moved particles with their
-    filtered belief at the last token, and the accepted-proposal flags ``(moves, M)``."""
+    filtered belief at the last token (None without ``filter_after``), and the accepted-proposal
+    flags ``(moves, M)``.
+
+    ``last_power`` < 1 tempers the last token (the annealing steps within a token of
+    :mod:`hmm.bidirectional`): the sweeps target ``p(theta, s_{1:j}) P(o_{<j} | s) O(s_j, o_j)^last_power``
+    on ``(theta, s)``, whose FFBS takes the last likelihood to that power and whose Dirichlet step
+    counts the last emission ``last_power`` times."""
     transition, emission, stationary = particles.transition, particles.emission, particles.stationary
     accepted = []
+
+    def likelihoods_of(emission: np.ndarray) -> np.ndarray:
+        likelihoods = emission_likelihoods(emission, tokens)
+        if last_power != 1.0:
+            likelihoods[-1] **= last_power
+        return likelihoods
+
     for _ in range(moves):
-        filtered, _ = forward_filter(transition, stationary, emission_likelihoods(emission, tokens), starts)
+        filtered, _ = forward_filter(transition, stationary, likelihoods_of(emission), starts)
         states = _backward_sample(filtered, transition, starts, rng)
         transition, emission, stationary, accepted_now = _gibbs_parameters(
-            states, tokens, starts, prior, transition, stationary, rng)
+            states, tokens, starts, prior, transition, stationary, rng, last_power)
         accepted.append(accepted_now)
-    last, _ = forward_filter(transition, stationary, emission_likelihoods(emission, tokens), starts, keep_beliefs=False)
+    if not filter_after:
+        return _Particles(transition, emission, stationary), np.stack(accepted)
+    last, _ = forward_filter(transition, stationary, likelihoods_of(emission), starts, keep_beliefs=False)
     return _Particles(transition, emission, stationary, last[0]), np.stack(accepted)
 
 
@@ -335,13 +354,30 @@ def _smc_batch(tokens: np.ndarray, positions: np.ndarray, starts: np.ndarray, pr
     return next_token, log_evidence, rejuvenations, accepted, proposed, moved_tokens
 
 
+def batched(tokens: np.ndarray, positions: np.ndarray, starts: np.ndarray, prior: DirichletHMMPrior, settings,
+            run_batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """The batching loop of both prior-predictive SMCs: ``run_batch(tokens of the batch, positions,
+    starts, prior, settings, rng)`` on batches of ``settings.batch_prompts`` prompts of ``tokens (B,
+    N)``, each with its own generator seeded by ``(settings.seed, first prompt of the batch)``.
+    ``run_batch`` returns ``(next_token, log_evidence, rejuvenations, *counters)``; returns those
+    three concatenated over the batches as tensors, and each counter summed."""
+    results, counters = [], None
+    for first in range(0, tokens.shape[0], settings.batch_prompts):
+        rng = np.random.default_rng((settings.seed, first))
+        batch = run_batch(tokens[first: first + settings.batch_prompts], positions, starts, prior, settings, rng)
+        results.append(batch[:3])
+        counters = batch[3:] if counters is None else [total + now for total, now in zip(counters, batch[3:])]
+    next_token, log_evidence, rejuvenations = (torch.from_numpy(np.concatenate(parts)) for parts in zip(*results))
+    return next_token, log_evidence, rejuvenations, list(counters or ())
+
+
 def prior_predictive(tokens, prompt_format: PromptFormat, prior: DirichletHMMPrior,
                      settings: SMCSettings = SMCSettings()) -> PriorPredictive:
     """The posterior predictive under ``prior`` at every row of every prompt (module docstring).
 
     ``tokens (B, N)``: prompts of ``prompt_format`` with delimiter ``prior.num_tokens``. Prompts are
     processed in batches of ``settings.batch_prompts``, each with its own generator seeded by
-    ``(settings.seed, first prompt of the batch)``.
+    ``(settings.seed, first prompt of the batch)`` (:func:`batched`).
     """
     if not isinstance(prior, DirichletHMMPrior):
         raise ValueError(f"prior: {type(prior).__name__}; expected a DirichletHMMPrior")
@@ -349,16 +385,7 @@ def prior_predictive(tokens, prompt_format: PromptFormat, prior: DirichletHMMPri
         raise ValueError(f"settings: {type(settings).__name__}; expected SMCSettings")
     tokens = check_prompts(tokens, prompt_format, prior.num_tokens).numpy()
     positions, starts = (values.numpy() for values in format_positions(prompt_format))
-    results = []
-    accepted = proposed = moved_tokens = 0
-    for first in range(0, tokens.shape[0], settings.batch_prompts):
-        rng = np.random.default_rng((settings.seed, first))
-        *batch, accepted_now, proposed_now, moved_now = _smc_batch(tokens[first: first + settings.batch_prompts],
-                                                                   positions, starts, prior, settings, rng)
-        results.append(batch)
-        accepted += accepted_now
-        proposed += proposed_now
-        moved_tokens += moved_now
-    next_token, log_evidence, rejuvenations = (torch.from_numpy(np.concatenate(parts)) for parts in zip(*results))
+    next_token, log_evidence, rejuvenations, (accepted, proposed, moved_tokens) = batched(
+        tokens, positions, starts, prior, settings, _smc_batch)
     return PriorPredictive(next_token, log_evidence, rejuvenations, accepted / proposed if proposed else float("nan"),
                            moved_tokens)
