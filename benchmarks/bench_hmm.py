@@ -40,7 +40,6 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -54,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 import hmm  # noqa: E402
 from empirical.measurement.roofline import matmul_peak, read_bandwidth, timed  # noqa: E402
+from empirical.provenance import checkout  # noqa: E402
 from hmm import particle_filter  # noqa: E402
 from hmm.filtering import MATRIX_CACHE_BYTES  # noqa: E402
 
@@ -249,15 +249,11 @@ def bench_generation() -> dict:
 
 
 def provenance() -> dict:
-    """The command line of this run and the git commit of the checkout (``git_dirty``: it had
-    uncommitted changes, so the commit alone does not reproduce the run); None outside git."""
-    def git(*arguments: str) -> str | None:
-        completed = subprocess.run(["git", *arguments], cwd=ROOT, capture_output=True, text=True)
-        return completed.stdout.strip() if completed.returncode == 0 else None
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"command": shlex.join(["python", *sys.argv]), "git_commit": git("rev-parse", "HEAD"),
-            "git_dirty": None if status is None else bool(status)}
+    """The command line of this run and the commit of the checkout (``git_dirty``: it had
+    uncommitted changes, so the commit alone does not reproduce the run;
+    :func:`empirical.provenance.checkout`); None outside git."""
+    state = checkout()
+    return {"command": shlex.join(["python", *sys.argv]), "git_commit": state.commit, "git_dirty": state.dirty}
 
 
 def print_filtering(f: dict) -> None:

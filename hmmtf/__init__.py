@@ -27,12 +27,10 @@ import argparse
 import importlib
 import os
 import shlex
-import subprocess
 import sys
-from pathlib import Path
 from typing import NoReturn
 
-from empirical.provenance import declared_commit
+from empirical.provenance import checkout
 
 SUBCOMMAND_MODULES = {
     "train": "hmmtf.commands.training",
@@ -137,21 +135,12 @@ def subcommand_of(argv: list[str]) -> str | None:
 
 
 def source_commit() -> str | None:
-    """The git commit of the checkout this file is in (``git rev-parse HEAD``), with ``+dirty``
-    when tracked files outside ``figures/`` (the results, which commands rewrite) differ from it;
-    the commit :func:`empirical.provenance.declared_commit` declares where one is (the device machine's
-    copy of the tree, whose ``.git`` may be another tree's); None outside a git checkout or without git."""
-    declared = declared_commit()
-    if declared:
-        return declared
-    root = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        changes = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures"],
-                                 cwd=root, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return commit.stdout.strip() + ("+dirty" if changes.stdout.strip() else "")
+    """The commit of the checkout this file is in (:func:`empirical.provenance.checkout`: the one the
+    device machine's copy of the tree declares, else git's), with ``+dirty`` when a tracked file
+    outside ``figures/`` (the results, which commands rewrite) differs from it; None outside a git
+    checkout or without git."""
+    state = checkout()
+    return None if state.commit is None else state.commit + ("+dirty" if state.dirty else "")
 
 
 def restart_for_training(process_argv: list[str], command_line: list[str]) -> None:

@@ -46,7 +46,7 @@ PACKAGES: tuple[Package, ...] = (
                    "Bayes-optimal predictor, the prior-predictive SMC and its bounds"),
     Package("empirical.training.configs", "config dataclasses: JSON, validation, the help of the fields that are "
                                           "options (a utility)"),
-    Package("empirical.provenance", "the commit a working tree declares, for every writer that records one (a "
+    Package("empirical.provenance", "the one reader of the checkout's commit, for every writer that records one (a "
                                     "utility)"),
     Package("empirical.plotting", "the figures' backend and house style (a utility)"),
     Package("empirical", "the package's own docstring"),
@@ -86,8 +86,8 @@ PACKAGES: tuple[Package, ...] = (
     Package("ledger", "the claims ledger, provenance and canaries (which run `hmmtf` commands), this map",
             ("hmmtf",)),
     Package("benchmarks", "timings against baselines and the machine's bound (scripts, each its own command line)",
-            ("construction", "empirical.analysis", "empirical.measurement", "empirical.plotting", "empirical.reproduce",
-             "empirical.studies", "empirical.training", "empirical.yardsticks", "hmm", "hmmtf")),
+            ("construction", "empirical.analysis", "empirical.measurement", "empirical.plotting", "empirical.provenance",
+             "empirical.reproduce", "empirical.studies", "empirical.training", "empirical.yardsticks", "hmm", "hmmtf")),
 )
 """Every package, with the project packages it may import."""
 

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 
 from bounds.serialize import to_json
-from empirical.provenance import GIT_COMMIT_VARIABLE, declared_commit
+from empirical.provenance import checkout
 
 RECORD_FILE = "record.json"
 PROGRESS_FILE = "progress.json"
@@ -39,7 +38,6 @@ DETACHED_FILE = "detached.json"
 ERROR_PREFIX = "hmmtf reproduce: error: "
 """How ``hmmtf reproduce`` begins the line of a user error that ends it (exit code 2; the format of
 :func:`hmmtf.error_line`)."""
-REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -67,20 +65,11 @@ def device_name(device: torch.device) -> str:
 
 
 def git_state() -> dict:
-    """Commit of the working tree and whether it has uncommitted changes: the commit
-    :data:`empirical.provenance.GIT_COMMIT_VARIABLE` declares where it is set (the device machine's copy of
-    the tree), else git's, else None."""
-    declared = declared_commit()
-    if declared:
-        return {"commit": declared, "uncommitted_changes": None, "source": f"${GIT_COMMIT_VARIABLE}"}
-    try:
-        commit = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        changes = subprocess.run(["git", "-C", str(REPOSITORY), "status", "--porcelain"], capture_output=True,
-                                 text=True, check=True).stdout
-        return {"commit": commit, "uncommitted_changes": bool(changes.strip()), "source": "git"}
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "uncommitted_changes": None, "source": "no git repository here"}
+    """Commit of the working tree, whether it has uncommitted changes and who said so
+    (:func:`empirical.provenance.checkout`: the commit the device machine's copy of the tree
+    declares, else git's, else None)."""
+    state = checkout()
+    return {"commit": state.commit, "uncommitted_changes": state.dirty, "source": state.source}
 
 
 def environment(device: torch.device) -> dict:

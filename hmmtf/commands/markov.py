@@ -12,10 +12,10 @@ output for the committed sweeps.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
+from empirical.provenance import checkout
 from empirical.studies.markov.aggregate import SIDES, aggregate_cells, aggregate_sides, verdict_counts
 from empirical.studies.markov.config import MarkovSweepConfig
 from empirical.studies.markov.criterion import TRAP_CRITERION
@@ -27,17 +27,11 @@ from hmmtf.options import (add_config_options, add_overwrite_option, check_study
 
 
 def source_revision() -> dict | None:
-    """``{"commit": HEAD's hash, "dirty": whether any Python file differs from it or is
-    untracked}`` of the git checkout holding this file, or None outside a git checkout. Only
-    Python files count: the figures and JSON a chain of sweeps rewrites are outputs, not code."""
-    root = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        status = subprocess.run(["git", "status", "--porcelain", "--", ":/*.py"], cwd=root, capture_output=True,
-                                text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    """``{"commit": ..., "dirty": ...}`` of the checkout (:func:`empirical.provenance.checkout`: dirty
+    when a tracked file outside ``figures/``, where a chain of sweeps writes, differs from the
+    commit), or None outside a git checkout."""
+    state = checkout()
+    return None if state.commit is None else {"commit": state.commit, "dirty": state.dirty}
 
 
 def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *, command: str,
