@@ -66,7 +66,8 @@ def _construction(root: Path, outcomes: dict[str, Outcome]) -> str:
     rows = [*stages, output]
     exact = all(row["holds"] == row["units"] for row in rows)
     units = min(row["units"] for row in rows)
-    return (f"The hand-wired transformer {'computes' if exact else 'does not compute'} what the paper says to rounding: "
+    return (f"The hand-wired transformer {'computes' if exact else 'does not compute'} what the paper says it computes, "
+            f"to rounding: "
             f"each of its {len(stages)} stages within {sig(max(row['measured'] for row in stages))} of its plain-numpy "
             f"reference and its output within {sig(output['measured'])} of T explicit gradient-descent steps, on "
             f"{min(row['holds'] for row in rows)}/{units} prompts")
@@ -100,8 +101,8 @@ def _regime_change(root: Path, outcomes: dict[str, Outcome]) -> str:
     few, many = mine[0], mine[-1]
     return (f"A {shapes[0][0]}-layer x {shapes[0][1]} network trained on {few['tasks']} HMMs is "
             f"{few['memorisation_verdict']} ({few['memorisation_fraction_of_gap']:.0%} of the training gap), on "
-            f"{many['tasks']} it is {many['memorisation_verdict']} ({many['memorisation_fraction_of_gap']:.0%}): the paper's "
-            f"regime is the second ({outcomes['R-regime-change'].verdict.value})")
+            f"{many['tasks']} it is {many['memorisation_verdict']} ({many['memorisation_fraction_of_gap']:.0%}), the paper's "
+            f"regime (the claim: {outcomes['R-regime-change'].verdict.value})")
 
 
 def _row_verdicts(matrix: RegimeMatrix, template: str, outcomes: dict[str, Outcome]) -> list[Verdict]:
@@ -238,7 +239,7 @@ STATES_128_CLAIMS = tuple(f"{model.prefix}-competence" for model in STATES_128)
 FINDINGS: tuple[Finding, ...] = (
     Finding("The construction", ("C-gd", "T1-construction"), (REPORT,), _construction),
     Finding("The bounds", ("T1-total",), (REPORT,), _bounds),
-    Finding("Where the theory breaks", ("L1-bound", "A-linear"), (REPORT,), _theory_breaks),
+    Finding("Lemma 1's constant and P_L's linearity", ("L1-bound", "A-linear"), (REPORT,), _theory_breaks),
     Finding("The regime", ("R-regime-change",), (LADDER_JSON,), _regime_change),
     Finding("Competent networks", _first_claims(REGIME_MATRIX, ("competence", "beats-every-ngram")), (), _competence),
     Finding("Their circuit", _first_claims(REGIME_MATRIX, ("circuit",)), (), _circuit),
