@@ -60,43 +60,107 @@ def check_bounds_input(tokens, prompt_format: PromptFormat, prior: DirichletHMMP
     return tokens, stationary
 
 
-def _log_likelihood_of_last(particles: _Particles, tokens: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """``(M,)``: ``log P(o_j | o_{<j}, theta)`` of the last token of ``tokens (M, j)`` (a forward
-    pass over the tokens before it)."""
-    likelihoods = emission_likelihoods(particles.emission, tokens)
-    _, log_normalizers = forward_filter(particles.transition, particles.stationary, likelihoods,
-                                        starts[: tokens.shape[1]], keep_beliefs=False)
-    return log_normalizers[-1]
+def _log_tempered_likelihoods(particles: _Particles, tokens: np.ndarray, starts: np.ndarray,
+                              powers: tuple[float, ...]) -> list[np.ndarray]:
+    """``[(M,)] per power b``: ``log f_b(theta) = log sum_s P(s_j | o_{<j}, theta) O(s, o_j)^b`` of
+    the last token ``o_j`` of ``tokens (M, j)`` (a forward pass over the tokens before it; the
+    start law where ``o_j`` starts a segment). ``f_1 = P(o_j | o_{<j}, theta)``, ``f_0 = 1``."""
+    j = tokens.shape[1]
+    if starts[j - 1]:
+        predicted = particles.stationary
+    else:
+        before, _ = forward_filter(particles.transition, particles.stationary,
+                                   emission_likelihoods(particles.emission, tokens[:, :-1]), starts[: j - 1],
+                                   keep_beliefs=False)
+        predicted = advance(before[0], particles.transition)
+    emitted = particles.emission[np.arange(tokens.shape[0]), :, tokens[:, -1]]
+    return [np.log((predicted * emitted**power).sum(-1)) for power in powers]
+
+
+class AnnealingSchedule(NamedTuple):
+    """``substeps`` annealing steps per token (the token's likelihood tempered by the powers
+    ``k / substeps``, module docstring) and ``sweeps`` Gibbs sweeps after each step."""
+
+    sweeps: int = 1
+    substeps: int = 1
+
+    def check(self) -> AnnealingSchedule:
+        for name, value in zip(self._fields, self):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {value!r}; expected an integer >= 1")
+        return self
+
+
+DEFAULT_SCHEDULE = AnnealingSchedule()
+"""One annealing step per token, one Gibbs sweep after it."""
+
+
+def forward_log_weights(observed: np.ndarray, starts: np.ndarray, prior: DirichletHMMPrior, chains_per_row: int,
+                        schedule: AnnealingSchedule, rng: np.random.Generator, stop: int | None = None) -> np.ndarray:
+    """Forward AIS from the prior: ``(M, C, stop)`` log incremental weights ``log w_{j}`` of C chains
+    on each row of ``observed (M, J)`` (HMM tokens), token by token up to ``stop`` (default J); the
+    sum over the first ``J'`` tokens is one chain's ``log w`` for ``Z_{J'} = P(o_{1:J'})``."""
+    M, J = observed.shape
+    stop = J if stop is None else stop
+    C = chains_per_row
+    tokens = observed.repeat(C, axis=0)
+    powers = np.linspace(0.0, 1.0, schedule.substeps + 1)
+    chains = _Particles(*prior.sample(M * C, rng))
+    log_w = np.zeros((M * C, stop))
+    for j in range(1, stop + 1):
+        for k in range(1, schedule.substeps + 1):
+            higher, lower = _log_tempered_likelihoods(chains, tokens[:, :j], starts, (powers[k], powers[k - 1]))
+            log_w[:, j - 1] += higher - lower
+            if k < schedule.substeps:
+                chains, _ = _move(chains, tokens[:, :j], starts[:j], prior, schedule.sweeps, rng, powers[k], False)
+            elif j < stop:
+                chains, _ = _move(chains, tokens[:, :j], starts[:j], prior, schedule.sweeps, rng, filter_after=False)
+    return log_w.reshape(M, C, stop)
+
+
+def reverse_log_weights(observed: np.ndarray, starts: np.ndarray, prior: DirichletHMMPrior, transition: np.ndarray,
+                        emission: np.ndarray, stationary: np.ndarray, chains_per_row: int, schedule: AnnealingSchedule,
+                        rng: np.random.Generator, stop: int = 0) -> np.ndarray:
+    """Reverse AIS from the generating HMMs ``(transition (M, S, S), emission (M, S, p), stationary
+    (M, S))`` of the rows of ``observed (M, J)``: ``(M, C, J)`` log incremental weights ``log v_j``
+    of C chains each, token ``J`` removed first, down to token ``stop + 1`` (the weights of the
+    tokens up to ``stop`` are left 0). The sum over the tokens after ``J'`` is one chain's ``log v``
+    for ``Z_{J'} / Z_J`` (module docstring)."""
+    M, J = observed.shape
+    C = chains_per_row
+    tokens = observed.repeat(C, axis=0)
+    powers = np.linspace(0.0, 1.0, schedule.substeps + 1)
+    chains = _Particles(*(values.repeat(C, axis=0) for values in (transition, emission, stationary)))
+    log_v = np.zeros((M * C, J))
+    for j in range(J, stop, -1):
+        for k in range(schedule.substeps, 0, -1):
+            lower, higher = _log_tempered_likelihoods(chains, tokens[:, :j], starts, (powers[k - 1], powers[k]))
+            log_v[:, j - 1] += lower - higher
+            if k > 1:
+                chains, _ = _move(chains, tokens[:, :j], starts[:j], prior, schedule.sweeps, rng, powers[k - 1], False)
+            elif j - 1 > stop:
+                chains, _ = _move(chains, tokens[:, : j - 1], starts[: j - 1], prior, schedule.sweeps, rng,
+                                  filter_after=False)
+    return log_v.reshape(M, C, J)
+
+
+def log_mean_exp(log_values: np.ndarray) -> np.ndarray:
+    """``log mean_c exp(x_c)`` over the last axis, computed stably."""
+    return logsumexp(log_values, axis=-1) - np.log(log_values.shape[-1])
 
 
 def evidence_bounds(tokens, prompt_format: PromptFormat, prior: DirichletHMMPrior, transition: torch.Tensor,
-                    emission: torch.Tensor, chains: int, seed: int = 0) -> EvidenceBounds:
+                    emission: torch.Tensor, chains: int, seed: int = 0,
+                    schedule: AnnealingSchedule = DEFAULT_SCHEDULE) -> EvidenceBounds:
     """The module docstring's two bounds for every prompt of ``tokens (B, N)``, with ``chains``
-    chains each way; ``transition (B, S, S)`` and ``emission (B, S, p)`` are the HMMs that generated
-    the prompts (the reverse chains' exact start)."""
+    chains each way and the annealing ``schedule``; ``transition (B, S, S)`` and ``emission (B, S,
+    p)`` are the HMMs that generated the prompts (the reverse chains' exact start)."""
     tokens, stationary = check_bounds_input(tokens, prompt_format, prior, transition, emission, chains)
-    B = tokens.shape[0]
+    schedule = schedule.check()
     positions, starts = (values.numpy() for values in format_positions(prompt_format))
-    observed = tokens.numpy()[:, positions].repeat(chains, axis=0)  # (B C, J)
-    J = observed.shape[1]
+    observed = tokens.numpy()[:, positions]
     rng = np.random.default_rng(seed)
-
-    forward = _Particles(*prior.sample(B * chains, rng))
-    log_w = np.zeros(B * chains)
-    for j in range(J):
-        # The moved particles carry their filtered belief at token j - 1 (:func:`_move`).
-        predicted = forward.stationary if starts[j] else advance(forward.filtered, forward.transition)
-        log_w += np.log(forward.observe(predicted, observed[:, j]))
-        forward, _ = _move(forward, observed[:, : j + 1], starts[: j + 1], prior, 1, rng)
-
-    reverse = _Particles(*(values.double().numpy().repeat(chains, axis=0) for values in (transition, emission, stationary)))
-    log_v = np.zeros(B * chains)
-    for j in range(J, 0, -1):
-        log_v -= _log_likelihood_of_last(reverse, observed[:, :j], starts)
-        if j > 1:
-            reverse, _ = _move(reverse, observed[:, : j - 1], starts[: j - 1], prior, 1, rng)
-
-    def log_mean(values: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(logsumexp(values.reshape(B, chains), axis=-1) - np.log(chains))
-
-    return EvidenceBounds(log_mean(log_w), -log_mean(log_v))
+    log_w = forward_log_weights(observed, starts, prior, chains, schedule, rng)
+    log_v = reverse_log_weights(observed, starts, prior, transition.double().numpy(), emission.double().numpy(),
+                                stationary.numpy(), chains, schedule, rng)
+    return EvidenceBounds(torch.from_numpy(log_mean_exp(log_w.sum(-1))), torch.from_numpy(-log_mean_exp(log_v.sum(-1))))
