@@ -54,6 +54,7 @@ from empirical.yardsticks.competence import ceiling_error, per_prompt_loss, scop
 from empirical.yardsticks.regime import fresh_prompts  # noqa: E402
 from hmm.collapsed_smc import CollapsedSMCSettings, collapsed_prior_predictive, start_law_error  # noqa: E402
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive  # noqa: E402
+from empirical.measurement.roofline import host  # noqa: E402
 from hmmtf import source_commit  # noqa: E402
 
 REFERENCE_STDERR = 0.01
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     start_law = [start_law_error(prior, steps, START_LAW_DRAWS, 0)._asdict() for steps in burn_ins]
 
     result = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
-              "git_commit": commit, "preset": args.preset, "fresh_tasks": args.fresh_tasks, "prompts": args.prompts,
+              "git_commit": commit, "host": host(), "preset": args.preset, "fresh_tasks": args.fresh_tasks, "prompts": args.prompts,
               "replicates": args.replicates, "prior": asdict(prior),
               "settings": {"collapsed": asdict(settings), "collapsed_doubled": asdict(doubled) if args.doubling else None,
                            "parameter_smc": asdict(parameter_settings) if args.parameter_smc else None},

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import construction  # noqa: E402
 from empirical.training.data import held_out_prompts  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
+from empirical.measurement.roofline import host  # noqa: E402
 from hmmtf import source_commit  # noqa: E402
 
 
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": ["python", *sys.argv] if argv is None else ["python", "benchmarks/bench_hand_built.py", *argv],
         "git_commit": commit,
+        "host": host(),
         "machine": {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                     "torch": torch.__version__},
         "preset": preset.name, "prompt_length": int(tokens.shape[1]), "p": p, "L": args.L, "T": args.T,

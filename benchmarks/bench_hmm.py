@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import hmm  # noqa: E402
-from empirical.measurement.roofline import matmul_peak, read_bandwidth, timed  # noqa: E402
+from empirical.measurement.roofline import host, matmul_peak, read_bandwidth, timed  # noqa: E402
 from empirical.provenance import checkout  # noqa: E402
 from hmm import particle_filter  # noqa: E402
 from hmm.filtering import MATRIX_CACHE_BYTES  # noqa: E402
@@ -253,7 +253,8 @@ def provenance() -> dict:
     uncommitted changes, so the commit alone does not reproduce the run;
     :func:`empirical.provenance.checkout`); None outside git."""
     state = checkout()
-    return {"command": shlex.join(["python", *sys.argv]), "git_commit": state.commit, "git_dirty": state.dirty}
+    return {"command": shlex.join(["python", *sys.argv]), "git_commit": state.commit, "git_dirty": state.dirty,
+            "host": host()}
 
 
 def print_filtering(f: dict) -> None:

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from empirical.training.allocator import TUNABLES_VARIABLE, with_training_tunables  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
+from empirical.measurement.roofline import host  # noqa: E402
 from empirical.measurement.throughput import ratio_summary, run_together, training_step  # noqa: E402
 from hmmtf import USER_ERROR_EXIT_CODE, Parser, UsageError, error_line, source_commit  # noqa: E402
 from hmmtf.options import non_negative_int, positive_float, positive_int  # noqa: E402
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print(error_line(error.prog, str(error)), file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     load_average = os.getloadavg()[0]
-    result = {"command": command, "git_commit": source_commit(), "torch": torch.__version__,
+    result = {"command": command, "git_commit": source_commit(), "host": host(), "torch": torch.__version__,
               "load_average_at_start": load_average, "preset": args.preset, "steps": args.steps,
               "warmup": args.warmup, "tuned_tunables": with_training_tunables(os.environ)[TUNABLES_VARIABLE],
               **measure(args)}

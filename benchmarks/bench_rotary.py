@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from empirical.measurement.roofline import host  # noqa: E402
 from empirical.measurement.throughput import ratio_summary, time_steps, training_step  # noqa: E402
 from empirical.training import model as roformer  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     same_bits = all(torch.equal(weights[shipped][key], weights[candidate][key]) for key in weights[shipped])
     result = {
         "command": ["python", "benchmarks/bench_rotary.py", *(argv if argv is not None else sys.argv[1:])],
-        "git_commit": source_commit(), "torch": torch.__version__, "threads": 1, "load_average_at_start": load,
+        "git_commit": source_commit(), "host": host(), "torch": torch.__version__, "threads": 1, "load_average_at_start": load,
         "preset": args.preset, "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
         "tokens_per_s": rates,
         "median_tokens_per_s": {name: float(torch.tensor(values).median()) for name, values in rates.items()},

@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from empirical.training.model import RoFormer, training_flops_per_token  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
-from empirical.measurement.roofline import matmul_peak  # noqa: E402
+from empirical.measurement.roofline import host, matmul_peak  # noqa: E402
 from empirical.measurement.throughput import (  # noqa: E402
     Layout,
     layouts,
@@ -185,6 +185,7 @@ def single(args, command: list[str]) -> dict:
     return {
         "command": command,
         "git_commit": source_commit(),
+        "host": host(),
         "device": torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
         "torch": torch.__version__,
         "load_average_at_start": load_average,
@@ -259,6 +260,7 @@ def compare(args, command: list[str], load_average: float) -> dict:
     return {
         "command": command,
         "git_commit": source_commit(),
+        "host": host(),
         "device": "cpu",
         "torch": torch.__version__,
         "cores": args.cores,

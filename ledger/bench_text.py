@@ -51,9 +51,13 @@ def _skipped(baselines: list[dict], library: str) -> str:
 
 
 def _provenance(results: dict) -> str:
+    """The command, the commit and, where the record names it, the machine (a timing is a
+    measurement of one), its threads and load."""
     dirty = " with uncommitted changes" if results["git_dirty"] else ""
     machine = results["machine"]
-    return (f"`{results['command']}` at commit {results['git_commit'][:7]}{dirty}, {machine['threads']} threads, "
+    host = results.get("host")
+    on = f" on {host['cpu']} ({host['kernels']} kernels)" if host else ""
+    return (f"`{results['command']}` at commit {results['git_commit'][:7]}{dirty}{on}, {machine['threads']} threads, "
             f"load average {machine['load_average_1min_at_start']:.1f} at the start")
 
 

@@ -24,7 +24,9 @@ class Problem:
 def result_states(root: Path, results: tuple[Result, ...] = RESULTS,
                   canaries: CanaryJudge | None = None) -> tuple[list[Problem], list[Freshness]]:
     """A problem per registered result that is not fresh (:mod:`ledger.provenance`; one problem
-    naming git when freshness cannot be decided), and the fresh results a canary vouched for."""
+    naming git when freshness cannot be decided), and the states worth telling that are not
+    problems: the fresh results a canary vouched for, and the timings whose producers moved since
+    they were measured (:data:`~ledger.provenance.Status.MEASURED`)."""
     try:
         require_git(root)
     except GitUnavailable as error:
@@ -38,10 +40,10 @@ def result_states(root: Path, results: tuple[Result, ...] = RESULTS,
             except LedgerError as error:
                 problems.append(Problem(path, str(error), result.remedy()))
                 continue
-            if state.status is not Status.FRESH:
-                problems.append(Problem(path, f"{state.status.value}: {state.detail}", result.remedy()))
-            elif state.canary:
+            if state.status is Status.MEASURED or (state.status is Status.FRESH and state.canary):
                 vouched.append(state)
+            elif state.status is not Status.FRESH:
+                problems.append(Problem(path, f"{state.status.value}: {state.detail}", result.remedy()))
     return problems, vouched
 
 
@@ -72,7 +74,8 @@ def generated_problems(root: Path, targets: tuple[generated.Target, ...] = gener
 
 
 def check(root: Path, canaries: CanaryBook | None = None) -> tuple[list[Problem], list[Freshness]]:
-    """Every problem of the repository at ``root``, and the results its canaries kept fresh
-    (default judge: the committed canary record, :class:`~ledger.canaries.CanaryBook`)."""
+    """Every problem of the repository at ``root``, and the states told beside them (the results its
+    canaries kept fresh, the timings measured before their producers' last change; default judge:
+    the committed canary record, :class:`~ledger.canaries.CanaryBook`)."""
     problems, vouched = result_states(root, RESULTS, CanaryBook(root) if canaries is None else canaries)
     return [*problems, *unregistered(root), *generated_problems(root)], vouched

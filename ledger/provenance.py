@@ -44,6 +44,11 @@ read.
 **Canaries.** A result whose producers did change can still be fresh when its canary (a small run
 of the code that makes it, :mod:`ledger.canaries`) gives the same bits now as at a commit where
 the result was fresh; :func:`freshness` takes the judge of that as ``canaries``.
+
+**Timings** (:attr:`ledger.results.Result.timing`) are measurements, not computations: a change of
+their producers makes them older, not wrong, and is no problem (:data:`Status.MEASURED`, with the
+commit, the machine the record names, :func:`measured_on`, and how many commits have changed the
+producers since). ``hmmtf ledger --remeasure-timings`` measures them again on idle cores.
 """
 from __future__ import annotations
 
@@ -338,6 +343,7 @@ def _same_code(root: Path, commit: str, old: str, target: str | None, new: str, 
 
 class Status(enum.Enum):
     FRESH = "fresh"
+    MEASURED = "a timing"
     STALE = "stale"
     DIRTY = "made from uncommitted changes"
     NO_PROVENANCE = "no provenance"
@@ -374,6 +380,16 @@ the producers changed since the recorded commit: the canary's :class:`Vouch`, or
 covers the result (:mod:`ledger.canaries`)."""
 
 
+def measured_on(doc: Doc) -> str:
+    """The machine a timing's record names: its ``host`` (CPU, cores, the kernel set torch
+    dispatched to; :func:`empirical.measurement.roofline.host`), or "an unrecorded machine" for a
+    record made before the benchmarks wrote one."""
+    host = doc.data.get("host")
+    if not isinstance(host, dict):
+        return "an unrecorded machine"
+    return f"{host.get('cpu', 'an unnamed CPU')} ({host.get('cores', '?')} cores, {host.get('kernels', '?')} kernels)"
+
+
 def _pathspecs(producers: tuple[str, ...]) -> list[str]:
     return [f":(exclude){spec[1:]}" if spec.startswith("!") else spec for spec in producers]
 
@@ -405,6 +421,11 @@ def freshness(result: Result, root: Path, path: str | None = None, canaries: Can
         return state(Status.FRESH, recorded, f"made at {recorded.commit[:7]}")
     commits = git(root, "log", "--no-merges", "--format=%h", f"{recorded.commit}..HEAD", "--", *files).stdout.split()
     uncommitted = git(root, "diff", "--quiet", "HEAD", "--", *files).returncode == 1
+    if result.timing and not recorded.dirty:
+        moved = f"{len(commits)} commit{'s' if len(commits) != 1 else ''}" + (" and uncommitted changes" if uncommitted
+                                                                             else "")
+        return state(Status.MEASURED, recorded, f"measured at {recorded.commit[:7]} on {measured_on(doc)}; its "
+                                                f"producers changed in {moved} since ({', '.join(files)})")
     since = ", ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
     by = " and ".join(part for part in (f"commits {since}" if commits else "", "uncommitted changes" if uncommitted else "")
                       if part)

@@ -26,17 +26,22 @@ class Result:
     outside the tracked results, so only an explicit ``--out`` rewrites a committed result);
     ``producers``: pathspecs of the code that computes it; ``needs``: what else the command needs;
     ``canary``: the :data:`ledger.canaries.CANARIES` entry that can vouch for it when its producers
-    change (None: none can, e.g. a timing)."""
+    change (None: none can); ``timing``: a measurement of a machine (a benchmark's rates), which no
+    canary can vouch for and no change of code makes wrong, only older: the ledger tells it with the
+    commit and machine it was measured on and how far its producers have moved since, and does not
+    count it a problem (docs/ledger.md, "Timings")."""
 
     path: str
     command: str | None
     producers: tuple[str, ...]
     needs: str = ""
     canary: str | None = None
+    timing: bool = False
 
     @property
     def is_pattern(self) -> bool:
         return "*" in self.path
+
 
     def files(self, root: Path) -> list[str]:
         """The files this result names under ``root``: its path, or every match of its pattern."""
@@ -220,25 +225,25 @@ RESULTS: tuple[Result, ...] = (
             *CONSTRUCTION, "hmm/memory.py"), needs=CPU_SMALL_CHECKPOINT, canary="evaluate"),
     Result("figures/cpu-small/benchmark_threads1.json",
            "python benchmarks/bench_training.py --preset cpu-small --threads 1 --steps 30 --out figures/cpu-small/benchmark_threads1.json",
-           TRAINING_BENCHMARK, needs="idle cores (a timing)"),
+           TRAINING_BENCHMARK, needs="idle cores (a timing)", timing=True),
     Result("figures/cpu-small/benchmark_threads2.json",
            "python benchmarks/bench_training.py --preset cpu-small --threads 2 --steps 30 --out figures/cpu-small/benchmark_threads2.json",
-           TRAINING_BENCHMARK, needs="idle cores (a timing)"),
+           TRAINING_BENCHMARK, needs="idle cores (a timing)", timing=True),
     Result("figures/benchmarks/training_compare.json",
            "python benchmarks/bench_training.py --compare --preset tasks-8192-small --compile --steps 50 --warmup 5 "
            "--rounds 6 --out figures/benchmarks/training_compare.json",
-           TRAINING_BENCHMARK, needs="idle cores (a timing); about 4 minutes a round on 2 cores, 6 rounds"),
+           TRAINING_BENCHMARK, needs="idle cores (a timing); about 4 minutes a round on 2 cores, 6 rounds", timing=True),
     Result("figures/benchmarks/training_target.json",
            "python benchmarks/bench_training.py --compare --preset tasks-8192-small --steps 50 --warmup 5 --rounds 16 "
            "--ways independent-2x1-tuned-malloc --out figures/benchmarks/training_target.json",
-           TRAINING_BENCHMARK, needs="idle cores (a timing); about 40 s a round on 2 cores, 16 rounds"),
+           TRAINING_BENCHMARK, needs="idle cores (a timing); about 40 s a round on 2 cores, 16 rounds", timing=True),
     Result("figures/benchmarks/rotary.json",
            "python benchmarks/bench_rotary.py --preset tasks-8192-small --rounds 8 --out figures/benchmarks/rotary.json",
            ("benchmarks/bench_rotary.py", "empirical/measurement/throughput.py", "empirical/training/train.py", *ROFORMER),
-           needs="idle cores (a timing); about 3 minutes"),
+           needs="idle cores (a timing); about 3 minutes", timing=True),
     Result("figures/benchmarks/malloc.json", "python benchmarks/bench_malloc.py --pairs 4 --out figures/benchmarks/malloc.json",
            ("benchmarks/bench_malloc.py", "empirical/training/allocator.py", "empirical/measurement/throughput.py", "empirical/training/train.py",
-            *ROFORMER), needs="idle cores (a timing); about 2 minutes"),
+            *ROFORMER), needs="idle cores (a timing); about 2 minutes", timing=True),
     Result("figures/analysis/analysis.json", "hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis",
            ANALYSIS, needs=CPU_SMALL_CHECKPOINT + "; about 6 minutes", canary="analyze"),
     Result("figures/patching/analysis.json",
@@ -267,11 +272,11 @@ RESULTS: tuple[Result, ...] = (
            canary="markov-incontext"),
     Result("figures/benchmarks/hmm.json", "python benchmarks/bench_hmm.py --json figures/benchmarks/hmm.json",
            ("benchmarks/bench_hmm.py", "empirical/measurement/roofline.py", "hmm/particle_filter.py", *MIXTURE),
-           needs="`make bench` (the bench extra: hmmlearn, jax, dynamax) and idle cores (a timing)"),
+           needs="`make bench` (the bench extra: hmmlearn, jax, dynamax) and idle cores (a timing)", timing=True),
     Result("figures/benchmarks/hand_built.json",
            "python benchmarks/bench_hand_built.py --preset cpu-small --prompts 1024 --L 3 --T 10 --out figures/benchmarks/hand_built.json",
            ("benchmarks/bench_hand_built.py", "empirical/yardsticks/hand_built.py", *CONSTRUCTION, *MIXTURE),
-           needs="idle cores (a timing)"),
+           needs="idle cores (a timing)", timing=True),
     Result("figures/ladder/*/evaluation.json",
            "hmmtf evaluate runs/POINT/checkpoint --out figures/ladder/POINT (the point's command is in the JSON)",
            ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", *ROFORMER, *MIXTURE),
@@ -302,7 +307,7 @@ RESULTS: tuple[Result, ...] = (
              ("benchmarks/bench_collapsed_smc.py", "benchmarks/bench_prior_predictive.py", "hmm/collapsed_smc.py",
               "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/generators.py",
               "empirical/yardsticks/competence.py", "empirical/yardsticks/regime.py", *MIXTURE),
-             needs=needs + " (its rates are timings: idle cores)")
+             needs=needs + " (its rates are timings: idle cores)", timing=True)
       for name, command, needs in (
           ("s128", "python benchmarks/bench_collapsed_smc.py --preset paper --prompts 32 --replicates 2 --particles 128 "
                    "--burn-in-steps 32 --no-parameter-smc --doubling --out figures/benchmarks/collapsed-smc/s128.json",

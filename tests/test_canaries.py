@@ -203,8 +203,8 @@ def test_the_digest_leaves_out_what_says_where_and_when_and_keeps_every_bit():
 def test_every_result_names_a_known_canary_and_timings_name_none():
     assert {result.canary for result in RESULTS} - {None} <= set(canaries.CANARIES)
     for result in RESULTS:
-        assert (result.canary is None) == result.path.startswith(("figures/benchmarks/", "figures/cpu-small/benchmark")), \
-            result.path
+        assert (result.canary is None) == result.timing == result.path.startswith(
+            ("figures/benchmarks/", "figures/cpu-small/benchmark")), result.path
 
 
 def test_a_registry_entry_the_result_does_not_name_is_no_change(repository):

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 import hmmtf
 from ledger import generated
 from ledger.blocks import block_body, replace_block
-from ledger.check import generated_problems, result_problems, unregistered
+from ledger.check import generated_problems, result_problems, result_states, unregistered
 from ledger.generated import first_difference
 from ledger.ladder import (
     LADDER_MODEL,
@@ -35,6 +36,7 @@ from ledger.provenance import Recorded, Status, code_fingerprint, freshness, rec
 from ledger.registry import SECTIONS, all_claims
 from ledger.render import README_BLOCK, anchor, claims_page, readme_block
 from ledger.results import RESULTS, Result, registered
+from ledger.timings import POLL_SECONDS, remeasure, timing_argv, wait_for_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -573,3 +575,61 @@ def test_every_committed_json_is_strict_json():
         except ValueError as error:
             loose.append(f"{path.relative_to(ROOT)}: {error}")
     assert loose == []
+
+
+def _timing(path: str = "figures/r.json", command: str = "python benchmarks/bench_r.py --out figures/r.json") -> Result:
+    return Result(path, command, ("code/",), timing=True)
+
+
+def test_a_timing_whose_producers_changed_is_told_with_its_commit_and_machine_and_is_no_problem(repository):
+    """A measurement is older after a change of its code, not wrong: told, with the machine its
+    record names, and how far its producers moved; a timing made from a dirty tree stays a problem."""
+    root, first = repository
+    _result(root, git_commit=first, host={"cpu": "Test CPU", "cores": 2, "kernels": "AVX2"})
+    assert freshness(_timing(), root).status is Status.FRESH
+    _commit(root, {"code/make.py": "x = 2\n"}, "new code")
+    _commit(root, {"code/make.py": "x = 3\n"}, "newer code")
+    state = freshness(_timing(), root)
+    assert (state.status, state.detail) == (Status.MEASURED, f"measured at {first[:7]} on Test CPU (2 cores, AVX2 "
+                                                             "kernels); its producers changed in 2 commits since "
+                                                             "(code/make.py)")
+    assert result_states(root, (_timing(),)) == ([], [state])
+    _result(root, git_commit=first)
+    assert "on an unrecorded machine" in freshness(_timing(), root).detail
+    _result(root, git_commit=first + "+dirty")
+    assert [problem.reason.split(":")[0] for problem in result_problems(root, (_timing(),))] == ["stale"]
+
+
+def test_remeasuring_runs_every_timing_after_waiting_for_idle_cores_from_a_clean_tree(repository):
+    root, _ = repository
+    results = (_timing("figures/a.json", "python benchmarks/bench_a.py --out figures/a.json"), RESULT,
+               _timing("figures/b.json", "python benchmarks/bench_b.py --rounds 2 --out figures/b.json"))
+    calls: list = []
+    measured = remeasure(root, results, 0.25, run=lambda argv, cwd: calls.append((argv[0], argv[1:], cwd)) or 0,
+                         wait=lambda load: calls.append(("wait", load)))
+    assert measured == ["figures/a.json", "figures/b.json"]
+    assert calls == [("wait", 0.25), (sys.executable, ["benchmarks/bench_a.py", "--out", "figures/a.json"], root),
+                     ("wait", 0.25), (sys.executable, ["benchmarks/bench_b.py", "--rounds", "2", "--out",
+                                                       "figures/b.json"], root)]
+    with pytest.raises(LedgerError, match="exited 3"):
+        remeasure(root, results, run=lambda argv, cwd: 3, wait=lambda load: None)
+    (root / "code/make.py").write_text("x = 5\n")
+    with pytest.raises(LedgerError, match="uncommitted changes .*code/make.py"):
+        remeasure(root, results, run=lambda argv, cwd: 0, wait=lambda load: None)
+
+
+def test_waiting_for_idle_cores_polls_the_load_until_it_falls_below_the_bound(capsys):
+    loads, slept = iter([2.0, 2.0, 0.6, 0.4]), []
+    wait_for_idle(0.5, load=lambda: next(loads), sleep=slept.append)
+    assert slept == [POLL_SECONDS, POLL_SECONDS]
+    assert capsys.readouterr().out == "waiting for idle cores (1-minute load 2.00, at most 0.5 wanted)\n"
+
+
+def test_every_registered_timing_is_a_benchmark_command_writing_its_path():
+    timings = [result for result in RESULTS if result.timing]
+    assert timings and all(result.canary is None for result in timings)
+    for result in timings:
+        argv = timing_argv(result)
+        assert argv[0] == sys.executable and (ROOT / argv[1]).is_file() and result.path in argv, result.command
+    with pytest.raises(ValueError, match="expected `python benchmarks/SCRIPT"):
+        timing_argv(_timing(command="bash benchmarks/run.sh"))

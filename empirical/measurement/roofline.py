@@ -2,7 +2,10 @@
 bandwidth, measured in the same run as the code they judge."""
 from __future__ import annotations
 
+import os
+import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -60,3 +63,15 @@ def read_bandwidth(device: torch.device, num_bytes: int) -> float:
     stream.sum()
     _, seconds = timed(stream.sum, PEAK_REPEATS, device)
     return repeats * x.numel() * 8 / seconds
+
+
+def host() -> dict:
+    """The machine a timing was measured on, as its record carries it: the CPU's model name (from
+    ``/proc/cpuinfo``; the platform's processor elsewhere), its logical cores, and the instruction
+    set torch's CPU kernels dispatch to (``kernels``: ``AVX512``, ``AVX2``, ``DEFAULT`` under
+    ``ATEN_CPU_CAPABILITY=default``), which sets the rate as much as the code does."""
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+              if line.startswith("model name")] if cpuinfo.is_file() else []
+    return {"cpu": models[0] if models else platform.processor() or "an unnamed CPU", "cores": os.cpu_count(),
+            "kernels": torch.backends.cpu.get_cpu_capability()}
