@@ -20,12 +20,19 @@ else (``TypeError``, ``KeyError``, ``RuntimeError``, ``AssertionError``, ...) is
 traceback. ``--debug`` (before or after the subcommand) shows the traceback of a user error too.
 A dedicated error class was not introduced: the library functions validate their arguments with
 ``ValueError`` whoever calls them, and the command line reports those as they are.
+
+**Outputs.** No command loses a file: before it computes, a command refuses, in one such line, an
+output folder holding a file it would write that is not its own (another input's or command line's
+results, or a file with no report of its own beside it), unless ``--overwrite``, and a committed
+result under ``figures/`` to any command line but the one it records or its registered one,
+whatever ``--overwrite`` says (:mod:`hmmtf.options`, "the output policy").
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
+import re
 import shlex
 import sys
 from typing import NoReturn
@@ -80,9 +87,20 @@ class UsageError(Exception):
         self.prog = prog
 
 
+NEGATIVE_NUMBER = re.compile(r"-\.?\d")
+"""A word that is a negative number, not an option, for argparse: ``-1e-3`` and ``-.5`` as well as
+``-1`` (Python 3.13's argparse rule; 3.11's takes ``-1e-3`` for an option, and ``--learning-rate
+-1e-3`` then fails as "expected one argument" before the range check can name the value)."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser whose errors raise :class:`UsageError` (reported as one line by
-    :func:`main`) instead of printing the usage and exiting. The subparsers are of this class too."""
+    :func:`main`) instead of printing the usage and exiting, and which reads a negative number
+    after an option as its value (:data:`NEGATIVE_NUMBER`). The subparsers are of this class too."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(self.prog, message)

@@ -6,9 +6,12 @@
   integer >= 1``;
 - a config dataclass's fields as options (:func:`add_config_options`) and back
   (:func:`config_from_command_line`);
-- the output policy: a default folder unique to its input (:func:`default_results_folder`), and a
-  folder holding another input's or command line's results refused unless ``--overwrite``
-  (:func:`check_results_owner`, :func:`check_study_owner`).
+- the output policy: a default folder unique to its input (:func:`default_results_folder`); a
+  folder is written only where every file the command would write there
+  (:mod:`empirical.training.result_files`) is its own, the same input's or command line's, unless
+  ``--overwrite`` (:func:`check_results_owner`, :func:`check_study_owner`); a committed result under
+  ``figures/`` only by its registered command, whatever ``--overwrite`` says
+  (:func:`check_committed_results`).
 """
 from __future__ import annotations
 
@@ -19,8 +22,12 @@ import shlex
 import tempfile
 import typing
 from pathlib import Path
-from collections.abc import Iterator
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+from ledger.results import registered
+
+if TYPE_CHECKING:
+    from empirical.training.result_files import ResultFiles
 
 
 def integer_at_least(minimum: int) -> Callable[[str], int]:
@@ -36,6 +43,7 @@ def integer_at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text}; expected an integer >= {minimum}")
         return value
 
+    parse.minimum = minimum  # type: ignore[attr-defined]  # read by the tests of every checked option
     return parse
 
 
@@ -54,6 +62,30 @@ def positive_float(text: str) -> float:
     if value is None or not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text}; expected a finite number > 0")
     return value
+
+
+def device(text: str) -> str:
+    """The option type of ``--device``: ``text`` when it names a device this torch can use
+    (``cpu``, or ``cuda``/``cuda:N`` where torch has CUDA and device ``N``); refused as argparse's
+    ``argument --device: bogus; expected ...`` otherwise, before the command loads anything."""
+    import torch  # only where a command that takes --device is parsed
+
+    expected = "expected cpu, or cuda / cuda:N on a machine where torch has CUDA"
+    try:
+        chosen = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text}; {expected}") from None
+    if chosen.type == "cpu":
+        return text
+    if chosen.type != "cuda":
+        raise argparse.ArgumentTypeError(f"{text}; {expected}")
+    if not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text}; {expected} (this torch, {torch.__version__}, has no usable CUDA "
+                                         f"device: use cpu)")
+    if chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text}; {expected} (this machine has {torch.cuda.device_count()} CUDA "
+                                         f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    return text
 
 
 def check_output_folder(path: str | Path, name: str = "--out") -> Path:
@@ -152,42 +184,64 @@ def default_results_folder(command: str, source: str | Path) -> Path:
     return RESULTS_ROOT / command / relative
 
 
-def _recorded_owners(out: Path, results: tuple[str, ...],
-                     owner: Callable[[dict], object]) -> Iterator[tuple[str, object]]:
-    """``(name, owner)`` for each of the ``results`` (JSON files) that ``out`` holds: what ``owner``
-    reads from it, None when the file is not a JSON object or ``owner`` finds nothing of the kind."""
-    for name in results:
-        path = Path(out) / name
-        if not path.is_file():
-            continue
-        try:
-            document = json.loads(path.read_text())
-            recorded = owner(document) if isinstance(document, dict) else None
-        except (ValueError, AttributeError):
-            recorded = None
-        yield name, recorded
+def _recorded(path: Path, owner: Callable[[dict], object]) -> object:
+    """What ``owner`` reads from the JSON file ``path``: None when it is not a JSON object or
+    ``owner`` finds nothing of the kind."""
+    try:
+        document = json.loads(path.read_text())
+        return owner(document) if isinstance(document, dict) else None
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return None
 
 
-def check_results_owner(out: Path, source: str | Path, results: tuple[str, ...], overwrite: bool,
-                        option: str = "--out") -> None:
-    """Refuse ``out`` when one of its ``results`` (JSON files) records another input under
-    ``checkpoint`` (or ``source.checkpoint``, an export's) than ``source`` (compared as resolved
-    paths), or none, unless ``overwrite``: a second model's evaluation must not silently replace
-    the first one's. A folder with none of them, or with this input's, is accepted (a rerun
-    replaces its own results)."""
+def _check_owner(out: Path, files: ResultFiles, owner: Callable[[dict], object], is_mine: Callable[[object], bool],
+                 theirs: Callable[[object], str], mine: str, overwrite: bool, option: str) -> None:
+    """The rule of :func:`check_results_owner` and :func:`check_study_owner`: every one of
+    ``files`` that ``out`` holds must be this command's, unless ``overwrite``. A report is when
+    ``is_mine`` of what ``owner`` reads from it; a companion is when a report of this command lies
+    beside it (a companion alone is a file this command does not know). ``theirs`` describes a
+    stranger's record and ``mine`` this command's input, in the refusal."""
     if overwrite:
         return
+    expected = f"expected an empty folder or {mine}, or {OVERWRITE_OPTION} to replace them"
+    present = [name for name in files.reports if (Path(out) / name).is_file()]
+    for name in present:
+        recorded = _recorded(Path(out) / name, owner)
+        if not is_mine(recorded):
+            raise ValueError(f"{option}: {str(out)!r} holds {name} with {theirs(recorded)}; {expected}")
+    if present:
+        return
+    strangers = [name for name in files.companions if (Path(out) / name).exists()]
+    if strangers:
+        raise ValueError(f"{option}: {str(out)!r} holds {', '.join(strangers)}, which this command writes, beside none "
+                         f"of its reports ({', '.join(files.reports)}) that would say whose it is; {expected}")
+
+
+def check_results_owner(out: Path, source: str | Path, files: ResultFiles, overwrite: bool, command_line: str,
+                        option: str = "--out") -> None:
+    """Refuse ``out`` unless every one of ``files`` it holds is this input's (unless
+    ``overwrite``): a report that records another input under ``checkpoint`` (or
+    ``source.checkpoint``, an export's) than ``source`` (compared as resolved paths), or none, or a
+    companion without a report beside it (a file the command does not know: the user's), so that
+    a second model's evaluation never silently replaces the first one's. A folder with none of
+    them, or with this input's, is accepted (a rerun replaces its own results). Then
+    :func:`check_committed_results`, which ``overwrite`` does not lift."""
     mine = Path(source).resolve()
-    for name, recorded in _recorded_owners(out, results, lambda document: document.get(
-            "checkpoint", (document.get("source") or {}).get("checkpoint"))):
-        if recorded is None or Path(recorded).resolve() != mine:
-            theirs = "no input it names" if recorded is None else f"the results of {recorded!r}"
-            raise ValueError(f"{option}: {str(out)!r} holds {name} with {theirs}, not of {str(source)!r}; expected an "
-                             f"empty folder or this input's, or {OVERWRITE_OPTION} to replace them")
+
+    def recorded_input(document: dict) -> object:
+        return document.get("checkpoint", (document.get("source") or {}).get("checkpoint"))
+
+    _check_owner(out, files, recorded_input, lambda recorded: isinstance(recorded, str) and Path(recorded).resolve() == mine,
+                 lambda recorded: (f"the results of {recorded!r}, not of {str(source)!r}" if isinstance(recorded, str)
+                                   else f"no input it names, not of {str(source)!r}"),
+                 "this input's", overwrite, option)
+    check_committed_results(out, command_line, files, option)
 
 
 OVERWRITE_OPTION = "--overwrite"
 """The option that lets a command replace results another input or command line wrote."""
+SESSION_OPTIONS = (OVERWRITE_OPTION, "--debug", "-v", "--verbose")
+"""Options that change how a command runs, not what it computes: left out when two command lines are compared."""
 
 
 def add_overwrite_option(parser: argparse.ArgumentParser) -> None:
@@ -196,17 +250,63 @@ def add_overwrite_option(parser: argparse.ArgumentParser) -> None:
                         help="replace the results of another command line in --out (without it they are refused)")
 
 
-def check_study_owner(out: Path, command_line: str, results: tuple[str, ...], overwrite: bool) -> None:
-    """Refuse ``out`` when one of its ``results`` (JSON files) records another command line than
-    ``command_line`` under ``command`` (the two read word by word, without :data:`OVERWRITE_OPTION`),
-    or none, unless ``overwrite``: a study's input is its command line (the runs, arms and settings
-    it names), so a study over other runs must not silently replace the one in ``out``; the same
-    command again (a rerun) replaces its own results."""
-    if overwrite:
+def command_words(command_line: str) -> list[str]:
+    """``command_line``'s words without :data:`SESSION_OPTIONS`: what two command lines are compared by."""
+    return [word for word in shlex.split(command_line) if word not in SESSION_OPTIONS]
+
+
+def check_study_owner(out: Path, command_line: str, files: ResultFiles, overwrite: bool) -> None:
+    """Refuse ``out`` unless every one of ``files`` it holds is this command line's (unless
+    ``overwrite``): a report that records another command line than ``command_line`` under
+    ``command`` (the two read word by word, without :data:`SESSION_OPTIONS`), or none, or a
+    companion without a report beside it: a study's input is its command line (the runs, arms and
+    settings it names), so a study over other runs must not silently replace the one in ``out``;
+    the same command again (a rerun) replaces its own results. Then
+    :func:`check_committed_results`, which ``overwrite`` does not lift."""
+    mine = command_words(command_line)
+    _check_owner(out, files, lambda document: document.get("command"),
+                 lambda recorded: isinstance(recorded, str) and command_words(recorded) == mine,
+                 lambda recorded: (f"the results of {recorded!r}, not of this command line" if isinstance(recorded, str)
+                                   else "no command it names, not of this command line"),
+                 "this command's", overwrite, "--out")
+    check_committed_results(out, command_line, files, "--out")
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The checkout (or installed tree) this package is in: its ``figures/`` holds the committed results."""
+COMMITTED_RESULTS = CHECKOUT / "figures"
+
+
+def recorded_command(path: Path) -> str | None:
+    """The command line a result JSON records: ``command``, or ``provenance.command``."""
+    def command(document: dict) -> object:
+        return document.get("command", (document.get("provenance") or {}).get("command"))
+
+    recorded = _recorded(path, command)
+    return recorded if isinstance(recorded, str) else None
+
+
+def check_committed_results(out: Path, command_line: str, files: ResultFiles, option: str = "--out") -> None:
+    """Refuse to replace a committed result with other settings, whatever ``--overwrite`` says:
+    when ``out`` lies under the checkout's ``figures/`` and holds one of the reports of ``files``
+    that the ledger registers (:func:`ledger.results.registered`), ``command_line`` must be the
+    command the report records or its registered command (:attr:`ledger.results.Result.command`,
+    up to its remarks in parentheses), compared word by word without :data:`SESSION_OPTIONS`. A
+    report not yet there is a new result, accepted."""
+    try:
+        folder = Path(out).resolve().relative_to(COMMITTED_RESULTS)
+    except ValueError:
         return
-    mine = [word for word in shlex.split(command_line) if word != OVERWRITE_OPTION]
-    for name, recorded in _recorded_owners(out, results, lambda document: document.get("command")):
-        if not isinstance(recorded, str) or [word for word in shlex.split(recorded) if word != OVERWRITE_OPTION] != mine:
-            theirs = "no command it names" if not isinstance(recorded, str) else f"the results of {recorded!r}"
-            raise ValueError(f"--out: {str(out)!r} holds {name} with {theirs}, not of this command line; expected an "
-                             f"empty folder or this command's, or {OVERWRITE_OPTION} to replace them")
+    mine = command_words(command_line)
+    for name in files.reports:
+        path = COMMITTED_RESULTS / folder / name
+        result = registered(path.relative_to(CHECKOUT).as_posix())
+        if result is None or result.command is None or not path.is_file():
+            continue
+        made_by = recorded_command(path)
+        if mine in ([command_words(made_by)] if made_by else []) + [command_words(result.command.split(" (")[0])]:
+            continue
+        raise ValueError(f"{option}: {str(out)!r} holds {name}, a committed result (ledger/results.py) made by "
+                         f"{made_by!r}; expected that command or its registered one, `{result.command}`, not this "
+                         f"command line ({OVERWRITE_OPTION} does not lift this: to change a committed result's settings, "
+                         f"change its registered command, or remove the file first with git rm)")

@@ -110,6 +110,24 @@ def test_a_config_edited_after_saving_is_refused_naming_the_field_and_both_value
         load_checkpoint(checkpoint)
 
 
+def test_a_task_edited_after_saving_is_refused_naming_the_field_and_both_values(tmp_path):
+    """Issue 68, item 6: an edited mixture seed would have the network scored on another mixture."""
+    torch.manual_seed(0)
+    model, task = RoFormer(CONFIG), {"preset": "tiny", "mixture": "tiny", "mixture_seed": 0, "data_seed": 0}
+    save_checkpoint(tmp_path / "checkpoint", model, None, {"step": 1, "task": task, "train": {}})
+    config = json.loads((tmp_path / "checkpoint" / CONFIG_FILE).read_text())
+    config["task"]["mixture_seed"] = 7
+    (tmp_path / "checkpoint" / CONFIG_FILE).write_text(json.dumps(config))
+    message = (f"checkpoint: the task section of {str(tmp_path / 'checkpoint' / CONFIG_FILE)!r} differs from the config "
+               f"{str(tmp_path / 'checkpoint' / MODEL_FILE)!r} was saved with: mixture_seed = 7 there but 0 in the "
+               f"weights; expected the config saved with the weights")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_checkpoint(tmp_path / "checkpoint")
+    config["task"]["mixture_seed"] = 0
+    (tmp_path / "checkpoint" / CONFIG_FILE).write_text(json.dumps(config))
+    assert load_checkpoint(tmp_path / "checkpoint").config["task"] == task
+
+
 def test_without_a_stored_config_the_shapes_are_checked_naming_the_tensor_and_both_shapes(tmp_path):
     checkpoint = saved_checkpoint(tmp_path)
     without_stored_config(checkpoint)

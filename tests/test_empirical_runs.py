@@ -121,8 +121,8 @@ def test_evaluate_reads_a_run_folder_as_load_run_does_and_says_the_loss_figure_i
         assert hmmtf.main(["evaluate", str(run), "--num-prompts", "4", "--out", str(out), "--hand-built-prompts", "0",
                            "--fresh-tasks", "0", "--ceiling-particles", "0"]) == 0
     assert [path.name for path in figures] == ["in_context.png"]
-    said = (f"hmmtf evaluate: training_loss.png not drawn: {str(run / METRICS_FILE)!r} does not exist (the training "
-            f"log of hmmtf train, beside its checkpoint/)")
+    said = (f"hmmtf evaluate: training_loss.png not drawn and metrics.jsonl not copied: {str(run / METRICS_FILE)!r} "
+            f"does not exist (expected the training log of hmmtf train, beside its checkpoint/, one JSON record a line)")
     assert said in capsys.readouterr().err.replace("\r", "\n").splitlines()  # among the progress bars
     report = json.loads((out / "evaluation.json").read_text())
     assert report["checkpoint"] == str(load_run(run, num_prompts=1).checkpoint) == str(run / CHECKPOINT_DIR)

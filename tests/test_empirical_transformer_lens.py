@@ -21,14 +21,13 @@ import hmmtf
 from empirical.training.checkpoint import save_checkpoint
 from empirical.training.model import HOOK_NAMES, ResidualPatch, RoFormer, RoFormerConfig
 from empirical.interop.transformer_lens_interop import (
-    CONFIG_FILE,
-    WEIGHTS_FILE,
     export_hooked_transformer,
     hand_built_patterns,
     hooked_transformer_config,
     load_hooked_transformer,
     to_hooked_transformer,
 )
+from empirical.training.result_files import EXPORT_CONFIG_FILE, EXPORT_WEIGHTS_FILE
 from rounding import reordered_forward_tolerance, sub_blocks_before, unit_roundoff
 from test_construction_helpers import hmm_prompt
 
@@ -130,12 +129,12 @@ def test_export_directory_reloads_offline_with_the_same_logits(tmp_path, monkeyp
     assert hmmtf.main(["export", str(tmp_path / "checkpoint"), "--to", "transformer-lens", str(out),
                        "--context-length", "64"]) == 0
     assert json.loads(capsys.readouterr().out)["out"] == str(out)
-    document = json.loads((out / CONFIG_FILE).read_text())
+    document = json.loads((out / EXPORT_CONFIG_FILE).read_text())
     assert document["hooked_transformer_config"] == hooked_transformer_config(SEVERAL, torch.float32, 64)
     assert document["source"]["step"] == 7 and document["source"]["model"] == SEVERAL.to_dict()
     umask = os.umask(0)
     os.umask(umask)
-    assert stat.S_IMODE((out / WEIGHTS_FILE).stat().st_mode) == 0o666 & ~umask  # as its config.json, not 0600
+    assert stat.S_IMODE((out / EXPORT_WEIGHTS_FILE).stat().st_mode) == 0o666 & ~umask  # as its config.json, not 0600
 
     def refuse(*args, **kwargs):
         raise AssertionError("load_hooked_transformer tried to open a network connection")

@@ -12,6 +12,7 @@ import pytest
 
 import hmmtf
 from empirical.training.run_control import run_folder_lock
+from empirical.training.result_files import ResultFiles
 from hmmtf.options import RESULTS_ROOT, check_results_owner, check_study_owner, default_results_folder
 
 QUICK_EVALUATION = ["--num-prompts", "4", "--hand-built-prompts", "0", "--fresh-tasks", "0", "--ceiling-particles", "0"]
@@ -30,19 +31,24 @@ def test_the_default_folder_is_the_inputs_path_under_runs_and_a_checkpoint_folde
     assert RESULTS_ROOT.as_posix() + "/" in (Path(__file__).parents[1] / ".gitignore").read_text()
 
 
+EVALUATION = ResultFiles(("evaluation.json",), ("in_context.png",))
+PLATEAU = ResultFiles(("plateau.json",), ("plateau.png",))
+COMMAND = "hmmtf evaluate a"
+
+
 def test_a_folder_with_another_inputs_results_is_refused_and_its_own_or_overwrite_is_not(tmp_path):
     (tmp_path / "out").mkdir()
-    check_results_owner(tmp_path / "out", tmp_path / "a", ("evaluation.json",), overwrite=False)  # empty
+    check_results_owner(tmp_path / "out", tmp_path / "a", EVALUATION, overwrite=False, command_line=COMMAND)  # empty
     (tmp_path / "out" / "evaluation.json").write_text(json.dumps({"checkpoint": str(tmp_path / "a")}))
-    check_results_owner(tmp_path / "out", tmp_path / "a", ("evaluation.json",), overwrite=False)  # its own
+    check_results_owner(tmp_path / "out", tmp_path / "a", EVALUATION, overwrite=False, command_line=COMMAND)  # its own
     with pytest.raises(ValueError, match=re.escape(f"--out: '{tmp_path / 'out'}' holds evaluation.json with the results "
                                                    f"of '{tmp_path / 'a'}', not of '{tmp_path / 'b'}'; expected an "
                                                    f"empty folder or this input's, or --overwrite")):
-        check_results_owner(tmp_path / "out", tmp_path / "b", ("evaluation.json",), overwrite=False)
-    check_results_owner(tmp_path / "out", tmp_path / "b", ("evaluation.json",), overwrite=True)
+        check_results_owner(tmp_path / "out", tmp_path / "b", EVALUATION, overwrite=False, command_line=COMMAND)
+    check_results_owner(tmp_path / "out", tmp_path / "b", EVALUATION, overwrite=True, command_line=COMMAND)
     (tmp_path / "out" / "evaluation.json").write_text("{}")
     with pytest.raises(ValueError, match="holds evaluation.json with no input it names"):
-        check_results_owner(tmp_path / "out", tmp_path / "a", ("evaluation.json",), overwrite=False)
+        check_results_owner(tmp_path / "out", tmp_path / "a", EVALUATION, overwrite=False, command_line=COMMAND)
 
 
 def error_of(argv: list[str], capsys) -> str:
@@ -111,18 +117,18 @@ def test_a_study_folder_holding_another_command_lines_results_is_refused_and_its
     out = tmp_path / "out"
     out.mkdir()
     mine = "hmmtf plateau --arm plain runs/a --baseline plain"
-    check_study_owner(out, mine, ("plateau.json",), overwrite=False)  # empty
+    check_study_owner(out, mine, PLATEAU, overwrite=False)  # empty
     (out / "plateau.json").write_text(json.dumps({"command": mine}))
-    check_study_owner(out, mine + " --overwrite", ("plateau.json",), overwrite=False)  # its own
+    check_study_owner(out, mine + " --overwrite", PLATEAU, overwrite=False)  # its own
     other = "hmmtf plateau --arm plain runs/a runs/b --baseline plain"
     with pytest.raises(ValueError, match=re.escape(f"--out: '{out}' holds plateau.json with the results of {mine!r}, not "
                                                    f"of this command line; expected an empty folder or this command's, "
                                                    f"or --overwrite to replace them")):
-        check_study_owner(out, other, ("plateau.json",), overwrite=False)
-    check_study_owner(out, other, ("plateau.json",), overwrite=True)
+        check_study_owner(out, other, PLATEAU, overwrite=False)
+    check_study_owner(out, other, PLATEAU, overwrite=True)
     (out / "plateau.json").write_text("[]")
     with pytest.raises(ValueError, match="holds plateau.json with no command it names"):
-        check_study_owner(out, mine, ("plateau.json",), overwrite=False)
+        check_study_owner(out, mine, PLATEAU, overwrite=False)
 
 
 STUDY_COMMANDS = {
@@ -134,6 +140,7 @@ STUDY_COMMANDS = {
     "calibrate": (["calibrate", "--preset", "tiny"], "tiny.json"),
     "markov-sweep": (["markov-sweep"], "results.json"),
     "markov-incontext": (["markov-incontext", "--runs", "ROOT"], "results.json"),
+    "main": (["main"], "report.json"),
 }
 """Every study command that writes into ``--out``, with the words that make it run (``RUN``: a run
 folder of ``hmmtf curve``; ``ROOT``: a folder) and the result it records its command line in."""
@@ -147,6 +154,8 @@ def test_every_study_refuses_another_command_lines_results_and_a_locked_folder_b
     words, result = STUDY_COMMANDS[name]
     run = tmp_path / "run"
     (run / "checkpoint").mkdir(parents=True)
+    for name in ("checkpoint/config.json", "curve_baselines.json"):  # what a study checks a curve run holds
+        (run / name).write_text("{}")
     argv = [str(run) if word == "RUN" else str(tmp_path) if word == "ROOT" else word for word in words]
     out = tmp_path / "out"
     out.mkdir()

@@ -1,6 +1,6 @@
 """``hmmtf ngram-verdict CHECKPOINT --out DIR``: the competence rule's comparison with the in-context
-n-grams, decided on many more prompts than the competence result, without its SMC ceiling (an upper
-bound on it can be scored beside them).
+n-grams and the variable-order predictor, decided on many more prompts than the competence result,
+without its SMC ceiling (an upper bound on it can be scored beside them).
 
 **Why.** On the paper's family the whole in-context signal is about 0.05 nats per token and the
 in-context trigram already takes about 0.81 of it, so a network that infers more than the trigram
@@ -11,13 +11,19 @@ SMC, which the n-gram comparison does not need. So the comparison is made again 
 
 **Decision rule** (fixed before any result; the competence rule of :mod:`empirical.yardsticks.competence`
 with a standard error clustered by HMM). Per prompt b, ``d_b = loss_model(b) - loss_n(b)`` (mean
-over the scope's rows). Prompts that share an HMM are not independent, so the standard error of
-``mean(d)`` is the cluster-robust one over the HMMs g::
+over the scope's rows), and the same for the variable-order predictor (context-tree weighting of
+depth 6, :mod:`empirical.yardsticks.variable_order`; in the results made from issue 65 on). Prompts
+that share an HMM are not independent, so the standard error of ``mean(d)`` is the cluster-robust
+one over the HMMs g::
 
     se^2 = sum_g (sum_{b in g} (d_b - mean(d)))^2 / B^2
 
-The model beats order n in a scope when ``mean(d) + 1.96 se < 0``; the scopes (test sequence, all
-positions) and the verdict are :func:`empirical.yardsticks.competence.competence_verdict`'s.
+The model beats order n (or the variable-order predictor) in a scope when ``mean(d) + 1.96 se < 0``;
+the scopes (test sequence, all positions), the verdict and competence are
+:func:`empirical.yardsticks.competence.competence_verdict`'s and
+:func:`~empirical.yardsticks.competence.is_competent`'s: ``beats every in-context predictor`` needs
+orders 1-3 and the variable-order predictor beaten in both scopes, and a network is competent when
+it beats the bigram and the variable-order predictor.
 
 **Power** (from the learning curves' 256-prompt probe, where model minus trigram has a standard
 error of about 0.0011 nats over all positions and 0.003 on the test sequence): 4096 prompts shrink
@@ -34,8 +40,9 @@ the ceiling lies below the trigram).
 
 **Data.** :data:`VERDICT_MIXTURE_STREAM` draws the fresh HMMs (the preset's generator, another
 seed stream than the training, competence and fitting HMMs), :data:`VERDICT_PROMPT_STREAM` the
-prompts. The n-grams are :func:`empirical.yardsticks.competence.fitted_ngrams`, fitted on the competence
-result's fitting prompts of as many other fresh HMMs.
+prompts. The n-grams and the variable-order predictor are
+:func:`empirical.yardsticks.competence.fitted_in_context`, fitted on the competence result's fitting
+prompts of as many other fresh HMMs.
 """
 from __future__ import annotations
 
@@ -47,8 +54,8 @@ import torch
 import hmm
 from empirical.plotting import plt
 from empirical.yardsticks.competence import (
-    CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, NGRAM_ORDERS, RULE, ceiling_estimates,
-    competence_verdict, fitted_ngrams, paired, per_prompt_loss, scope_rows)
+    CEILING_BOUND, COLLAPSED_CEILING_SETTINGS, RULE, VARIABLE_ORDER, ceiling_bound_record, ceiling_estimates,
+    competence_verdict, fitted_in_context, is_competent, paired, per_prompt_loss, scope_rows)
 from empirical.training.configs import check_integers, option
 from empirical.training.data import stream_seed
 from empirical.yardsticks.evaluate import model_predictor
@@ -64,8 +71,6 @@ VERDICT_PROMPT_STREAM = 14
 CLUSTERED_RULE = RULE + ("; the standard error of mean(d) is clustered by HMM "
                          "(se^2 = sum_g (sum_{b in g} (d_b - mean d))^2 / B^2)")
 """The module docstring's decision rule, recorded in every result."""
-REPORT_FILE = "ngram-verdict.json"
-FIGURE_FILE = "ngram-verdict.png"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,13 +107,14 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
                          device: torch.device | str = "cpu") -> dict:
     """The module docstring's comparison as a JSON-ready dict: each predictor's mean loss and
     top-1 accuracy (over the scope's scored rows) per scope, the clustered intervals of model
-    minus each n-gram (and minus the oracle), which orders the model beats, and the verdict."""
+    minus each in-context predictor (and minus the oracle), which of them the model beats, the
+    verdict and whether it is competent."""
     fresh = unseen_mixture(preset, settings.fresh_tasks, VERDICT_MIXTURE_STREAM)
     prompts = hmm.sample_prompts(fresh, settings.prompts, preset.prompt_format,
                                  seed=stream_seed(preset.data_seed, VERDICT_PROMPT_STREAM, 0))
     tokens, p = prompts.tokens, fresh.num_tokens
-    predictors = {**fitted_ngrams(preset, settings.fresh_tasks), "model": model_predictor(model, p, device),
-                  "oracle": oracle_predictor(fresh, prompts)}
+    in_context = fitted_in_context(preset, settings.fresh_tasks)
+    predictors = {**in_context, "model": model_predictor(model, p, device), "oracle": oracle_predictor(fresh, prompts)}
     probabilities = {name: predictor(tokens) for name, predictor in predictors.items()}
     bound = None
     if settings.ceiling_replicates:
@@ -116,7 +122,6 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
                                   dataclasses.replace(COLLAPSED_CEILING_SETTINGS, particles=settings.ceiling_particles),
                                   settings.ceiling_replicates, "collapsed")
         probabilities[CEILING_BOUND] = bound.probabilities
-    ngrams = [f"ngram {n}" for n in NGRAM_ORDERS]
     scored, targets = scored_rows(tokens, p)
     losses, accuracy, comparisons, beats = {}, {}, {}, {}
     for scope, rows in scope_rows(preset.prompt_format).items():
@@ -127,11 +132,11 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
                            for name, probs in probabilities.items()}
         comparisons[scope] = {f"model - {name}": clustered_interval(per_prompt["model"] - per_prompt[name],
                                                                     prompts.task_ids)
-                              for name in (*ngrams, "oracle", *([CEILING_BOUND] if bound is not None else []))}
+                              for name in (*in_context, "oracle", *([CEILING_BOUND] if bound is not None else []))}
         if bound is not None:
             comparisons[scope].update({f"{CEILING_BOUND} - {name}": clustered_interval(
-                per_prompt[CEILING_BOUND] - per_prompt[name], prompts.task_ids) for name in (*ngrams, "oracle")})
-        beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in ngrams}
+                per_prompt[CEILING_BOUND] - per_prompt[name], prompts.task_ids) for name in (*in_context, "oracle")})
+        beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in in_context}
     return {
         "rule": CLUSTERED_RULE,
         "settings": dataclasses.asdict(settings),
@@ -142,18 +147,20 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
         "comparisons": comparisons,
         "beats": beats,
         "verdict": competence_verdict(beats),
-        **({"ceiling_bound": {"method": CEILING_METHODS["collapsed"], **bound.record(),
-                              "prompts_per_minute": len(tokens) * 60 / bound.seconds}}
-           if bound is not None else {}),
+        "competent": is_competent(beats),
+        "variable_order_concentrations": list(in_context[VARIABLE_ORDER].concentrations),
+        **({"ceiling_bound": ceiling_bound_record(bound, len(tokens))} if bound is not None else {}),
     }
 
 
 def plot_ngram_verdict(report: dict, path: Path) -> None:
-    """Model minus each in-context n-gram with its 95% clustered interval: one panel per scope
-    (rows) and order (columns), each on its own scale with 0 marked, so that the trigram's margin of
-    a thousandth of a nat is as readable as the unigram's tenth; the title gives the verdict."""
+    """Model minus each in-context n-gram (and the variable-order predictor, where the report has it)
+    with its 95% clustered interval: one panel per scope (rows) and predictor (columns), each on its
+    own scale with 0 marked, so that the trigram's margin of a thousandth of a nat is as readable as
+    the unigram's tenth; the title gives the verdict."""
     scopes = list(report["comparisons"])
-    names = [name for name in report["comparisons"][scopes[0]] if name.startswith("model - ngram")]
+    names = [name for name in report["comparisons"][scopes[0]]
+             if name.startswith("model - ngram") or name == f"model - {VARIABLE_ORDER}"]
     figure, axes = plt.subplots(len(scopes), len(names), figsize=(3.6 * len(names), 1.9 * len(scopes)),
                                 constrained_layout=True, squeeze=False)
     for row, scope in enumerate(scopes):

@@ -50,8 +50,6 @@ SHUFFLE_STREAM = 5
 PATCHING_STREAM = 6
 CENTROID_STREAM = 7
 
-REPORT_FILE = "analysis.json"
-"""The file of the report in an analysis's output folder."""
 SECTIONS = ("shuffle", "probes", "offsets", "patching")
 """The sections of ``analysis.json`` that ``hmmtf analyze --sections`` can choose (``offsets``
 includes the attention maps; ``claims`` needs ``shuffle`` and ``probes``)."""

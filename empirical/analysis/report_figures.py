@@ -16,6 +16,9 @@ from empirical.analysis.figures import (
 )
 from empirical.analysis.patching_figures import plot_history_patching, plot_state_forcing
 from empirical.analysis.report import Analysis
+from empirical.training.result_files import (HISTORY_PATCHING_FIGURE, OFFSET_PROFILES_FIGURE, OFFSET_SUMMARY_FIGURE,
+                                             PATTERN_COMPARISON_FIGURE, PREVIOUS_TOKEN_PROBES_FIGURE, SHUFFLE_FIGURE,
+                                             STATE_FORCING_FIGURE, TASK_STATE_PROBES_FIGURE, TRAINED_ATTENTION_FIGURE)
 
 
 def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_distance: int, out: Path) -> None:
@@ -23,25 +26,25 @@ def write_figures(analysis: Analysis, prompt_format: hmm.PromptFormat, max_dista
     and the two of :mod:`empirical.analysis.patching_figures`."""
     report = analysis.report
     if "shuffle" in report:
-        plot_shuffle(report["shuffle"], out / "shuffle.png")
+        plot_shuffle(report["shuffle"], out / SHUFFLE_FIGURE)
     if "probes" in report:
-        plot_task_state_probes(report["probes"], out / "probes_task_state.png")
-        plot_previous_token_probes(report["probes"], max_distance, out / "probes_previous_tokens.png")
+        plot_task_state_probes(report["probes"], out / TASK_STATE_PROBES_FIGURE)
+        plot_previous_token_probes(report["probes"], max_distance, out / PREVIOUS_TOKEN_PROBES_FIGURE)
     if "offsets" in report:
         plot_trained_attention(analysis.trained_patterns, analysis.example, prompt_format,
-                               out / "attention_trained.png")
+                               out / TRAINED_ATTENTION_FIGURE)
         trained = {f"layer {layer + 1}": patterns[None] for layer, patterns in enumerate(analysis.trained_patterns)}
         ideal = {name: composed[None, None] for name, composed in analysis.hand_built_composed.items()}
         plot_pattern_comparison(trained, ideal, report["offsets"]["best_match_composed"],
                                 report["offsets"]["best_match_composed_random_init"],
-                                out / "attention_hand_built_vs_trained.png")
-        plot_offset_profiles(report["offsets"], out / "offset_profiles.png")
-        plot_offset_summary(report["offsets"]["summary"], out / "offset_summary.png")
+                                out / PATTERN_COMPARISON_FIGURE)
+        plot_offset_profiles(report["offsets"], out / OFFSET_PROFILES_FIGURE)
+        plot_offset_summary(report["offsets"]["summary"], out / OFFSET_SUMMARY_FIGURE)
     if "patching" in report:
         write_patching_figures(report["patching"], out)
 
 
 def write_patching_figures(patching: dict, out: Path) -> None:
     """The two figures of the patching section (:func:`empirical.analysis.report.patching_report`) into ``out``."""
-    plot_state_forcing(patching["state_forcing"], out / "patching_state_forcing.png")
-    plot_history_patching(patching["history"], out / "patching_history.png")
+    plot_state_forcing(patching["state_forcing"], out / STATE_FORCING_FIGURE)
+    plot_history_patching(patching["history"], out / HISTORY_PATCHING_FIGURE)

@@ -42,9 +42,8 @@ from safetensors.torch import load_file, save_file
 from construction import Stage, Trace
 from empirical.training.checkpoint import load_checkpoint, with_umask_mode
 from empirical.training.model import RoFormer, RoFormerConfig
+from empirical.training.result_files import EXPORT_CONFIG_FILE, EXPORT_WEIGHTS_FILE
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 
 DEFAULT_CONTEXT_LENGTH = 2048
 """``n_ctx`` of the exported model: the longest prompt it accepts (TransformerLens needs a bound,
@@ -198,21 +197,21 @@ def export_hooked_transformer(model_or_checkpoint: RoFormer | str | Path, direct
     config_kwargs = hooked_transformer_config(model.config, model.embed.weight.dtype, context_length)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file(hooked_transformer_state_dict(model), str(directory / WEIGHTS_FILE))
-    with_umask_mode(directory / WEIGHTS_FILE)
+    save_file(hooked_transformer_state_dict(model), str(directory / EXPORT_WEIGHTS_FILE))
+    with_umask_mode(directory / EXPORT_WEIGHTS_FILE)
     document = {"hooked_transformer_config": config_kwargs, "source": source or {}}
-    (directory / CONFIG_FILE).write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+    (directory / EXPORT_CONFIG_FILE).write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
     return directory
 
 
 def load_hooked_transformer(directory: str | Path, device: torch.device | str = "cpu"):
     """The ``HookedTransformer`` written by :func:`export_hooked_transformer` to ``directory``."""
     directory = Path(directory)
-    config_path = directory / CONFIG_FILE
+    config_path = directory / EXPORT_CONFIG_FILE
     if not config_path.is_file():
-        raise ValueError(f"directory: {str(directory)!r} has no {CONFIG_FILE}; expected a TransformerLens export")
+        raise ValueError(f"directory: {str(directory)!r} has no {EXPORT_CONFIG_FILE}; expected a TransformerLens export")
     config_kwargs = json.loads(config_path.read_text())["hooked_transformer_config"]
-    return build_hooked_transformer(config_kwargs, load_file(str(directory / WEIGHTS_FILE)), device)
+    return build_hooked_transformer(config_kwargs, load_file(str(directory / EXPORT_WEIGHTS_FILE)), device)
 
 
 def _roformer(model_or_checkpoint: RoFormer | str | Path) -> RoFormer:

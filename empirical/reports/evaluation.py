@@ -12,11 +12,6 @@ from empirical.yardsticks.competence import Competence
 from empirical.yardsticks.evaluate import Evaluation
 from empirical.yardsticks.regime import RegimeSection
 
-EVALUATION_FILE = "evaluation.json"
-COMPETENCE_FILE = "competence.json"
-SIDE_BY_SIDE_FILE = "hand_built.json"
-"""The files ``hmmtf evaluate`` writes: the evaluation, the competence result, the side-by-side with the hand-built network."""
-
 
 @dataclass(frozen=True)
 class Provenance:

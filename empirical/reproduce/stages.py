@@ -46,13 +46,12 @@ import torch
 
 import hmm
 from bounds.serialize import to_json
-from empirical.analysis.report import REPORT_FILE, analyze, patching_report
+from empirical.analysis.report import analyze, patching_report
 from empirical.analysis.report_figures import write_figures, write_patching_figures
 from empirical.training.checkpoint import CONFIG_FILE, load_checkpoint
 from empirical.training.data import held_out_prompts
 from empirical.yardsticks.evaluate import Predictor, evaluate_predictors, in_context_predictors
 from empirical.training.model import training_flops_per_token
-from empirical.reports.evaluation import EVALUATION_FILE
 from empirical.reports.plots import plot_in_context, plot_training_loss
 from empirical.reproduce import plan
 from empirical.reproduce.bundle import write_bundle
@@ -67,6 +66,7 @@ from empirical.reproduce.record import (
     write_json,
 )
 from empirical.measurement.roofline import synchronize, timed
+from empirical.training.result_files import ANALYSIS_FILE, EVALUATION_FILE
 from empirical.training.run_control import StopRequest
 from empirical.training.streams import step_lengths, training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, train
@@ -225,7 +225,7 @@ def analyze_stage(run: Reproduction) -> dict:
     saved = load_checkpoint(run.checkpoint, run.config.device)
     analysis = analyze(saved.model, preset, analysis_config, run.config.device, run.mixture)
     write_figures(analysis, preset.prompt_format, analysis_config.max_distance, folder)
-    write_json(folder / REPORT_FILE, {"analysis_config": dataclasses.asdict(analysis_config), **analysis.report})
+    write_json(folder / ANALYSIS_FILE, {"analysis_config": dataclasses.asdict(analysis_config), **analysis.report})
     sizes, hand = analysis.report["sizes"], analysis.report["hand_built"]
     return {"ran": {**sizes, "hand_built_runs": plan.hand_built_runs(hand["probe_train_prompts"],
                                                                      hand["probe_test_prompts"])}}

@@ -22,9 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-EVALUATION_FILE = "evaluation.json"
-ANALYSIS_FILE = "analysis.json"
-LADDER_FILE = "ladder.json"
+from empirical.training.result_files import ANALYSIS_FILE, EVALUATION_FILE
 
 
 def regime_statistics(evaluation: dict) -> dict:

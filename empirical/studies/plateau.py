@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from empirical.training.presets import PRESETS
+from empirical.training.result_files import NGRAM_VERDICT_FILE
 from empirical.yardsticks.curves import run_summary
 
 RULES = """\
@@ -43,8 +44,6 @@ RULES = """\
 ESCAPE_SCOPE = "test_sequence"
 ESCAPE_BASELINE = "ngram 2"
 """The rule's scope and yardstick: the test sequence, the in-context bigram."""
-VERDICT_FILE = "ngram-verdict.json"
-PLATEAU_FILE = "plateau.json"
 
 
 def paper_budget_tokens() -> int:
@@ -102,8 +101,8 @@ def run_record(run_dir: Path, verdicts: list[Path], budget_tokens: int) -> dict:
     and words)."""
     summary = run_summary(run_dir)
     record = {**summary, "seed": summary["train"]["seed"], "escape": escape(summary["points"], budget_tokens)}
-    found = [folder / summary["run"] / VERDICT_FILE for folder in verdicts
-             if (folder / summary["run"] / VERDICT_FILE).is_file()]
+    found = [folder / summary["run"] / NGRAM_VERDICT_FILE for folder in verdicts
+             if (folder / summary["run"] / NGRAM_VERDICT_FILE).is_file()]
     if found:
         verdict = json.loads(found[0].read_text())
         record["ngram_verdict"] = {"file": str(found[0]), "step": verdict["step"], "verdict": verdict["verdict"],

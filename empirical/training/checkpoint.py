@@ -20,7 +20,9 @@ config in the weights file's metadata too (under :data:`MODEL_CONFIG_KEY`), and
 * a weights or optimizer file that is not a complete safetensors file (truncated, overwritten);
 * a ``config.json`` whose model section differs from the config stored with the weights, naming
   each field and both values: also the fields that change no shape (``rotary_base``,
-  ``init_std``, ``tie_embeddings``);
+  ``init_std``, ``tie_embeddings``); likewise its task section (``mixture_seed``, ``data_seed``:
+  the data the weights were trained on, which ``hmmtf evaluate`` rebuilds), for weights saved since
+  the task is stored with them (:data:`TASK_KEY`);
 * weights whose names or shapes differ from the network the model section describes, naming the
   tensor and both shapes. This is the only check for weights saved before the metadata existed
   (the committed ``models/tasks-8192-small``), which keep loading.
@@ -47,6 +49,11 @@ OPTIMIZER_FILE = "optimizer.safetensors"
 CONFIG_FILE = "config.json"
 MODEL_CONFIG_KEY = "model_config"
 """Key of the model config (JSON) in the metadata of ``model.safetensors``."""
+TASK_KEY = "task"
+"""Key of the task (JSON: preset, mixture, mixture seed, prompt format, data seed) in the metadata
+of ``model.safetensors``: the data the weights were trained on."""
+SAVED_SECTIONS = {"model": MODEL_CONFIG_KEY, "task": TASK_KEY}
+"""The sections of ``config.json`` stored with the weights too, by their metadata keys."""
 
 
 class Checkpoint(NamedTuple):
@@ -135,13 +142,36 @@ def with_umask_mode(path: Path) -> None:
 
 
 def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Optimizer | None, config: dict) -> None:
-    """Write ``model`` (unwrapped: not DDP, not compiled), ``optimizer`` and ``config`` to ``directory``."""
+    """Write ``model`` (unwrapped: not DDP, not compiled), ``optimizer`` and ``config`` to ``directory``.
+    A write that fails (a full disk) removes ``<dir>.tmp`` and raises an ``OSError`` naming the
+    folder, the previous checkpoint left as it was."""
     directory = Path(directory)
     _check_not_interrupted(directory)
     staging, previous = _staging(directory), _previous(directory)
     shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _write_staging(staging, model, optimizer, config)
+    except (OSError, SafetensorError) as error:  # a full disk, a quota (safetensors' writer raises its own error)
+        shutil.rmtree(staging, ignore_errors=True)
+        kept = (f"the last complete one, {str(directory)!r}, is kept" if directory.is_dir()
+                else f"there is no earlier one in {str(directory.parent)!r}")
+        raise OSError(f"checkpoint: writing {str(staging)!r} failed ({getattr(error, 'strerror', None) or error}); the partial "
+                      f"checkpoint was removed and {kept}; expected room for a checkpoint in "
+                      f"{str(directory.parent)!r} (free space there and rerun the same command to resume)") from error
+    if directory.exists():
+        shutil.rmtree(previous, ignore_errors=True)  # left by a crash after the last save's renames
+        os.replace(directory, previous)
+    os.replace(staging, directory)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+def _write_staging(staging: Path, model: RoFormer, optimizer: torch.optim.Optimizer | None, config: dict) -> None:
+    """The files of :func:`save_checkpoint` into the folder ``staging`` (created)."""
     staging.mkdir(parents=True)
-    save_model(model, str(staging / MODEL_FILE), metadata={MODEL_CONFIG_KEY: json.dumps(model.config.to_dict(), allow_nan=False)})
+    metadata = {MODEL_CONFIG_KEY: json.dumps(model.config.to_dict(), allow_nan=False)}
+    if config.get("task"):
+        metadata[TASK_KEY] = json.dumps(config["task"], allow_nan=False)
+    save_model(model, str(staging / MODEL_FILE), metadata=metadata)
     with_umask_mode(staging / MODEL_FILE)
     full_config = dict(config, model=model.config.to_dict())
     if optimizer is not None:
@@ -150,11 +180,6 @@ def save_checkpoint(directory: Path, model: RoFormer, optimizer: torch.optim.Opt
         with_umask_mode(staging / OPTIMIZER_FILE)
         full_config["optimizer_param_groups"] = groups
     (staging / CONFIG_FILE).write_text(json.dumps(full_config, indent=2, allow_nan=False) + "\n")
-    if directory.exists():
-        shutil.rmtree(previous, ignore_errors=True)  # left by a crash after the last save's renames
-        os.replace(directory, previous)
-    os.replace(staging, directory)
-    shutil.rmtree(previous, ignore_errors=True)
 
 
 def _read_config(directory: Path) -> dict:
@@ -193,19 +218,22 @@ def _tensor_shapes(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, st
 
 
 def _check_saved_config(config: dict, metadata: dict[str, str], config_path: Path, weights_path: Path) -> None:
-    """``ValueError`` naming every field where ``config.json``'s model section differs from the
-    config the weights were saved with (in their metadata; nothing to compare without it)."""
-    if MODEL_CONFIG_KEY not in metadata:
-        return
-    saved, written = json.loads(metadata[MODEL_CONFIG_KEY]), config["model"]
+    """``ValueError`` naming every field where a section of ``config.json`` (:data:`SAVED_SECTIONS`:
+    the model, the task) differs from the one the weights were saved with (in their metadata;
+    nothing to compare for a section without it: weights saved before it was stored)."""
     absent = "(absent)"
-    changed = [f"{key} = {written.get(key, absent)!r} there but {saved.get(key, absent)!r} in the weights"
-               for key in sorted(set(saved) | set(written)) if key not in saved or key not in written
-               or saved[key] != written[key]]
-    if changed:
-        raise ValueError(f"checkpoint: the model section of {str(config_path)!r} differs from the config "
-                         f"{str(weights_path)!r} was saved with: {'; '.join(changed)}; expected the config saved with "
-                         f"the weights (undo the edit)")
+    for section, key in SAVED_SECTIONS.items():
+        if key not in metadata:
+            continue
+        saved, written = json.loads(metadata[key]), config.get(section)
+        written = written if isinstance(written, dict) else {}
+        changed = [f"{field} = {written.get(field, absent)!r} there but {saved.get(field, absent)!r} in the weights"
+                   for field in sorted(set(saved) | set(written)) if field not in saved or field not in written
+                   or saved[field] != written[field]]
+        if changed:
+            raise ValueError(f"checkpoint: the {section} section of {str(config_path)!r} differs from the config "
+                             f"{str(weights_path)!r} was saved with: {'; '.join(changed)}; expected the config saved "
+                             f"with the weights (undo the edit)")
 
 
 def _check_shapes(model: RoFormer, shapes: dict[str, tuple[int, ...]], config_path: Path, weights_path: Path) -> None:

@@ -196,6 +196,20 @@ def _resolved_values(preset: ExperimentPreset, model: RoFormerConfig) -> dict[st
             **preset.train.to_dict()}
 
 
+def check_curricula(train: TrainConfig, given: dict[str, typing.Any]) -> None:
+    """``ValueError`` for a curriculum the run cannot follow: one longer than the run (``steps``),
+    whose end the run would never reach, or ``context_curriculum_demos`` among the ``given`` values
+    without ``context_curriculum_steps``, which would be ignored (there is no context curriculum)."""
+    for field in ("curriculum_steps", "context_curriculum_steps"):
+        if getattr(train, field) > train.steps:
+            raise ValueError(f"{field}: {getattr(train, field)}; expected at most steps = {train.steps} (a curriculum "
+                             f"longer than the run never reaches its end)")
+    if "context_curriculum_demos" in given and not train.context_curriculum_steps:
+        raise ValueError(f"context_curriculum_demos: {train.context_curriculum_demos}; expected it only with "
+                         f"context_curriculum_steps > 0 (without them there is no context curriculum to start from "
+                         f"that many demonstrations)")
+
+
 def resolve(preset_name: str, *layers: Overrides) -> TrainingRun:
     """The preset ``preset_name`` overridden by ``layers`` in order (the file's, then the flags'),
     key by key, as the module docstring says; ``ValueError`` naming the first invalid value."""
@@ -222,6 +236,7 @@ def resolve(preset_name: str, *layers: Overrides) -> TrainingRun:
     preset = dataclasses.replace(preset, train=TrainConfig(**_train_values(base.train, merged["train"])),
                                  num_layers=model.num_layers, num_heads=model.num_heads, width=model.width,
                                  tie_embeddings=model.tie_embeddings)
+    check_curricula(preset.train, merged["train"])
     before = _resolved_values(base, base.model_config(base.mixture_spec.num_tokens))
     changes = tuple((field, value) for field, value in _resolved_values(preset, model).items()
                     if value != before[field])

@@ -21,7 +21,9 @@ from empirical.training.checkpoint import CONFIG_FILE, has_checkpoint, load_chec
 from empirical.training.data import held_out_prompts
 from empirical.training.model import RoFormer
 from empirical.training.presets import ExperimentPreset, preset_from_task
-from empirical.training.train import CHECKPOINT_DIR
+from empirical.training.result_files import TRAIN_SUMMARY_FILE
+from empirical.training.run_control import LOCK_FILE
+from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
 
 
 class LoadedRun(NamedTuple):
@@ -67,6 +69,34 @@ def checkpoint_folder(path: str | Path, name: str = "path") -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{name}: {str(path)!r} does not exist; expected {CHECKPOINT_EXPECTED}")
     raise ValueError(f"{name}: {str(path)!r} holds no checkpoint; expected {CHECKPOINT_EXPECTED}")
+
+
+RUN_FOLDER_FILES = (METRICS_FILE, TRAIN_SUMMARY_FILE, LOCK_FILE)
+"""What a run folder of ``hmmtf train`` holds beside its checkpoint: the training log, the summary, the lock."""
+
+
+def check_run_folder(run_dir: str | Path, name: str = "--run-dir", own: tuple[str, ...] = ()) -> Path:
+    """``run_dir`` as a ``Path`` if a training may write there: a run folder holding a checkpoint
+    to resume (:func:`empirical.training.checkpoint.has_checkpoint`, which refuses one whose save
+    was interrupted), or, for a new run, a folder that does not exist or holds nothing but
+    :data:`RUN_FOLDER_FILES` and the caller's ``own`` files (``hmmtf curve``'s curve): what a run
+    killed before its first checkpoint leaves. ``ValueError`` naming ``name`` otherwise: a
+    checkpoint folder (``models/NAME``, which holds ``config.json`` itself) or a folder of other
+    files (results, a user's), which a new run would mix with its own or replace."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or has_checkpoint(run_dir / CHECKPOINT_DIR):
+        return run_dir
+    expected = (f"expected a new or empty folder, or a run folder of hmmtf train (holding {CHECKPOINT_DIR}/ or "
+                f"{METRICS_FILE})")
+    if (run_dir / CONFIG_FILE).is_file():
+        raise ValueError(f"{name}: {str(run_dir)!r} is a checkpoint folder (it holds {CONFIG_FILE}: a shipped model, "
+                         f"or a run's {CHECKPOINT_DIR}/), not a run folder; {expected}")
+    strangers = sorted(entry.name for entry in run_dir.iterdir() if entry.name not in {*RUN_FOLDER_FILES, *own})
+    if strangers:
+        listed = ", ".join(strangers[:3]) + (f" and {len(strangers) - 3} more" if len(strangers) > 3 else "")
+        raise ValueError(f"{name}: {str(run_dir)!r} holds no checkpoint but {listed}, which are not a training run's "
+                         f"files; {expected}")
+    return run_dir
 
 
 def load_run(path: str | Path, num_prompts: int | None = None, device: torch.device | str = "cpu") -> LoadedRun:

@@ -1,4 +1,4 @@
-"""``hmmtf beliefs CHECKPOINT --out DIR``: the belief-state probes of
+"""``hmmtf beliefs CHECKPOINT [--out DIR]``: the belief-state probes of
 :mod:`empirical.analysis.beliefs` on a checkpoint, on prompts of fresh HMMs of its task; writes
 ``beliefs.json`` (every number, the command and the git commit) and ``beliefs.png``
 (:func:`empirical.analysis.belief_figures.plot_beliefs`)."""
@@ -7,9 +7,6 @@ from __future__ import annotations
 from empirical.analysis.belief_figures import plot_beliefs
 from empirical.analysis.beliefs import COUNTS_FROM_ZERO, BeliefSettings, beliefs_report
 from hmmtf.commands.analyze import add_measure_command
-
-REPORT_FILE = "beliefs.json"
-FIGURE_FILE = "beliefs.png"
 
 
 def summary(report: dict) -> dict:
@@ -25,4 +22,4 @@ def register(subparsers) -> None:
                         "HMM (its implied next-token distribution, sorted probabilities, entropy), to the "
                         "prior-predictive ceiling and to the in-context n-grams, with shuffled-target and "
                         "random-init controls, on fresh-HMM prompts", BeliefSettings, COUNTS_FROM_ZERO,
-                        beliefs_report, plot_beliefs, summary, REPORT_FILE, FIGURE_FILE)
+                        beliefs_report, plot_beliefs, summary)

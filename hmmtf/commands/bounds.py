@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from bounds.figures import write_figures
+from bounds.figures import FIGURES, write_figures
 from bounds.lemma1 import Lemma1Config
 from bounds.suites import SuiteSpec
 from bounds.theorem2 import Theorem2Config, UndercompleteSpec
@@ -32,7 +32,9 @@ from bounds.verify import (
     verdict_lines,
     write_report,
 )
-from hmmtf.options import output_folder, positive_float, positive_int
+from empirical.training.result_files import ResultFiles
+from empirical.training.run_control import run_folder_lock
+from hmmtf.options import OVERWRITE_OPTION, add_overwrite_option, check_study_owner, output_folder, positive_float, positive_int
 
 
 def _rank(text: str) -> int | None:
@@ -85,23 +87,39 @@ def config_from_args(args) -> VerifyConfig:
     )
 
 
+REPORT_FILE = "report.json"
+MAIN_FILES = ResultFiles((REPORT_FILE,), tuple(FIGURES))
+"""What ``hmmtf main`` writes into ``--out``: the report and the figures of :data:`bounds.figures.FIGURES`
+(named in :mod:`bounds`, which the home of the other commands' names, in the trained networks'
+package, is not below)."""
+
+
 def run_main(args) -> int:
-    """The verification run (module docstring)."""
+    """The verification run (module docstring), into ``--out`` once it holds no files of another
+    command line (:func:`hmmtf.options.check_study_owner`), locked while it is written."""
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     config = config_from_args(args)
+    out = Path(args.out)
+    check_study_owner(out, args.command_line, MAIN_FILES, args.overwrite)
+    with run_folder_lock(out, "--out"):
+        return _main_into(args, config, out, start)
+
+
+def _main_into(args, config, out: Path, start: float) -> int:
+    """:func:`run_main`'s run of ``config`` into ``out``."""
     measurements, members, undercomplete = measure(config, progress=not args.no_progress, workers=args.workers)
     table = build_table(measurements, members)
     theorem2_table = build_theorem2_table(measurements.theorem2, undercomplete)
     report = report_json(measurements, table, theorem2_table)
-    out = Path(args.out)
     report["figures"] = write_figures(report, out)
     report["verdicts"] = verdict_lines(measurements)
     report["command"] = args.command_line
     report["git_commit"] = args.git_commit
-    report["options"] = {key: value for key, value in vars(args).items() if key not in ("run", "command_line", "git_commit")}
+    report["options"] = {key: value for key, value in vars(args).items()
+                         if key not in ("run", "command_line", "git_commit", OVERWRITE_OPTION[2:])}
     report["runtime_seconds"] = time.perf_counter() - start
-    write_report(report, out / "report.json")
+    write_report(report, out / REPORT_FILE)
     print("\n".join(lemma1_lines(measurements)))
     print()
     print(format_table(table))
@@ -109,7 +127,7 @@ def run_main(args) -> int:
     print(format_table(theorem2_table))
     print()
     print("\n".join(report["verdicts"]))
-    print(f"\nreport: {out / 'report.json'}; figures: {', '.join(report['figures'])}")
+    print(f"\nreport: {out / REPORT_FILE}; figures: {', '.join(report['figures'])}")
     print(f"runtime: {report['runtime_seconds']:.1f} s")
     return 0 if derivations_hold(table + theorem2_table) else 1
 
@@ -153,5 +171,6 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=output_folder, default="runs/verification",
                         help="directory of report.json and the figures (default: %(default)s; the committed result "
                              "is written with --out figures/verification)")
+    add_overwrite_option(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(run=run_main)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from empirical.interop.transformer_lens_interop import (CONFIG_FILE, DEFAULT_CONTEXT_LENGTH, WEIGHTS_FILE,
-                                                        export_hooked_transformer)
+from empirical.interop.transformer_lens_interop import DEFAULT_CONTEXT_LENGTH, export_hooked_transformer
 from empirical.training.checkpoint import load_checkpoint
+from empirical.training.result_files import COMMAND_FILES
 from empirical.training.run_control import run_folder_lock
 from empirical.training.runs import CHECKPOINT_EXPECTED, checkpoint_folder
 from hmmtf.options import check_results_owner, output_folder, positive_int
@@ -19,10 +19,11 @@ def run_export(args) -> int:
     checkpoint = load_checkpoint(folder)
     source = {"command": args.command_line, "checkpoint": str(folder),
               "step": checkpoint.config["step"], "model": checkpoint.config["model"]}
-    check_results_owner(Path(args.out), folder, (CONFIG_FILE,), args.overwrite, option="out")
+    files = COMMAND_FILES["export"]
+    check_results_owner(Path(args.out), folder, files, args.overwrite, args.command_line, option="out")
     with run_folder_lock(Path(args.out), "out"):
         out = export_hooked_transformer(checkpoint.model, args.out, args.context_length, source)
-    print(json.dumps({"out": str(out), "files": [CONFIG_FILE, WEIGHTS_FILE], "format": args.to}, indent=2, allow_nan=False))
+    print(json.dumps({"out": str(out), "files": list(files.names), "format": args.to}, indent=2, allow_nan=False))
     return 0
 
 

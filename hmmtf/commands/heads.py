@@ -1,4 +1,4 @@
-"""``hmmtf heads CHECKPOINT --out DIR``: the head scores and the
+"""``hmmtf heads CHECKPOINT [--out DIR]``: the head scores and the
 mean-ablation test of :mod:`empirical.analysis.heads` on a checkpoint, on prompts of fresh HMMs
 of its task; writes ``heads.json`` (every number, the command and the git commit) and
 ``heads.png`` (:func:`empirical.analysis.head_figures.plot_heads`)."""
@@ -8,8 +8,6 @@ from hmmtf.commands.analyze import add_measure_command
 from empirical.analysis.head_figures import plot_heads
 from empirical.analysis.heads import COUNTS_FROM_ZERO, HeadsSettings, heads_report
 
-REPORT_FILE = "heads.json"
-FIGURE_FILE = "heads.png"
 HELP = ("previous-token and induction scores of every head (trained and random-init) and the mean-ablation of the "
         "top heads against random heads, on fresh-HMM prompts")
 
@@ -31,5 +29,4 @@ def summary(report: dict) -> dict:
 
 def register(subparsers) -> None:
     """Add ``heads`` to the ``hmmtf`` parser."""
-    add_measure_command(subparsers, "heads", HELP, HeadsSettings, COUNTS_FROM_ZERO, heads_report, plot_heads, summary,
-                        REPORT_FILE, FIGURE_FILE)
+    add_measure_command(subparsers, "heads", HELP, HeadsSettings, COUNTS_FROM_ZERO, heads_report, plot_heads, summary)

@@ -1,4 +1,4 @@
-"""``hmmtf klmap CHECKPOINT --out DIR``: the KL map of
+"""``hmmtf klmap CHECKPOINT [--out DIR]``: the KL map of
 :mod:`empirical.analysis.klmap` (the trained model, the hand-built network, ``P_L``, the in-context
 n-grams, the ceiling and the oracle, pairwise on the same fresh-HMM prompts) on a checkpoint;
 writes ``klmap.json`` (every number, the command and the git commit) and ``klmap.png``
@@ -9,8 +9,6 @@ from hmmtf.commands.analyze import add_measure_command
 from empirical.analysis.klmap import COUNTS_FROM_ZERO, KLMapSettings, klmap_report
 from empirical.analysis.klmap_figures import plot_klmap
 
-REPORT_FILE = "klmap.json"
-FIGURE_FILE = "klmap.png"
 HELP = ("pairwise KL between the trained model, the hand-built network (L = 1, 2, 3), P_L, the in-context n-grams, "
         "the ceiling and the oracle on the same fresh-HMM prompts, and the model's nearest predictor")
 
@@ -30,5 +28,4 @@ def summary(report: dict) -> dict:
 
 def register(subparsers) -> None:
     """Add ``klmap`` to the ``hmmtf`` parser."""
-    add_measure_command(subparsers, "klmap", HELP, KLMapSettings, COUNTS_FROM_ZERO, klmap_report, plot_klmap, summary,
-                        REPORT_FILE, FIGURE_FILE)
+    add_measure_command(subparsers, "klmap", HELP, KLMapSettings, COUNTS_FROM_ZERO, klmap_report, plot_klmap, summary)

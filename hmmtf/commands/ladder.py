@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from empirical.studies.ladder import LADDER_FILE, collect_points, ladder_table
+from empirical.studies.ladder import collect_points, ladder_table
 from empirical.studies.ladder_figures import (
     plot_claim1_ladder,
     plot_claim2_ladder,
@@ -13,6 +13,7 @@ from empirical.studies.ladder_figures import (
     plot_learning_curves,
     plot_regime_ladder,
 )
+from empirical.training.result_files import COMMAND_FILES
 from empirical.training.run_control import run_folder_lock
 from hmmtf.options import add_overwrite_option, check_study_owner, output_folder
 
@@ -22,18 +23,20 @@ def run_ladder(args) -> int:
     if not root.is_dir():
         raise FileNotFoundError(f"root: {str(root)!r} is not a folder; expected a folder with one subfolder per "
                                 f"ladder point")
-    check_study_owner(out, args.command_line, (LADDER_FILE,), args.overwrite)
+    files = COMMAND_FILES["ladder"]
+    check_study_owner(out, args.command_line, files, args.overwrite)
     with run_folder_lock(out, "--out"):
         points = collect_points(root)
         report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
-        (out / LADDER_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+        ladder_file, table_file, regime, claim1, claim2, claim3, curves = files.names
+        (out / ladder_file).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
         table = ladder_table(points)
-        (out / "ladder.md").write_text(table)
-        plot_regime_ladder(points, out / "ladder_regime.png")
-        plot_claim1_ladder(points, out / "ladder_claim1.png")
-        plot_claim2_ladder(points, out / "ladder_claim2.png")
-        plot_claim3_ladder(points, out / "ladder_claim3.png")
-        plot_learning_curves(points, root, out / "ladder_learning_curves.png")
+        (out / table_file).write_text(table)
+        plot_regime_ladder(points, out / regime)
+        plot_claim1_ladder(points, out / claim1)
+        plot_claim2_ladder(points, out / claim2)
+        plot_claim3_ladder(points, out / claim3)
+        plot_learning_curves(points, root, out / curves)
     print(table)
     return 0
 

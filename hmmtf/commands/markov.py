@@ -21,6 +21,7 @@ from empirical.studies.markov.config import MarkovSweepConfig
 from empirical.studies.markov.criterion import TRAP_CRITERION
 from empirical.studies.markov.figures import plot_loss_curves, plot_phase_diagram, plot_plateau_survival, plot_read_back
 from empirical.studies.markov.runs import run_sweep
+from empirical.training.result_files import MARKOV_SWEEP_FIGURES, loss_curves_figure, markov_sweep_files
 from empirical.training.run_control import run_folder_lock
 from hmmtf.options import (add_config_options, add_overwrite_option, check_study_owner, config_from_command_line,
                            output_folder)
@@ -53,7 +54,7 @@ def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *,
         "cells": cells,
         "runs": runs,
     }
-    (directory / "results.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    (directory / markov_sweep_files(config.inits).reports[0]).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     draw_figures(document, directory)
     return document
 
@@ -62,11 +63,12 @@ def draw_figures(document: dict, directory: Path) -> None:
     """The figures of a sweep from its ``results.json`` contents ``document``, into ``directory``."""
     config = MarkovSweepConfig.from_dict(document["config"])
     runs = document["runs"]
-    plot_phase_diagram(document["cells"], config, directory / "phase_diagram.png")
-    plot_read_back(runs, config, directory / "read_back.png")
-    plot_plateau_survival(runs, config, directory / "plateau_survival.png")
+    phase_diagram, read_back, plateau_survival = MARKOV_SWEEP_FIGURES
+    plot_phase_diagram(document["cells"], config, directory / phase_diagram)
+    plot_read_back(runs, config, directory / read_back)
+    plot_plateau_survival(runs, config, directory / plateau_survival)
     for init in config.inits:
-        plot_loss_curves(runs, config, init, directory / f"loss_curves_{init}.png")
+        plot_loss_curves(runs, config, init, directory / loss_curves_figure(init))
 
 
 def read_results(path: Path, argument: str) -> dict:
@@ -90,7 +92,7 @@ def run_markov_sweep(args) -> int:
         print(f"redrew the figures of {args.out} from its results.json")
         return 0
     config = config_from_command_line(MarkovSweepConfig, vars(args))
-    check_study_owner(out, args.command_line, ("results.json",), args.overwrite)
+    check_study_owner(out, args.command_line, markov_sweep_files(config.inits), args.overwrite)
     with run_folder_lock(out, "--out"):
         started = time.perf_counter()
         runs = run_sweep(config, progress=not args.no_progress)

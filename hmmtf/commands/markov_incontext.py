@@ -21,13 +21,13 @@ from empirical.training.checkpoint import load_checkpoint
 from empirical.studies.markov.figures import plot_incontext
 from empirical.studies.markov.incontext import InContextConfig, held_out_chains, measure_model, train_depth
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
+from empirical.training.result_files import COMMAND_FILES
 from empirical.training.run_control import run_folder_lock
 from hmmtf.options import (add_config_options, add_overwrite_option, check_study_owner, config_from_command_line,
                            output_folder, positive_int)
 
 
-RESULTS_FILE = "results.json"
-FIGURE_FILE = "incontext.png"
+RESULTS_FILE, FIGURE_FILE = COMMAND_FILES["markov-incontext"].names
 
 
 def run_dir(runs: Path, depth: int) -> Path:
@@ -71,7 +71,7 @@ def measure_all(config: InContextConfig, runs: Path) -> dict:
 def run_markov_incontext(args) -> int:
     config = config_from_command_line(InContextConfig, vars(args))
     out, runs = Path(args.out), Path(args.runs)
-    check_study_owner(out, args.command_line, (RESULTS_FILE,), args.overwrite)
+    check_study_owner(out, args.command_line, COMMAND_FILES["markov-incontext"], args.overwrite)
     with run_folder_lock(out, "--out"):
         started = time.monotonic()
         train_all(config, runs, args.workers)

@@ -1,9 +1,8 @@
-"""``hmmtf ngram-verdict CHECKPOINT --out DIR``: the competence rule's comparison of
+"""``hmmtf ngram-verdict CHECKPOINT [--out DIR]``: the competence rule's comparison of
 :mod:`empirical.analysis.ngram_verdict` on a checkpoint (its docstring states the decision rule)."""
 from __future__ import annotations
 
-from empirical.analysis.ngram_verdict import (FIGURE_FILE, REPORT_FILE, NgramVerdictSettings, ngram_verdict_report,
-                                              plot_ngram_verdict)
+from empirical.analysis.ngram_verdict import NgramVerdictSettings, ngram_verdict_report, plot_ngram_verdict
 from hmmtf.commands.analyze import add_measure_command
 
 HELP = ("the model against the in-context 1/2/3-grams on thousands of fresh-HMM prompts (the competence rule, "
@@ -21,4 +20,6 @@ def summary(report: dict) -> dict:
 def register(subparsers) -> None:
     """Add ``ngram-verdict`` to the ``hmmtf`` parser."""
     add_measure_command(subparsers, "ngram-verdict", HELP, NgramVerdictSettings, ("ceiling_replicates",),
-                        ngram_verdict_report, plot_ngram_verdict, summary, REPORT_FILE, FIGURE_FILE)
+                        ngram_verdict_report, plot_ngram_verdict, summary,
+                        at_least={"fresh_tasks": (2, "; at least 2: the intervals are clustered by HMM, and one HMM "
+                                                     "is one cluster, whose spread is zero")})

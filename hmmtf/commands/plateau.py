@@ -5,26 +5,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from empirical.studies.plateau import PLATEAU_FILE, plateau_study
+from empirical.studies.plateau import plateau_study
 from empirical.studies.plateau_figures import plot_plateau
+from empirical.training.result_files import COMMAND_FILES
 from empirical.training.run_control import run_folder_lock
+from hmmtf.commands.studies import check_curve_run
 from hmmtf.options import add_overwrite_option, check_study_owner, output_folder
 
 
 def run_plateau(args) -> int:
     """Gather the arms' runs, write the study and its figure, print one line per arm and family."""
-    arms = [(arm[0], [Path(run_dir) for run_dir in arm[1:]]) for arm in args.arm]
+    arms = [(arm[0], [check_curve_run(run_dir, "--arm") for run_dir in arm[1:]]) for arm in args.arm]
     empty = [name for name, runs in arms if not runs]
     if empty:
         raise ValueError(f"--arm: {empty[0]!r} names no run folder; expected NAME RUN_DIR [RUN_DIR ...]")
-    out = Path(args.out)
-    check_study_owner(out, args.command_line, (PLATEAU_FILE,), args.overwrite)
+    out, files = Path(args.out), COMMAND_FILES["plateau"]
+    check_study_owner(out, args.command_line, files, args.overwrite)
     with run_folder_lock(out, "--out"):
         study = plateau_study(arms, args.baseline, [Path(folder) for folder in args.verdicts],
                               [Path(path) for path in args.ceilings])
         study = {"command": args.command_line, "git_commit": args.git_commit, **study}
-        (out / PLATEAU_FILE).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
-        plot_plateau(study, out / "plateau.png")
+        (out / files.reports[0]).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
+        plot_plateau(study, out / files.companions[0])
     for row in study["arms"]:
         escape = row["escape"]
         when = (f"escaped in ({escape['range'][0]:.3g}, {escape['range'][1]:.3g}]x the paper's budget"

@@ -17,20 +17,44 @@ import torch
 
 import hmm
 from empirical.yardsticks.competence import CEILING_SETTINGS
-from empirical.yardsticks.curves import BASELINES_FILE, baseline_means, run_summary, train_with_curve
+from empirical.yardsticks.curves import BASELINES_FILE, CURVE_FILE, baseline_means, run_summary, train_with_curve
 from empirical.training.overrides import training_run
 from hmmtf.override_options import add_override_options, flag_overrides
 from empirical.yardsticks.family_calibration import GRID, calibration_report, grid_specs
 from empirical.reports.plots import plot_curve, plot_curves, plot_family_calibration, plot_signal
 from empirical.training.presets import PRESETS
+from empirical.training.checkpoint import CONFIG_FILE, has_checkpoint
+from empirical.training.result_files import COMMAND_FILES, CURVE_FIGURE
+from empirical.training.runs import check_run_folder
+from empirical.training.train import CHECKPOINT_DIR
 from empirical.training.run_control import run_folder_lock
 from empirical.yardsticks.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
 from hmmtf.options import add_overwrite_option, check_study_owner, non_negative_int, output_folder, positive_float, positive_int
 
-SIGNAL_FILE = "signal.json"
-FAMILY_CALIBRATION_FILE = "family_calibration.json"
-STUDY_FILE = "curves.json"
+CURVE_OWN_FILES = (CURVE_FILE, BASELINES_FILE, CURVE_FIGURE)
+"""What ``hmmtf curve`` writes into its run folder beside the training's files."""
+SIGNAL_FILES, FAMILY_CALIBRATION_FILES, STUDY_FILES = (COMMAND_FILES[name] for name in ("signal", "family-calibration",
+                                                                                         "curves"))
+
+
+CURVE_RUN_FILES = (f"{CHECKPOINT_DIR}/{CONFIG_FILE}", BASELINES_FILE)
+"""What a study reads from a run folder of ``hmmtf curve``: its checkpoint's config and its probe's baselines."""
+
+
+def check_curve_run(path: str | Path, name: str) -> Path:
+    """``path`` as a ``Path`` if it is a run folder of ``hmmtf curve`` (it holds
+    :data:`CURVE_RUN_FILES`); ``FileNotFoundError`` or ``ValueError`` naming the option ``name``,
+    the folder and what it lacks otherwise."""
+    path = Path(path)
+    expected = f"expected a run folder of hmmtf curve, holding {' and '.join(CURVE_RUN_FILES)}"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{name}: {str(path)!r} does not exist or is not a folder; {expected}")
+    missing = [file for file in CURVE_RUN_FILES if not (path / file).is_file()]
+    if missing:
+        raise ValueError(f"{name}: {str(path)!r} has no {missing[0]}; {expected} (a committed run's tensors, if that is "
+                         f"what is missing, are in git history: hmmtf restore-checkpoint)")
+    return path
 
 
 def run_signal(args) -> int:
@@ -40,15 +64,15 @@ def run_signal(args) -> int:
         raise ValueError(f"--families: {unknown}; expected names of {sorted(CANDIDATES)}")
     settings = SMCSettings(particles=args.particles, moves=args.moves, seed=args.seed)
     out = Path(args.out)
-    check_study_owner(out, args.command_line, (SIGNAL_FILE,), args.overwrite)
+    check_study_owner(out, args.command_line, SIGNAL_FILES, args.overwrite)
     with run_folder_lock(out, "--out"):
         started = time.perf_counter()
         report = signal_report({name: CANDIDATES[name] for name in args.families}, hmm.PROMPT_FORMATS["tasks-8192"],
                                args.num_prompts, args.fresh_tasks, settings)
         report = {"command": args.command_line, "git_commit": args.git_commit,
                   "seconds": time.perf_counter() - started, **report}
-        (out / SIGNAL_FILE).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-        plot_signal(report, out / "signal.png")
+        (out / SIGNAL_FILES.reports[0]).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+        plot_signal(report, out / SIGNAL_FILES.companions[0])
     print(json.dumps({name: {"signal": round(family["scopes"]["all_positions"]["signal"]["mean"], 4),
                              "bigram_share": round(family["scopes"]["all_positions"]["bigram_share"], 3)}
                       for name, family in report["families"].items()}, indent=1, allow_nan=False))
@@ -61,7 +85,7 @@ def run_family_calibration(args) -> int:
     torch.set_num_threads(args.threads)
     specs = grid_specs(args.concentrations)
     out = Path(args.out)
-    check_study_owner(out, args.command_line, (FAMILY_CALIBRATION_FILE,), args.overwrite)
+    check_study_owner(out, args.command_line, FAMILY_CALIBRATION_FILES, args.overwrite)
 
     def progress(name: str, seconds: float) -> None:
         print(f"{name}: {seconds:.1f} s", flush=True)
@@ -72,8 +96,8 @@ def run_family_calibration(args) -> int:
                                     args.ceiling_replicates)
         report = {"command": args.command_line, "git_commit": args.git_commit, "threads": args.threads,
                   "seconds": time.perf_counter() - started, **report}
-        (out / FAMILY_CALIBRATION_FILE).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
-        plot_family_calibration(report, out / "family_calibration.png")
+        (out / FAMILY_CALIBRATION_FILES.reports[0]).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+        plot_family_calibration(report, out / FAMILY_CALIBRATION_FILES.companions[0])
     print(f"choice: {report['choice']}")
     return 0
 
@@ -81,29 +105,32 @@ def run_family_calibration(args) -> int:
 def run_curve(args) -> int:
     torch.set_num_threads(args.threads)
     run = training_run(args.preset, args.config, flag_overrides(args))
-    run_dir = Path(args.run_dir)
+    run_dir = check_run_folder(args.run_dir, "--run-dir", own=CURVE_OWN_FILES)
+    if args.branch_from and not has_checkpoint(run_dir / CHECKPOINT_DIR):
+        check_curve_run(args.branch_from, "--branch-from")
     settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles) if args.ceiling_particles else None
     points = train_with_curve(run.preset, run.model, run_dir, args.every, args.curve_prompts, args.fresh_tasks,
                               settings, command=args.command_line, branch_from=args.branch_from)
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
-    plot_curve(points, baseline_means(baselines), run_dir / "curve.png")
+    plot_curve(points, baseline_means(baselines), run_dir / CURVE_FIGURE)
     return 0
 
 
 def run_curves(args) -> int:
     """``hmmtf curves``: the runs' summaries in ``curves.json`` and their curves in ``curves.png``."""
     out = Path(args.out)
-    check_study_owner(out, args.command_line, (STUDY_FILE,), args.overwrite)
+    run_dirs = [check_curve_run(run_dir, "run_dirs") for run_dir in args.run_dirs]
+    check_study_owner(out, args.command_line, STUDY_FILES, args.overwrite)
     with run_folder_lock(out, "--out"):
-        runs = [run_summary(Path(run_dir)) for run_dir in args.run_dirs]
+        runs = [run_summary(run_dir) for run_dir in run_dirs]
         for run in runs[1:]:
             if (run["mixture"], run["probe"]) != (runs[0]["mixture"], runs[0]["probe"]):
                 raise ValueError(f"run_dirs: {run['run']!r} was scored on {run['mixture']!r} with {run['probe']}, "
                                  f"{runs[0]['run']!r} on {runs[0]['mixture']!r} with {runs[0]['probe']}; expected "
                                  f"one mixture and one probe per study")
         study = {"command": args.command_line, "git_commit": args.git_commit, "title": args.title, "runs": runs}
-        (out / STUDY_FILE).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
-        plot_curves(study, out / "curves.png")
+        (out / STUDY_FILES.reports[0]).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
+        plot_curves(study, out / STUDY_FILES.companions[0])
     for run in runs:
         last = run["points"][-1]["all_positions"]
         print(f"{run['run']}: step {run['points'][-1]['step']}, model - bigram {last['model_minus']['ngram 2']['mean']:+.4f}, "

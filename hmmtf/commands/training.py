@@ -18,8 +18,7 @@ import torch
 
 import hmm
 from bounds.serialize import to_json
-from empirical.reports.evaluation import (COMPETENCE_FILE, EVALUATION_FILE, SIDE_BY_SIDE_FILE, CompetenceReport,
-                                         EvaluationReport, Provenance, SideBySideReport)
+from empirical.reports.evaluation import CompetenceReport, EvaluationReport, Provenance, SideBySideReport
 from empirical.yardsticks.calibrate import DEFAULT_CONCENTRATIONS, calibrate
 from empirical.yardsticks.competence import (CEILING_REPLICATES, CEILING_SETTINGS, COLLAPSED_CEILING_REPLICATES,
                                              COLLAPSED_CEILING_SETTINGS, competence_section)
@@ -32,18 +31,24 @@ from empirical.training.overrides import training_run
 from hmmtf.override_options import add_override_options, flag_overrides
 from empirical.training.presets import PRESETS
 from empirical.yardsticks.regime import oracle_predictor, regime_section
-from empirical.training.runs import CHECKPOINT_EXPECTED, LoadedRun, checkpoint_folder, load_run
+from empirical.training.runs import CHECKPOINT_EXPECTED, LoadedRun, check_run_folder, checkpoint_folder, load_run
 from empirical.training.run_control import interrupted_line, run_folder_lock, stop_on_signals
 from empirical.training.streams import training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, distributed_context, init_distributed, shutdown_distributed, train
 from hmm.collapsed_smc import CollapsedSMCSettings
 from hmm.prior_predictive import SMCSettings
+from empirical.training.result_files import (COMMAND_FILES, COMPETENCE_FIGURE, COMPETENCE_FILE, EVALUATION_FILE,
+                                             IN_CONTEXT_FIGURE, REGIME_FIGURE, SIDE_BY_SIDE_FIGURE, SIDE_BY_SIDE_FILE,
+                                             TRAIN_SUMMARY_FILE, TRAINING_LOSS_FIGURE, calibration_files)
 from hmmtf.options import (add_overwrite_option, check_output_folder, check_results_owner, check_study_owner,
-                           default_results_folder, non_negative_int, output_folder, positive_float, positive_int)
+                           default_results_folder, device, non_negative_int, output_folder, positive_float,
+                           positive_int)
 
-TRAIN_SUMMARY_FILE = "train_summary.json"
-EVALUATE_RESULTS = (EVALUATION_FILE, COMPETENCE_FILE, SIDE_BY_SIDE_FILE)
-"""The results of ``hmmtf evaluate``, each recording its checkpoint (``check_results_owner`` reads it)."""
+COMPETENCE_OPTION_DEFAULTS = {"ceiling_particles": CEILING_SETTINGS.particles, "ceiling_moves": CEILING_SETTINGS.moves,
+                              "ceiling_seed": CEILING_SETTINGS.seed, "competence_prompts": None,
+                              "ceiling_backend": "numpy", "ceiling_replicates": None, "ceiling_burn_in_steps": None}
+"""``hmmtf evaluate``'s options of the competence result (by ``dest``) and their defaults: the
+result is computed on the regime section's fresh HMMs, so they mean nothing with ``--fresh-tasks 0``."""
 
 
 def run_train(args) -> int:
@@ -51,7 +56,7 @@ def run_train(args) -> int:
     stopped by SIGINT or SIGTERM at a step boundary with a checkpoint (exit code 128 + the signal)."""
     run = training_run(args.preset, args.config, flag_overrides(args))
     preset = run.preset
-    run_dir = check_output_folder(args.run_dir if args.run_dir else run.default_run_dir(), "--run-dir")
+    run_dir = check_run_folder(check_output_folder(args.run_dir if args.run_dir else run.default_run_dir(), "--run-dir"))
     if args.threads:
         torch.set_num_threads(args.threads)
     default_device = init_distributed()
@@ -59,6 +64,14 @@ def run_train(args) -> int:
     mixture = preset.build_mixture()
     stream = training_stream(mixture, preset)
     checkpoint = run_dir / CHECKPOINT_DIR
+    resumed_at: list[int] = []
+
+    def on_resume(step: int) -> None:
+        resumed_at.append(step)
+        print(f"hmmtf train: {str(run_dir)!r} holds the finished run (step {step} of {preset.train.steps}); nothing left "
+              f"to run" if step == preset.train.steps else f"resumed from step {step} of {preset.train.steps} "
+              f"({checkpoint})", file=sys.stderr)
+
     started = time.perf_counter()
     with stop_on_signals() as stop, ExitStack() as stack:
         batches = stack.enter_context(PrefetchedBatches(stream, args.prefetch)) if args.prefetch else stream
@@ -70,8 +83,7 @@ def run_train(args) -> int:
             task=preset.task(),
             command=args.command_line,
             stop_requested=stop,
-            on_resume=lambda step: print(f"resumed from step {step} of {preset.train.steps} ({checkpoint})",
-                                         file=sys.stderr),
+            on_resume=on_resume,
             device=device,
             progress=not args.no_progress,
         )
@@ -83,6 +95,9 @@ def run_train(args) -> int:
                                    f"checkpoint written to {checkpoint}"), file=sys.stderr)
         shutdown_distributed()
         return stop.exit_code
+    if resumed_at == [preset.train.steps]:  # no step ran: its summary is the one the run wrote when it ended
+        shutdown_distributed()
+        return 0
     if context.rank == 0:
         summary = {
             "command": args.command_line,
@@ -113,7 +128,7 @@ def run_evaluate(args) -> int:
     ceiling_settings(args)  # an option of the other backend is refused before anything is read or written
     checkpoint_dir = checkpoint_folder(args.checkpoint, "checkpoint")
     out = check_output_folder(args.out if args.out else default_results_folder("evaluate", checkpoint_dir))
-    check_results_owner(out, checkpoint_dir, EVALUATE_RESULTS, args.overwrite)
+    check_results_owner(out, checkpoint_dir, COMMAND_FILES["evaluate"], args.overwrite, args.command_line)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     run = load_run(checkpoint_dir, args.num_prompts, device)  # a checkpoint it refuses leaves --out as it was
     with run_folder_lock(out, "--out"):
@@ -126,6 +141,11 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
     drawn from the JSON written."""
     checkpoint_dir = run.checkpoint
     run_dir = checkpoint_dir.parent
+    metrics = run_dir / METRICS_FILE
+    log_problem = training_log_problem(metrics)
+    if log_problem:
+        print(f"hmmtf evaluate: {TRAINING_LOSS_FIGURE} not drawn and {METRICS_FILE} not copied: {log_problem}",
+              file=sys.stderr)
     preset, mixture, prompts = run.preset, run.mixture, run.prompts
     num_prompts = prompts.tokens.shape[0]
     predictors = in_context_predictors(run.model, mixture, preset, num_prompts, device)
@@ -148,16 +168,12 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
     )
     written = to_json(report)
     (out / EVALUATION_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
-    plot_in_context(written, out / "in_context.png")
+    plot_in_context(written, out / IN_CONTEXT_FIGURE)
     if regime is not None:
-        plot_regime(written, out / "regime.png")
-    metrics = run_dir / METRICS_FILE
-    if metrics.is_file():
+        plot_regime(written, out / REGIME_FIGURE)
+    if not log_problem:
         (out / METRICS_FILE).write_text(metrics.read_text())
-        plot_training_loss(metrics, written, out / "training_loss.png")
-    else:
-        print(f"hmmtf evaluate: training_loss.png not drawn: {str(metrics)!r} does not exist (the training log "
-              f"of hmmtf train, beside its checkpoint/)", file=sys.stderr)
+        plot_training_loss(metrics, written, out / TRAINING_LOSS_FIGURE)
     verdicts = {scope: {"fraction_of_gap": result.fraction_of_gap, "verdict": result.verdict}
                 for scope, result in regime.memorisation.items()} if regime is not None else {}
     curve = evaluation.by_demonstrations
@@ -173,11 +189,44 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
     return 0
 
 
+def training_log_problem(metrics: Path) -> str | None:
+    """Why the training log ``metrics`` (``RUN_DIR/metrics.jsonl``) cannot be drawn, in a phrase
+    naming it: missing, unreadable, or a line that is not a JSON record with ``step`` and ``loss``
+    (a line cut short by a killed training); None when it can."""
+    expected = "expected the training log of hmmtf train, beside its checkpoint/, one JSON record a line"
+    if not metrics.is_file():
+        return f"{str(metrics)!r} does not exist ({expected})"
+    try:
+        lines = metrics.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        return f"{str(metrics)!r} cannot be read ({error}; {expected})"
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict) or not {"step", "loss"} <= set(record):
+            return (f"{str(metrics)!r} line {number} is not a JSON record with step and loss ({expected}; a line cut "
+                    f"short by a killed training can be removed)")
+    return None
+
+
 def ceiling_settings(args) -> tuple[SMCSettings | CollapsedSMCSettings, int] | None:
     """The competence result's ceiling from the ``--ceiling-*`` options: the SMC settings of a
     replicate and the replicate count, of the numpy SMC or of the collapsed backend's upper bound
     (:data:`empirical.yardsticks.competence.BACKEND_SOURCES`); None for ``--ceiling-particles 0`` (no
-    competence result). An option of the other backend is refused."""
+    competence result). An option of the other backend is refused, and so is any of them with
+    ``--fresh-tasks 0``, which leaves out the competence result's fresh HMMs (but ``--ceiling-particles
+    0``, which says the same)."""
+    given = [dest for dest, default in COMPETENCE_OPTION_DEFAULTS.items()
+             if getattr(args, dest) != default and (dest, getattr(args, dest)) != ("ceiling_particles", 0)]
+    if not args.fresh_tasks and given:
+        option = "--" + given[0].replace("_", "-")
+        raise ValueError(f"{option}: {getattr(args, given[0])} with --fresh-tasks 0, which leaves out the regime "
+                         f"section and the competence result computed on its fresh HMMs; expected --fresh-tasks >= 1, "
+                         f"or no competence option")
     if args.ceiling_backend == "collapsed" and args.ceiling_moves != CEILING_SETTINGS.moves:
         raise ValueError(f"--ceiling-moves: {args.ceiling_moves}; the collapsed backend makes no Gibbs moves "
                          f"(leave it out, or pass --ceiling-backend numpy)")
@@ -206,7 +255,7 @@ def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts
     written = to_json(CompetenceReport(provenance=report.provenance, task=report.task, model=report.model,
                                        evaluation_time_s=time.perf_counter() - started, competence=competence))
     (out / COMPETENCE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
-    plot_competence(written, out / "competence.png")
+    plot_competence(written, out / COMPETENCE_FIGURE)
     return {"out": str(out / COMPETENCE_FILE), "verdict": competence.verdict, "gap_closed": competence.gap_closed,
             "loss": {name: round(metrics.loss, 4) for name, metrics in competence.ladder.all_positions.items()}}
 
@@ -236,27 +285,27 @@ def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixt
         evaluation=evaluation,
     ))
     (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
-    plot_side_by_side(written, history_lengths, gd_steps, out / "hand_built_in_context.png")
+    plot_side_by_side(written, history_lengths, gd_steps, out / SIDE_BY_SIDE_FIGURE)
     curve = evaluation.by_demonstrations
     return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": curve.num_demonstrations,
             "accuracy": {name: [round(a, 3) for a in metrics.accuracy] for name, metrics in curve.predictors.items()}}
 
 
 def run_calibrate(args) -> int:
-    out = Path(args.out)
-    check_study_owner(out, args.command_line, (f"{args.preset}.json",), args.overwrite)
+    out, (report_file, figure_file) = Path(args.out), calibration_files(args.preset).names
+    check_study_owner(out, args.command_line, calibration_files(args.preset), args.overwrite)
     with run_folder_lock(out, "--out"):
         start = time.perf_counter()
         report = calibrate(args.preset, args.concentrations, args.num_prompts, args.seed)
         report["command"] = args.command_line
         report["git_commit"] = args.git_commit
         report["seconds"] = time.perf_counter() - start
-        (out / f"{args.preset}.json").write_text(json.dumps(report, indent=2, allow_nan=False))
-        plot_calibration(report, out / f"{args.preset}.png")
+        (out / report_file).write_text(json.dumps(report, indent=2, allow_nan=False))
+        plot_calibration(report, out / figure_file)
     print(f"{'concentration':>13} | Bayes accuracy after 0 .. n demonstrations")
     for entry in report["results"]:
         print(f"{entry['concentration']:>13g} | " + " ".join(f"{value:.3f}" for value in entry["bayes_accuracy"]))
-    print(f"wrote {out / (args.preset + '.json')} and .png in {report['seconds']:.1f} s")
+    print(f"wrote {out / report_file} and {figure_file} in {report['seconds']:.1f} s")
     return 0
 
 
@@ -274,7 +323,7 @@ def register(subparsers) -> None:
     parser.add_argument("--run-dir", help="checkpoint and metrics folder, resumed if it holds a checkpoint (default: "
                                           "runs/PRESET, or runs/PRESET-field=value-... for each value that differs "
                                           "from the preset's)")
-    parser.add_argument("--device", help="default: this rank's CUDA device, else CPU")
+    parser.add_argument("--device", type=device, help="default: this rank's CUDA device, else CPU")
     parser.add_argument("--threads", type=positive_int, help="torch CPU threads (1 is fastest on a shared machine)")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm bar")
     parser.add_argument("--prefetch", type=non_negative_int, default=0, metavar="DEPTH",
@@ -291,7 +340,7 @@ def register(subparsers) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the results of another input that --out holds (refused otherwise)")
     parser.add_argument("--num-prompts", type=positive_int, help="held-out prompts (default: the preset's)")
-    parser.add_argument("--device", help="default: CUDA if available, else CPU")
+    parser.add_argument("--device", type=device, help="default: CUDA if available, else CPU")
     parser.add_argument("--hand-built-prompts", type=non_negative_int, default=256,
                         help="held-out prompts (the first ones; all of them if there are fewer) for the hand-built "
                              "network, P_L and least squares beside the model; 0 skips them")
@@ -302,25 +351,25 @@ def register(subparsers) -> None:
                         help="HMMs never seen in training for the regime diagnostic (0: no regime section)")
     parser.add_argument("--reference-tasks", type=positive_int, default=16384,
                         help="HMMs of the reference mixture bounding the fresh-HMM ceiling")
-    parser.add_argument("--ceiling-particles", type=non_negative_int, default=CEILING_SETTINGS.particles,
+    parser.add_argument("--ceiling-particles", type=non_negative_int, default=COMPETENCE_OPTION_DEFAULTS["ceiling_particles"],
                         help="SMC particles per replicate of the prior-predictive ceiling on the fresh HMMs' prompts "
                              "(competence.json); 0 skips the competence result")
-    parser.add_argument("--ceiling-moves", type=positive_int, default=CEILING_SETTINGS.moves,
+    parser.add_argument("--ceiling-moves", type=positive_int, default=COMPETENCE_OPTION_DEFAULTS["ceiling_moves"],
                         help="Gibbs sweeps per SMC rejuvenation of the ceiling")
-    parser.add_argument("--ceiling-seed", type=non_negative_int, default=CEILING_SETTINGS.seed,
+    parser.add_argument("--ceiling-seed", type=non_negative_int, default=COMPETENCE_OPTION_DEFAULTS["ceiling_seed"],
                         help="seed of the ceiling's SMC")
-    parser.add_argument("--competence-prompts", type=positive_int, default=None,
+    parser.add_argument("--competence-prompts", type=positive_int, default=COMPETENCE_OPTION_DEFAULTS["competence_prompts"],
                         help="fresh-HMM prompts of the competence result (default: as many as --num-prompts; more "
                              "where the evaluation's Bayes predictor is what limits --num-prompts, at 128 states)")
-    parser.add_argument("--ceiling-backend", choices=("numpy", "collapsed"), default="numpy",
+    parser.add_argument("--ceiling-backend", choices=("numpy", "collapsed"), default=COMPETENCE_OPTION_DEFAULTS["ceiling_backend"],
                         help="the ceiling's SMC: numpy (an estimate, converged at 16 states) or collapsed (the "
                              "collapsed-path SMC, whose average over replicates is an upper bound on the ceiling's "
                              "loss: for 128 states, where no SMC converges; the committed bounds use "
                              f"--ceiling-particles {COLLAPSED_CEILING_SETTINGS.particles})")
-    parser.add_argument("--ceiling-replicates", type=positive_int, default=None,
+    parser.add_argument("--ceiling-replicates", type=positive_int, default=COMPETENCE_OPTION_DEFAULTS["ceiling_replicates"],
                         help=f"independent SMC runs averaged into the ceiling (default: {CEILING_REPLICATES} for "
                              f"numpy, {COLLAPSED_CEILING_REPLICATES} for collapsed)")
-    parser.add_argument("--ceiling-burn-in-steps", type=positive_int, default=None,
+    parser.add_argument("--ceiling-burn-in-steps", type=positive_int, default=COMPETENCE_OPTION_DEFAULTS["ceiling_burn_in_steps"],
                         help="hidden burn-in steps before each demonstration, the collapsed backend's stationary "
                              f"start (default: {COLLAPSED_CEILING_SETTINGS.burn_in_steps})")
     parser.add_argument("--threads", type=positive_int, default=1,
