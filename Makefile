@@ -73,11 +73,13 @@ $(BYTECODE): $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/hmmtf main
 
-# ruff on the tree and mypy on the typed cores (pyproject.toml), before the suite: under a second
-# and about 2 s. mypy's first run in a venv reads torch's types into .mypy_cache (about 25 s of CPU, once).
+# ruff on the tree, mypy on the typed cores and import-linter's contracts (pyproject.toml), before
+# the suite: under a second, about 2 s and about 3 s. mypy's first run in a venv reads torch's types
+# into .mypy_cache (about 25 s of CPU, once).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Two tiers (README, "Tests"): `make test` is the suite without its long-running tests (marker
 # long_running: the pipelines end to end, the shipped models' replays, the wheel in a fresh venv,

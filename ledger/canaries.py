@@ -1,56 +1,65 @@
 """Canaries: a small run of the code that makes a kind of result, so that a change of its producers
-that leaves every number as it was (a move, a merged twin, a faster kernel with the same bits) keeps
-the result fresh, and a change that moves a number does not (docs/ledger.md, "Canaries").
+that leaves every number as it was (a move, a merged twin, a faster kernel) keeps the result fresh,
+and a change that moves a number does not (docs/ledger.md, "Canaries").
 
-A canary runs the result's own ``hmmtf`` command in-process at a tiny size, with fixed seeds, on a
-tiny network trained for it (:class:`Workshop`), and hashes what the command wrote: every JSON
-number bit for bit (``float.hex``), without what says where, when and how fast it ran
-(:data:`VOLATILE_KEY`). Beside the outputs it records the **full-size settings** the tiny run
-overrides or never reaches: the command's option defaults, and every module-level constant of the
-result's producers (``CEILING_SETTINGS``, ``FIT_PROMPTS``, ...; a dict of named entries, such as
-``MIXTURE_SPECS``, one entry per name, compared only where the result's JSON names it, so that a
-change of the ``paper`` mixture leaves results on other mixtures fresh).
+A canary runs the result's own ``hmmtf`` command at a tiny size, with fixed seeds, on a tiny network
+trained for it (:class:`Workshop`), and keeps what the command wrote: every JSON value, without what
+says where, when and how fast it ran (:data:`VOLATILE_KEY`). Beside the outputs it records the
+**full-size settings** the tiny run overrides or never reaches: the command's option defaults, and
+every module-level constant of the result's producers (``CEILING_SETTINGS``, ``FIT_PROMPTS``, ...;
+a dict of named entries, such as ``MIXTURE_SPECS``, one entry per name, compared only where the
+result's JSON names it, so that a change of the ``paper`` mixture leaves results on other mixtures
+fresh).
 
-Why this is sound. Let a result be made at commit C. ``hmmtf ledger`` recorded the canary's digest
-at a commit B, from a clean tree (:func:`record_baselines`). If the result's producers compute the
-same at B as at C (:func:`ledger.provenance.changed_producers`: their syntax trees across moves),
-the digest of B is the digest of the code that made the result. If the canary now gives that digest
+**Agreement, not bits.** A canary's numbers now agree with a baseline's when every float does within
+the canary's :class:`Tolerance` (``|now - then| <= atol + rtol |then|``, numpy's ``assert_allclose``
+form) and every other value (an integer, a string, a verdict, the shape of the JSON) is equal. The
+tolerance is derived from the arithmetic of the canary's path (:data:`FLOAT64`, :data:`FLOAT32`):
+torch picks its CPU kernels by instruction set (AVX2, AVX512, none) and its reductions by thread
+count, which move the last bits, so a bit-exact baseline held on one processor only.
+
+Why this is sound. Let a result be made at commit C. A baseline of the canary was recorded at a commit
+B, from a clean tree (:func:`record_baselines`). If the result's producers compute the same at B as at
+C (:func:`ledger.provenance.changed_producers`: their syntax trees across moves), B's numbers are the
+numbers of the code that made the result. If the canary now gives numbers that agree with them
 (within the key names B's outputs used: a field the code now writes besides is not in the result),
 and the full-size settings the result names are those of B, the code now computes, on everything
-the canary exercises, bit for bit what it computed then. The result is then fresh, "verified by
-canary"; otherwise stale. A canary whose own code changed is not the same witness: its source
-(without its imports, which a move rewrites) is part of the digest.
+the canary exercises, what it computed then, to within the rounding of another kernel set. The
+result is then fresh, "verified by canary"; otherwise stale. A canary whose own code or tolerance
+changed is not the same witness (:func:`canary_digest`): a baseline recorded by another version of
+it vouches for nothing.
 
 What a canary cannot see (each canary says which apply, and the ledger prints it): code paths a
 tiny run does not take (CUDA, bf16 on a GPU, ``torch.compile``, several processes, sizes past a
 blocking or chunking threshold); inputs it does not read (the committed checkpoints and run
-folders a result was measured on: the canary trains its own tiny network); timings; figures.
-And it compares bits on one software stack: a digest recorded under other versions of Python,
-numpy or torch does not vouch (:func:`environment`). Nor, in practice, on another processor: torch
-picks its CPU kernels by instruction set (AVX2, AVX512), and the ``ngram-verdict`` canary's float
-sums differ in their last bits between the two. A verification of the present code is kept across
-processors (its record says which one ran it), but a canary run on a processor of another kernel
-set than its baseline's cannot match it: the record notes the set (``cpu``), and the message says
-when that is the cause, so that the baseline is recorded again at its commit on this processor.
+folders a result was measured on: the canary trains its own tiny network); timings; figures; and a
+change that moves its numbers by less than its tolerance.
+
+**Layering.** The ledger imports nothing of the command line: the canaries run ``hmmtf`` through the
+:class:`CommandLine` that ``hmmtf ledger`` hands them, and the benchmark scripts as processes of their
+own.
 """
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import dataclasses
 import hashlib
 import importlib
-import importlib.util
 import inspect
 import io
 import json
 import math
+import os
 import platform
 import re
+import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -61,15 +70,16 @@ from ledger.provenance import (GitUnavailable, Recorded, Vouch, changed_producer
 from ledger.results import RESULTS, Result
 
 RECORD = "ledger/canaries.json"
-"""The committed record: each canary's baselines (digest and settings at a commit) and its last
-verification (digest at the producers' present code)."""
+"""The committed record: each canary's baselines (its numbers and settings at a commit) and its last
+verification (whether it agrees with each baseline at the producers' present code)."""
 
 VOLATILE_KEY = re.compile(r"command|git|git_commit|git_dirty|commit|torch|numpy|python|device|num_threads|threads|"
                           r"cpus|backend|verbose|debug|cached|host|hostname|platform|load.*|.*_seconds|seconds|.*_s|"
-                          r".*_time|.*per_minute|.*per_second|.*per_s|smc_over_exact_filter")
+                          r".*_time|.*per_minute|.*per_second|.*per_s|smc_over_exact_filter|fraction_of_peak|binding")
 """JSON keys, and command options, that say where, when, on what, how chattily and how fast a
-command ran (``smc_over_exact_filter``: a ratio of two timings), not what it computed: left out of
-a canary's digest (matched whole)."""
+command ran (``smc_over_exact_filter``: a ratio of two timings; a roofline's ``fraction_of_peak``
+and ``binding``: rates over the device's measured peaks, and the larger of the two), not what it
+computed: left out of what a canary keeps (matched whole)."""
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 """The checkout the canaries run in: its path in an output is read as ``<repository>``."""
@@ -77,24 +87,95 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 MODULE_PATH = re.compile(r"\b(?:hmm|construction|bounds|empirical|ledger|benchmarks)(?:[./][A-Za-z_]\w*)*[./]([A-Za-z_]\w*)")
 """A dotted module name or file path of the project inside a JSON string (``empirical.yardsticks.
 hand_built.served_rows``): read as its last name only, so that a description naming where the code
-lives does not change the digest when the code moves."""
+lives does not change what the canary keeps when the code moves."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a float of a canary may move between two runs of the same code, on two processors or
+    thread counts: ``|now - then| <= atol + rtol |then|``; ``reason``: the derivation."""
+
+    rtol: float
+    atol: float
+    reason: str
+
+    def allowed(self, then: float) -> float:
+        return self.atol + self.rtol * abs(then)
+
+
+FLOAT64 = Tolerance(1e-9, 1e-12, (
+    "float64 arithmetic (numpy, torch float64): two kernel sets or thread counts round each operation "
+    "differently by at most an ulp (2.2e-16 relative) and sum in another order; a canary's chain of a few "
+    "thousand operations compounds that to about 1e-12 relative, and rtol 1e-9 leaves three decades for "
+    "conditioning (a log of a small probability, a difference of two losses), atol 1e-12 the numbers near "
+    "zero. A change of the code that moves a number by more than a part in 1e9 is caught"))
+"""The tolerance of a canary whose every number is computed in float64."""
+
+FLOAT32 = Tolerance(1e-5, 1e-5, (
+    "float32 arithmetic (the RoFormer trained 6 steps and evaluated; torch tensors made from Python floats): "
+    "torch's kernel sets differ by up to 5 ulp an operation (3.5e-7 relative, softmax, AVX2 against AVX512; "
+    "torch.testing's float32 tolerance for one operation is rtol 1.3e-6, atol 1e-5), which the training "
+    "steps and the evaluation carry on: measured on this project's canaries, scalar kernels "
+    "(ATEN_CPU_CAPABILITY=default) against AVX2 moved 318 of the 4267 floats of evaluate and competence-bound, "
+    "by at most 1.1e-6 relative beyond 1e-6 absolute. rtol 1e-5 is that amplified error with a decade to "
+    "spare for other kernel sets; atol 1e-5 covers a difference of two losses near zero, whose error is that "
+    "of the losses. A change of the code that moves a number by more than a part in 1e5 is caught"))
+"""The tolerance of a canary with a float32 path: the widest of its paths decides."""
+
+
+class CommandLine(NamedTuple):
+    """The ``hmmtf`` command line, as ``hmmtf ledger`` hands it to the canaries: ``main(argv)``, its
+    exit code, and ``parser(subcommand)``, the parser whose subcommand's option defaults are
+    full-size settings. Handed, not imported: the ledger lies below the command line."""
+
+    main: Callable[[list[str]], int | None]
+    parser: Callable[[str], object]
 
 
 class Workshop:
-    """The canaries' folder, and the tiny network and learning-curve run that several share (each
-    made once, on first use, by ``hmmtf train`` and ``hmmtf curve`` at the ``tiny`` preset)."""
+    """The canaries' folder, the command line they run, and the tiny network and learning-curve run
+    that several share (each made once, on first use, by ``hmmtf train`` and ``hmmtf curve`` at the
+    ``tiny`` preset)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, command_line: CommandLine | None) -> None:
         self.folder = folder
+        self.command_line = command_line
         self._made: set[str] = set()
 
     def path(self, name: str) -> str:
         return str(self.folder / name)
 
+    def hmmtf(self, argv: list[str]) -> None:
+        """``hmmtf ARGV`` in this process, its printing held back; a nonzero exit raises
+        :class:`LedgerError` naming the command (and one without a command line: only ``hmmtf
+        ledger``, which hands it, can run a canary)."""
+        if self.command_line is None:
+            raise LedgerError(f"canary: `hmmtf {' '.join(argv)}` must run, and only `hmmtf ledger` can run it (it "
+                              "hands the canaries the command line)")
+        errors = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+            code = self.command_line.main(argv)
+        if code:
+            said = errors.getvalue().strip().splitlines()
+            raise LedgerError(f"canary: `hmmtf {' '.join(argv)}` exited {code}" + (f": {said[-1]}" if said else ""))
+
+    def script(self, path: str, argv: list[str], cwd: Path | None = None) -> None:
+        """``python PATH ARGV`` (a benchmark, from the repository root), as a process of its own that
+        imports this checkout's packages (``PYTHONPATH``); a nonzero exit raises :class:`LedgerError`
+        naming the command and its last line on stderr."""
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPOSITORY),
+                                                                                os.environ.get("PYTHONPATH"))))}
+        done = subprocess.run([sys.executable, str(REPOSITORY / path), *argv], cwd=cwd or REPOSITORY,
+                              capture_output=True, text=True, env=environment)
+        if done.returncode:
+            said = done.stderr.strip().splitlines()
+            raise LedgerError(f"canary: `python {path} {' '.join(argv)}` exited {done.returncode}"
+                              + (f": {said[-1]}" if said else ""))
+
     def once(self, name: str, argv: list[str]) -> str:
         """``hmmtf ARGV``, run the first time ``name`` is asked for; the folder ``name``."""
         if name not in self._made:
-            run_hmmtf(argv)
+            self.hmmtf(argv)
             self._made.add(name)
         return self.path(name)
 
@@ -105,87 +186,64 @@ class Workshop:
         return f"{run}/checkpoint"
 
 
-def _quietly(command: str, call: Callable[[], int | None]) -> None:
-    """``call()``, its printing held back; a nonzero exit raises :class:`LedgerError` naming ``command`` and
-    the last line it printed on stderr."""
-    errors = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
-        code = call()
-    if code:
-        said = errors.getvalue().strip().splitlines()
-        raise LedgerError(f"canary: `{command}` exited {code}" + (f": {said[-1]}" if said else ""))
-
-
-def run_hmmtf(argv: list[str]) -> None:
-    """``hmmtf ARGV`` in this process."""
-    import hmmtf
-    _quietly(f"hmmtf {' '.join(argv)}", lambda: hmmtf.main(argv))
-
-
-def run_script(path: str, argv: list[str]) -> None:
-    """The ``main(argv)`` of the script at ``path`` (from the repository root: a benchmark), in this process."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, REPOSITORY / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    _quietly(f"python {path} {' '.join(argv)}", lambda: module.main(argv))
-
-
 @dataclass(frozen=True)
 class Canary:
     """``run`` makes, in the workshop, the files ``outputs`` (paths in it) at a tiny size;
     ``subcommand``: the command whose option defaults are full-size settings (None: no ``hmmtf``
-    command); ``blind_to``: what it cannot see, beyond every canary's blind spots."""
+    command); ``blind_to``: what it cannot see, beyond every canary's blind spots; ``tolerance``:
+    how far its floats may move between two runs of the same code (:class:`Tolerance`)."""
 
     name: str
     run: Callable[[Workshop], None]
     outputs: tuple[str, ...]
     subcommand: str | None
     blind_to: str
+    tolerance: Tolerance = FLOAT32
 
 
 def _evaluate(shop: Workshop) -> None:
-    run_hmmtf(["evaluate", shop.checkpoint(), "--out", shop.path("evaluate"), "--num-prompts", "8",
+    shop.hmmtf(["evaluate", shop.checkpoint(), "--out", shop.path("evaluate"), "--num-prompts", "8",
                "--hand-built-prompts", "2", "--fresh-tasks", "4", "--reference-tasks", "8", "--ceiling-particles", "4",
                "--ceiling-moves", "1", "--threads", "1"])
 
 
 def _competence_bound(shop: Workshop) -> None:
-    run_hmmtf(["evaluate", shop.checkpoint(), "--out", shop.path("competence-bound"), "--num-prompts", "4",
+    shop.hmmtf(["evaluate", shop.checkpoint(), "--out", shop.path("competence-bound"), "--num-prompts", "4",
                "--hand-built-prompts", "0", "--fresh-tasks", "4", "--reference-tasks", "8", "--competence-prompts", "6",
                "--ceiling-backend", "collapsed", "--ceiling-particles", "8", "--ceiling-replicates", "2",
                "--ceiling-burn-in-steps", "2", "--threads", "1"])
 
 
 def _analyze(shop: Workshop) -> None:
-    run_hmmtf(["analyze", shop.checkpoint(), "--out", shop.path("analyze"), "--sections", "shuffle", "probes",
+    shop.hmmtf(["analyze", shop.checkpoint(), "--out", shop.path("analyze"), "--sections", "shuffle", "probes",
                "offsets", "patching", "--probe-train-prompts", "24", "--probe-test-prompts", "12", "--shuffle-prompts",
                "8", "--hand-built-prompts", "4", "--max-distance", "2", "--max-offset", "3", "--centroid-prompts", "32",
                "--patching-prompts", "8", "--batch-size", "8", "--probe-tasks", "4", "--threads", "1"])
 
 
 def _heads(shop: Workshop) -> None:
-    run_hmmtf(["heads", shop.checkpoint(), "--out", shop.path("heads"), "--prompts", "8", "--reference-prompts", "8",
+    shop.hmmtf(["heads", shop.checkpoint(), "--out", shop.path("heads"), "--prompts", "8", "--reference-prompts", "8",
                "--fresh-tasks", "4", "--random-draws", "2", "--top-heads", "1", "--ceiling-particles", "4",
                "--threads", "1"])
 
 
 def _klmap(shop: Workshop) -> None:
-    run_hmmtf(["klmap", shop.checkpoint(), "--out", shop.path("klmap"), "--prompts", "4", "--fresh-tasks", "4",
+    shop.hmmtf(["klmap", shop.checkpoint(), "--out", shop.path("klmap"), "--prompts", "4", "--fresh-tasks", "4",
                "--gd-steps", "2", "--ceiling-particles", "4", "--threads", "1"])
 
 
 def _beliefs(shop: Workshop) -> None:
-    run_hmmtf(["beliefs", shop.checkpoint(), "--out", shop.path("beliefs"), "--prompts", "8", "--fresh-tasks", "4",
+    shop.hmmtf(["beliefs", shop.checkpoint(), "--out", shop.path("beliefs"), "--prompts", "8", "--fresh-tasks", "4",
                "--batch-size", "4", "--ceiling-particles", "4", "--threads", "1"])
 
 
 def _ngram_verdict(shop: Workshop) -> None:
-    run_hmmtf(["ngram-verdict", shop.checkpoint(), "--out", shop.path("ngram-verdict"), "--prompts", "16",
+    shop.hmmtf(["ngram-verdict", shop.checkpoint(), "--out", shop.path("ngram-verdict"), "--prompts", "16",
                "--fresh-tasks", "4", "--threads", "1"])
 
 
 def _verification(shop: Workshop) -> None:
-    run_hmmtf(["main", "--gammas", "0.5", "0.9", "--ranks", "2", "--concentrations", "1.0", "--seeds", "2",
+    shop.hmmtf(["main", "--gammas", "0.5", "0.9", "--ranks", "2", "--concentrations", "1.0", "--seeds", "2",
                "--t2-gammas", "0.8", "--t2-sequences", "50", "--states", "3", "--tokens", "4", "--max-memory", "6",
                "--sequences", "100", "--L", "2", "--T", "4", "--demos", "3", "--demo-length", "8", "--test-length",
                "5", "--prompts", "1", "--sweep-prompts", "2", "--threads", "1", "--workers", "1", "--no-progress",
@@ -193,29 +251,29 @@ def _verification(shop: Workshop) -> None:
 
 
 def _calibrate(shop: Workshop) -> None:
-    run_hmmtf(["calibrate", "--preset", "tiny", "--concentrations", "0.2", "1.0", "--num-prompts", "16",
+    shop.hmmtf(["calibrate", "--preset", "tiny", "--concentrations", "0.2", "1.0", "--num-prompts", "16",
                "--out", shop.path("calibrate")])
 
 
 def _markov_sweep(shop: Workshop) -> None:
-    run_hmmtf(["markov-sweep", "--out", shop.path("markov-sweep"), "--p-values", "0.9", "--q-values", "0.8",
+    shop.hmmtf(["markov-sweep", "--out", shop.path("markov-sweep"), "--p-values", "0.9", "--q-values", "0.8",
                "--seeds", "1", "--steps", "12", "--warmup-steps", "2", "--architectures", "1-layer-untied", "--inits",
                "lowrank-anti", "--init-rank", "2", "--workers", "1", "--no-progress"])
 
 
 def _markov_incontext(shop: Workshop) -> None:
-    run_hmmtf(["markov-incontext", "--out", shop.path("markov-incontext"), "--runs", shop.path("markov-incontext-runs"),
+    shop.hmmtf(["markov-incontext", "--out", shop.path("markov-incontext"), "--runs", shop.path("markov-incontext-runs"),
                "--steps", "10", "--warmup-steps", "2", "--checkpoint-every", "10", "--eval-sequences", "16",
                "--sequence-length", "24", "--ablation-draws", "2", "--workers", "1"])
 
 
 def _signal(shop: Workshop) -> None:
-    run_hmmtf(["signal", "--families", "S 4, T 0.1, O 0.1", "--num-prompts", "4", "--fresh-tasks", "4",
+    shop.hmmtf(["signal", "--families", "S 4, T 0.1, O 0.1", "--num-prompts", "4", "--fresh-tasks", "4",
                "--particles", "4", "--moves", "1", "--threads", "1", "--out", shop.path("signal")])
 
 
 def _family_calibration(shop: Workshop) -> None:
-    run_hmmtf(["family-calibration", "--concentrations", "0.01", "0.1", "--num-prompts", "4", "--fresh-tasks", "4",
+    shop.hmmtf(["family-calibration", "--concentrations", "0.01", "0.1", "--num-prompts", "4", "--fresh-tasks", "4",
                "--threads", "1", "--out", shop.path("family-calibration")])
 
 
@@ -223,50 +281,37 @@ def _curves(shop: Workshop) -> None:
     curve = shop.once("curve", ["curve", "--preset", "tiny", "--steps", "20", "--warmup-steps", "2", "--every", "10",
                                 "--curve-prompts", "4", "--fresh-tasks", "4", "--ceiling-particles", "4",
                                 "--run-dir", shop.path("curve"), "--threads", "1"])
-    run_hmmtf(["curves", curve, "--title", "canary", "--out", shop.path("curves")])
+    shop.hmmtf(["curves", curve, "--title", "canary", "--out", shop.path("curves")])
 
 
 def _plateau(shop: Workshop) -> None:
     _curves(shop)
-    run_hmmtf(["plateau", "--arm", "plain", shop.path("curve"), "--baseline", "plain", "--out", shop.path("plateau")])
+    shop.hmmtf(["plateau", "--arm", "plain", shop.path("curve"), "--baseline", "plain", "--out", shop.path("plateau")])
 
 
 def _ladder(shop: Workshop) -> None:
-    run_hmmtf(["ladder", str(REPOSITORY / "figures/ladder"), "--out", shop.path("ladder")])
+    shop.hmmtf(["ladder", str(REPOSITORY / "figures/ladder"), "--out", shop.path("ladder")])
 
 
 def _prior_predictive(shop: Workshop) -> None:
-    run_script("benchmarks/bench_prior_predictive.py", ["--preset", "tiny", "--prompts", "2", "--fresh-tasks", "4",
-                                                        "--chains", "2", "--out", shop.path("prior_predictive.json")])
+    shop.script("benchmarks/bench_prior_predictive.py", ["--preset", "tiny", "--prompts", "2", "--fresh-tasks", "4",
+                                                         "--chains", "2", "--out", shop.path("prior_predictive.json")])
 
 
 def _torch_smc(shop: Workshop) -> None:
-    run_script("benchmarks/bench_prior_predictive.py", ["--preset", "tiny", "--prompts", "2", "--fresh-tasks", "4",
-                                                        "--chains", "0", "--backend", "torch", "--device", "cpu",
-                                                        "--out", shop.path("torch_smc.json")])
-    _without_timing_ratios(shop.path("torch_smc.json"))
+    shop.script("benchmarks/bench_prior_predictive.py", ["--preset", "tiny", "--prompts", "2", "--fresh-tasks", "4",
+                                                         "--chains", "0", "--backend", "torch", "--device", "cpu",
+                                                         "--out", shop.path("torch_smc.json")])
 
 
 def _ceiling_bounds(shop: Workshop) -> None:
     """Run from the workshop, with the network named by its path there: the output keys each network by
     the path it was given, and :func:`_canonical` rewrites values, not keys."""
     checkpoint = str(Path(shop.checkpoint()).relative_to(shop.folder))
-    with contextlib.chdir(shop.folder):
-        run_script("benchmarks/ceiling_bounds.py", ["--preset", "tiny", "--prompts", "4", "--fresh-tasks", "8",
-                                                    "--replicates", "2", "--particles", "8", "--burn-in-steps", "2",
-                                                    "--work", shop.path("ceiling-bounds-work"), "--models",
-                                                    checkpoint, "--out", shop.path("ceiling_bounds.json")])
-
-
-def _without_timing_ratios(path: str) -> None:
-    """Rewrite the bench's JSON at ``path`` without its roofline's ``fraction_of_peak`` and
-    ``binding``: ratios of timings (the SMC's rates over the device's measured peaks, and the larger
-    of the two), which :data:`VOLATILE_KEY`'s names do not catch and which moved the digest between
-    two runs of the same code."""
-    result = json.loads(Path(path).read_text())
-    for key in ("fraction_of_peak", "binding"):
-        del result["rate"]["roofline"][key]
-    Path(path).write_text(json.dumps(result, allow_nan=False))
+    shop.script("benchmarks/ceiling_bounds.py", ["--preset", "tiny", "--prompts", "4", "--fresh-tasks", "8",
+                                                 "--replicates", "2", "--particles", "8", "--burn-in-steps", "2",
+                                                 "--work", shop.path("ceiling-bounds-work"), "--models", checkpoint,
+                                                 "--out", shop.path("ceiling_bounds.json")], cwd=shop.folder)
 
 
 TRAINED_ELSEWHERE = "the committed checkpoint the result measured (a tiny network trained here stands in for it)"
@@ -297,34 +342,26 @@ CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
     Canary("plateau", _plateau, ("plateau/plateau.json",), "plateau", "the committed run folders the study "
            "summarises"),
     Canary("ladder", _ladder, ("ladder/ladder.json",), "ladder", "nothing beyond the common blind spots (it runs on "
-           "the committed points)"),
+           "the committed points)", FLOAT64),
     Canary("prior-predictive", _prior_predictive, ("prior_predictive.json",), None,
-           "the rate of the SMC (a timing), and its convergence at the paper family's size"),
+           "the rate of the SMC (a timing), and its convergence at the paper family's size", FLOAT64),
     Canary("ceiling-bounds", _ceiling_bounds, ("ceiling_bounds.json",), None,
            "the committed checkpoints the bound scores (a tiny network trained here stands in for them), and the "
            "128-state sizes (it runs 2 replicates of 8 particles on 4 prompts of the tiny preset)"),
     Canary("torch-smc", _torch_smc, ("torch_smc.json",), None,
            "the torch SMC on CUDA and in float32 (it runs on the CPU in float64), its rate and roofline (timings), "
-           "and its convergence at the sizes of the committed runs"),
+           "and its convergence at the sizes of the committed runs", FLOAT64),
 )}
 """Every canary, by the name a :class:`~ledger.results.Result` gives as its ``canary``."""
 
 COMMON_BLIND_SPOTS = ("code paths a tiny run does not take (CUDA, bf16 on a GPU, torch.compile, several processes, "
-                      "sizes past a blocking threshold); timings; figures; digests made under other versions of "
-                      "Python, numpy or torch")
-
-
-def same_software(first: dict[str, str], second: dict[str, str]) -> bool:
-    """Whether two :func:`environment` records are one stack for the bits: the same numpy and torch,
-    and the same Python up to its patch release (which changes no arithmetic)."""
-    def minor(version: str) -> str:
-        return ".".join(version.split(".")[:2])
-    return (first["numpy"] == second["numpy"] and first["torch"] == second["torch"]
-            and minor(first["python"]) == minor(second["python"]))
+                      "sizes past a blocking threshold); timings; figures; a change that moves the canary's numbers by "
+                      "less than its tolerance")
 
 
 def environment() -> dict[str, str]:
-    """The software stack the bits depend on, and the CPU kernel set torch dispatches to (``cpu``)."""
+    """The software stack and the CPU kernel set torch dispatches to (``cpu``) a canary ran on: told,
+    not compared (the tolerance covers another kernel set, thread count or library release)."""
     import numpy
     import torch
     return {"python": platform.python_version(), "numpy": numpy.__version__, "torch": torch.__version__,
@@ -332,15 +369,16 @@ def environment() -> dict[str, str]:
 
 
 def _canonical(value, workshop: str):
-    """``value`` (parsed JSON) without :data:`VOLATILE_KEY` keys, with floats as ``float.hex``, the
-    workshop's and the repository's paths as ``<workshop>`` and ``<repository>``, and the project's
-    module names as their last name (:data:`MODULE_PATH`)."""
+    """``value`` (parsed JSON) without :data:`VOLATILE_KEY` keys, a float that is not finite as its
+    name (``"nan"``, as the strict writers spell it), the workshop's and the repository's paths as
+    ``<workshop>`` and ``<repository>``, and the project's module names as their last name
+    (:data:`MODULE_PATH`)."""
     if isinstance(value, dict):
         return {key: _canonical(item, workshop) for key, item in value.items() if not VOLATILE_KEY.fullmatch(key)}
     if isinstance(value, list):
         return [_canonical(item, workshop) for item in value]
-    if isinstance(value, float):
-        return value.hex() if math.isfinite(value) else repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
     if isinstance(value, str):
         return MODULE_PATH.sub(r"\1", value.replace(workshop, "<workshop>").replace(str(REPOSITORY), "<repository>"))
     return value
@@ -362,7 +400,8 @@ def _without_imports(source: str) -> str:
 
 def _canary_source(canary: Canary) -> str:
     """The canary's own code: its function and the module's helpers and constants it names, without
-    imports (a move rewrites them, and what they import is judged by the digest)."""
+    imports (a move rewrites them, and what they import is judged by its numbers), and how it is
+    compared: its tolerance and the canonical form."""
     module = sys.modules[__name__]
     source = textwrap.dedent(inspect.getsource(canary.run))
     named = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
@@ -374,16 +413,22 @@ def _canary_source(canary: Canary) -> str:
         elif isinstance(value, str):
             parts.append(f"{name} = {value!r}")
     parts += [f"VOLATILE_KEY = {VOLATILE_KEY.pattern!r}", f"MODULE_PATH = {MODULE_PATH.pattern!r}",
-              inspect.getsource(option_defaults),
-              inspect.getsource(_canonical)]
+              f"TOLERANCE = {(canary.tolerance.rtol, canary.tolerance.atol)!r}",
+              inspect.getsource(Workshop), inspect.getsource(option_defaults), inspect.getsource(_canonical),
+              inspect.getsource(disagreement)]
     return _without_imports("\n".join(parts))
 
 
-def option_defaults(subcommand: str) -> dict[str, str]:
+def canary_digest(canary: Canary) -> str:
+    """A digest of the canary as a witness (:func:`_canary_source`): a baseline recorded by another
+    version of it vouches for nothing."""
+    return _digest(_canary_source(canary))
+
+
+def option_defaults(command_line: CommandLine, subcommand: str) -> dict[str, str]:
     """The default of every option of ``hmmtf SUBCOMMAND`` that can change a number (not
     :data:`VOLATILE_KEY`'s), as text."""
-    import hmmtf
-    parser = hmmtf.build_parser(subcommand)
+    parser = command_line.parser(subcommand)
     (action,) = [action for action in parser._actions if action.dest == "command"]
     return {sub.dest: repr(sub.default) for sub in action.choices[subcommand]._actions
             if sub.dest != "help" and not VOLATILE_KEY.fullmatch(sub.dest)}
@@ -434,8 +479,8 @@ def _constant_text(value, classes: set[type]) -> str | None:
     return MODULE_PATH.sub(r"\1", _value_text(value, classes).replace(str(REPOSITORY), "<repository>"))
 
 
-def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
-    """The full-size settings: the option defaults of its command (``option:NAME``) and the
+def settings(modules: list[str], defaults: dict[str, str]) -> dict[str, str]:
+    """The full-size settings: the option ``defaults`` of its command (``option:NAME``) and the
     module-level constants (upper-case names) of ``modules`` by name, a dict's entries one by one
     (``NAME[key]``), each as a digest of its values' texts (a constant that modules import from one
     another is one value); and the default of every field of the dataclasses those values hold
@@ -461,9 +506,8 @@ def settings(canary: Canary, modules: list[str]) -> dict[str, str]:
             default = _field_default(field)
             if default is not dataclasses.MISSING:
                 entries[f"default:{kind.__qualname__}.{field.name}"] = [_value_text(default, set())]
-    if canary.subcommand:
-        for option, default in option_defaults(canary.subcommand).items():
-            entries[f"option:{option}"] = [default]
+    for option, default in defaults.items():
+        entries[f"option:{option}"] = [default]
     return {key: _digest(sorted(set(values))) for key, values in entries.items()}
 
 
@@ -488,70 +532,116 @@ def code_now(root: Path, canary: Canary, results: tuple[Result, ...] = RESULTS) 
     return _digest(parts)
 
 
-def _keys_of(value) -> set[str]:
-    """Every key of the parsed JSON ``value``, at any depth."""
-    if isinstance(value, dict):
-        return set(value).union(*(_keys_of(item) for item in value.values()))
-    if isinstance(value, list):
-        return set().union(*(_keys_of(item) for item in value))
-    return set()
-
-
-def _pruned(value, keys: set[str]):
-    """``value`` without the dict entries whose key is not in ``keys``, at any depth."""
-    if isinstance(value, dict):
-        return {key: _pruned(item, keys) for key, item in value.items() if key in keys}
-    if isinstance(value, list):
-        return [_pruned(item, keys) for item in value]
-    return value
-
-
 class Song(NamedTuple):
     """What a canary gave: its canonical ``outputs`` and its command's option ``defaults``."""
 
-    canary: Canary
     outputs: dict
     defaults: dict[str, str]
 
-    def keys(self) -> list[str]:
-        """The key names the outputs use, and the options (``option:NAME``)."""
-        return sorted(_keys_of(self.outputs) | {f"option:{name}" for name in self.defaults})
+    def packed(self) -> str:
+        """The song as the record keeps it: its JSON, deflated, in base64 (a canary's outputs run to
+        tens of kB of numbers, which nobody reads in a diff)."""
+        text = json.dumps({"outputs": self.outputs, "defaults": self.defaults}, sort_keys=True, allow_nan=False)
+        return base64.b64encode(zlib.compress(text.encode(), 9)).decode()
 
-    def digest(self, keys: set[str] | None = None) -> str:
-        """The digest of the outputs and defaults (only those under ``keys``, a baseline's: what a
-        later version adds is not what the result holds), and the canary's own code."""
-        outputs = self.outputs if keys is None else _pruned(self.outputs, keys)
-        defaults = {name: value for name, value in self.defaults.items() if keys is None or f"option:{name}" in keys}
-        return _digest({"outputs": outputs, "defaults": defaults, "code": _canary_source(self.canary)})
+    @classmethod
+    def unpacked(cls, packed: str) -> Song:
+        song = json.loads(zlib.decompress(base64.b64decode(packed)))
+        return cls(song["outputs"], song["defaults"])
 
 
-def sing(canary: Canary, root: Path, results: tuple[Result, ...] = RESULTS) -> tuple[Song, dict]:
-    """Run ``canary`` now: what it gave, and its record: digest (outputs, option defaults, own
-    code), the key names it used, its settings and the software it ran on."""
+def _leaves(then, now, where: str) -> Iterator[tuple[str, object, object]]:
+    """``(where, then's value, now's value)`` for every leaf of the parsed JSON ``then``, with the
+    value at the same place in ``now`` (:data:`MISSING` where now has none): the keys ``then`` does
+    not have are not visited (a field the code now writes besides). Two lists of other lengths are
+    one leaf each, their lengths."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        for key, item in then.items():
+            yield from _leaves(item, now.get(key, MISSING), f"{where}.{key}" if where else key)
+    elif isinstance(then, list) and isinstance(now, list):
+        if len(then) != len(now):
+            yield where, f"{len(then)} items", f"{len(now)} items"
+            return
+        for index, (first, second) in enumerate(zip(then, now)):
+            yield from _leaves(first, second, f"{where}[{index}]")
+    else:
+        yield where, then, now
+
+
+MISSING = "(absent)"
+"""What :func:`_leaves` reads where the present outputs lack a key of the baseline's."""
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def disagreement(then: Song, now: Song, tolerance: Tolerance) -> str | None:
+    """Where ``now`` does not agree with the baseline ``then``: the first value that differs (an
+    integer, string or structure, compared exactly; an option default of ``then``'s) or the float
+    furthest outside ``tolerance``, as ``where: then -> now``; None when they agree. A float is
+    compared with a float (``|now - then| <= atol + rtol |then|``); JSON writes an integral float
+    such as 2.0 as a float, so an integer stands for an integer only."""
+    for option, default in then.defaults.items():
+        if now.defaults.get(option, MISSING) != default:
+            return f"option {option}: default {default} -> {now.defaults.get(option, MISSING)}"
+    worst, worst_excess = None, 1.0
+    for where, first, second in _leaves(then.outputs, now.outputs, ""):
+        if isinstance(first, float) and _is_float(second):
+            difference, allowed = abs(second - first), tolerance.allowed(first)
+            excess = difference / allowed if allowed else math.inf
+            if difference > allowed and excess > worst_excess:
+                worst, worst_excess = (f"{where}: {first!r} -> {second!r}, |difference| {difference:.3g} > "
+                                       f"{allowed:.3g} allowed"), excess
+        elif first != second or type(first) is not type(second):
+            return f"{where}: {_short(first)} -> {_short(second)}"
+    return worst
+
+
+def _short(value) -> str:
+    """``repr(value)``, cut to 60 characters (a whole dict where a number was expected)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+
+def sing(canary: Canary, root: Path, command_line: CommandLine | None,
+         results: tuple[Result, ...] = RESULTS) -> tuple[Song, dict]:
+    """Run ``canary`` now: what it gave, and its record: its settings, the canary's digest
+    (:func:`canary_digest`) and the software it ran on."""
     modules = [module_name(path) for path in producer_files(root, canary.name, results)
                if path.endswith(".py") and not path.startswith(("benchmarks/", "tests/"))]
+    defaults = option_defaults(command_line, canary.subcommand) if canary.subcommand and command_line else {}
     with tempfile.TemporaryDirectory(prefix=f"canary-{canary.name}-") as folder:
-        shop = Workshop(Path(folder))
+        shop = Workshop(Path(folder), command_line)
         canary.run(shop)
         outputs = {output: _canonical(json.loads((shop.folder / output).read_text()), folder)
                    for output in canary.outputs}
-    song = Song(canary, outputs, option_defaults(canary.subcommand) if canary.subcommand else {})
-    return song, {"digest": song.digest(), "keys": song.keys(), "settings": settings(canary, modules),
-                  "environment": environment()}
+    return Song(outputs, defaults), {"canary": canary_digest(canary), "settings": settings(modules, defaults),
+                                     "environment": environment()}
 
 
 def load_record(root: Path) -> dict:
     path = root / RECORD
-    return json.loads(path.read_text()) if path.is_file() else {"baselines": {}, "verified": {}}
+    return json.loads(path.read_text()) if path.is_file() else {"baselines": {}, "songs": {}, "verified": {}}
 
 
 def write_record(root: Path, record: dict) -> None:
+    """Write the record, keeping only the songs a baseline names."""
+    named = {baseline["song"] for baselines in record["baselines"].values() for baseline in baselines}
+    record = {**record, "songs": {key: song for key, song in record["songs"].items() if key in named}}
     (root / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True, allow_nan=False) + "\n")
 
 
+def _agreement(record: dict, name: str, song: Song, tolerance: Tolerance) -> dict[str, str | None]:
+    """``{baseline's commit: where the song disagrees with it (None: it agrees)}`` for every baseline of ``name``."""
+    return {baseline["commit"]: disagreement(Song.unpacked(record["songs"][baseline["song"]]), song, tolerance)
+            for baseline in record["baselines"].get(name, [])}
+
+
 def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries: dict[str, Canary] | None = None,
-                     names: list[str] | None = None) -> list[str]:
-    """Run each canary (or those ``names``) at HEAD and add its digest as a baseline of HEAD's
+                     names: list[str] | None = None, command_line: CommandLine | None = None) -> list[str]:
+    """Run each canary (or those ``names``) at HEAD and add its numbers as a baseline of HEAD's
     commit, writing the record after each. Refused unless the producers and the canaries have no
     uncommitted changes: a baseline stands for a commit's code. Returns the names recorded."""
     canaries = CANARIES if canaries is None else canaries
@@ -568,12 +658,13 @@ def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries
         if dirty:
             raise LedgerError(f"canary {name}: uncommitted changes ({dirty.splitlines()[0].strip()} ...); "
                               "expected a clean tree, since a baseline stands for a commit")
-        song, sung = sing(canary, root, results)
+        song, sung = sing(canary, root, command_line, results)
+        packed = song.packed()
+        record["songs"][_digest(packed)] = packed
         baselines = [entry for entry in record["baselines"].get(name, []) if entry["commit"] != head]
-        record["baselines"][name] = [*baselines, {"commit": head, **sung}]
+        record["baselines"][name] = [*baselines, {"commit": head, "song": _digest(packed), **sung}]
         record["verified"][name] = {"code": code_now(root, canary, results), **sung,
-                                    "within": {entry["commit"]: song.digest(set(entry["keys"]))
-                                               for entry in record["baselines"][name]}}
+                                    "disagreement": _agreement(record, name, song, canary.tolerance)}
         write_record(root, record)
     return names or list(canaries)
 
@@ -590,31 +681,30 @@ def _settings_that_differ(then: dict[str, str], now: dict[str, str], names: set[
 
 class CanaryBook:
     """The judge :func:`ledger.provenance.freshness` asks about a result whose producers changed:
-    a canary vouches when its digest now equals a baseline's at a commit where the result was
+    a canary vouches when its numbers now agree with a baseline's at a commit where the result was
     fresh, and the settings the result names are unchanged (module docstring). Each canary runs at
-    most once (``rerun``: always, else only when its record's verification is not of the
-    present code)."""
+    most once (``rerun``: always, else only when its record's verification is not of the present
+    code), through ``command_line`` (None: from the record only)."""
 
     def __init__(self, root: Path, results: tuple[Result, ...] = RESULTS, rerun: bool = False,
-                 canaries: dict[str, Canary] | None = None) -> None:
-        self.root, self.results, self.rerun = root, results, rerun
+                 canaries: dict[str, Canary] | None = None, command_line: CommandLine | None = None) -> None:
+        self.root, self.results, self.rerun, self.command_line = root, results, rerun, command_line
         self.canaries = CANARIES if canaries is None else canaries
         self.record = load_record(root)
         self.sung: dict[str, dict] = {}
         self.ran: set[str] = set()
 
     def now(self, name: str, baseline: dict) -> dict:
-        """The canary's record for the present code, with its digest ``within`` the key names of
-        ``baseline``: from the record's verification when it is of this code and environment and
-        has that digest, else by running it (the digest within each of its baselines' keys)."""
+        """The canary's record for the present code, with whether it agrees with ``baseline``: from
+        the record's verification when it is of this code and canary and judged that baseline, else
+        by running it (judged against each of its baselines)."""
         canary = self.canaries[name]
         kept = self.sung.get(name) or self.record["verified"].get(name)
         code = code_now(self.root, canary, self.results) if name not in self.sung else self.sung[name]["code"]
-        if (kept is None or kept["code"] != code or not same_software(kept["environment"], environment())
-                or baseline["commit"] not in kept.get("within", {}) or (self.rerun and name not in self.ran)):
-            song, sung = sing(canary, self.root, self.results)
-            within = {entry["commit"]: song.digest(set(entry["keys"])) for entry in self.record["baselines"][name]}
-            kept = {"code": code, **sung, "within": within}
+        if (kept is None or kept["code"] != code or kept.get("canary") != canary_digest(canary)
+                or baseline["commit"] not in kept.get("disagreement", {}) or (self.rerun and name not in self.ran)):
+            song, sung = sing(canary, self.root, self.command_line, self.results)
+            kept = {"code": code, **sung, "disagreement": _agreement(self.record, name, song, canary.tolerance)}
             self.ran.add(name)
         self.sung[name] = kept
         return kept
@@ -627,22 +717,20 @@ class CanaryBook:
         if baseline is None:
             return Vouch(name, False, f"canary {name} has no baseline at a commit where this result was fresh "
                                       f"(hmmtf ledger --record-canaries at the commit that made it)")
-        now = self.now(name, baseline)
         where = f"canary {name} (baseline {baseline['commit'][:7]})"
-        if not same_software(baseline["environment"], now["environment"]):
-            return Vouch(name, False, f"{where} was recorded under {baseline['environment']}, this is "
-                                      f"{now['environment']}: its bits cannot be compared")
-        if now["within"][baseline["commit"]] != baseline["digest"]:
-            kernels = (baseline["environment"].get("cpu"), now["environment"].get("cpu"))
-            if kernels[0] != kernels[1]:
-                return Vouch(name, False, f"{where} differs, and it was recorded on a CPU of kernel set {kernels[0]} "
-                                          f"(None: unrecorded), this one is {kernels[1]}: record the baseline again "
-                                          f"here at its commit, else the numbers moved")
-            return Vouch(name, False, f"{where} differs: the numbers moved")
+        if baseline["canary"] != canary_digest(self.canaries[name]):
+            return Vouch(name, False, f"{where} was recorded by another version of the canary (its run, outputs or "
+                                      "tolerance): record a baseline again where the result is fresh")
+        now = self.now(name, baseline)
+        differs = now["disagreement"][baseline["commit"]]
+        if differs is not None:
+            return Vouch(name, False, f"{where} differs: the numbers moved ({differs})")
         differ = _settings_that_differ(baseline["settings"], now["settings"], names)
         if differ:
             return Vouch(name, False, f"{where}: full-size settings changed: {', '.join(differ[:6])}")
-        return Vouch(name, True, f"verified by {where}; blind to: {self.canaries[name].blind_to}; {COMMON_BLIND_SPOTS}")
+        return Vouch(name, True, f"verified by {where} within rtol {self.canaries[name].tolerance.rtol:g}, atol "
+                                 f"{self.canaries[name].tolerance.atol:g}; blind to: {self.canaries[name].blind_to}; "
+                                 f"{COMMON_BLIND_SPOTS}")
 
     def _baseline(self, name: str, result: Result, recorded: Recorded, names: set[str]) -> dict | None:
         """The newest baseline of ``name`` at a commit whose producers of ``result`` (a result naming

@@ -76,6 +76,6 @@ def generated_problems(root: Path, targets: tuple[generated.Target, ...] = gener
 def check(root: Path, canaries: CanaryBook | None = None) -> tuple[list[Problem], list[Freshness]]:
     """Every problem of the repository at ``root``, and the states told beside them (the results its
     canaries kept fresh, the timings measured before their producers' last change; default judge:
-    the committed canary record, :class:`~ledger.canaries.CanaryBook`)."""
+    the committed canary record, :class:`~ledger.canaries.CanaryBook`, which runs no canary)."""
     problems, vouched = result_states(root, RESULTS, CanaryBook(root) if canaries is None else canaries)
     return [*problems, *unregistered(root), *generated_problems(root)], vouched

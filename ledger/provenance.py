@@ -42,8 +42,9 @@ result records the names of what it was made from, so an entry it does not name 
 read.
 
 **Canaries.** A result whose producers did change can still be fresh when its canary (a small run
-of the code that makes it, :mod:`ledger.canaries`) gives the same bits now as at a commit where
-the result was fresh; :func:`freshness` takes the judge of that as ``canaries``.
+of the code that makes it, :mod:`ledger.canaries`) gives the same numbers now, within its
+tolerance, as at a commit where the result was fresh; :func:`freshness` takes the judge of that as
+``canaries``.
 
 **Timings** (:attr:`ledger.results.Result.timing`) are measurements, not computations: a change of
 their producers makes them older, not wrong, and is no problem (:data:`Status.MEASURED`, with the

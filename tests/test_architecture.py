@@ -1,6 +1,11 @@
 """The package map of docs/ARCHITECTURE.md comes from the declarations of ledger/architecture.py:
 the real tree breaks none of its rules and needs every exemption it lists; and each rule is
 checked on planted trees and declarations too, so that the check can fail."""
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -59,7 +64,7 @@ def test_a_downward_allowed_import_is_not_a_violation(tmp_path):
         "empirical/studies/markov/sweep.py": "from ..ladder import rungs\nfrom empirical.analysis import probes\n",
         "hmmtf/__init__.py": "import importlib\n\nSUBCOMMAND_MODULES = {'main': 'hmmtf.commands.bounds', 'ledger': 'hmmtf.commands.ledger'}\n"
                     "\n\ndef load(name):\n    return importlib.import_module(name)\n",
-        "ledger/canaries.py": "def run():\n    import hmmtf\n"})
+        "hmmtf/commands/ledger.py": "from ledger.canaries import CanaryBook\n"})
     assert architecture.violations(architecture.all_violations(root)) == []
 
 
@@ -68,27 +73,13 @@ def _allowed(where: str, imported: str, importer: str) -> str:
 
 
 PLANTED = [
-    pytest.param({"construction/network.py": "from hmm.filtering import forward\n"},
-                 [_allowed("construction/network.py:1: construction imports hmm.filtering.forward (import)", "hmm",
-                           "construction"),
-                  "construction/network.py:1: construction imports hmm.filtering.forward (import): never rule "
-                  "construction-not-from-engine forbids it"],
-                 id="construction-imports-hmm"),
-    pytest.param({"empirical/training/train.py": "def f():\n    import bounds.lemma1\n"},
-                 [_allowed("empirical/training/train.py:2: empirical.training imports bounds.lemma1 (import)", "bounds",
-                           "empirical.training"),
-                  "empirical/training/train.py:2: empirical.training imports bounds.lemma1 (import): never rule "
-                  "training-without-theory forbids it"],
-                 id="training-imports-bounds-in-a-function"),
-    pytest.param({"empirical/training/train.py": "from ..analysis import probes\n"},
-                 [_allowed("empirical/training/train.py:1: empirical.training imports empirical.analysis.probes "
-                           "(import)", "empirical.analysis", "empirical.training")],
-                 id="relative-import-upward"),
-    pytest.param({"bounds/verify.py": "from hmmtf.options import positive_int\n"},
-                 [_allowed("bounds/verify.py:1: bounds imports hmmtf.options.positive_int (import)", "hmmtf", "bounds"),
-                  "bounds/verify.py:1: bounds imports hmmtf.options.positive_int (import): never rule "
-                  "computing-without-command-line forbids it"],
-                 id="computing-imports-the-command-line"),
+    pytest.param({"benchmarks/bench_new.py": "from bounds.serialize import to_json\n"},
+                 [_allowed("benchmarks/bench_new.py:1: benchmarks imports bounds.serialize.to_json (import)",
+                           "bounds.serialize", "benchmarks")],
+                 id="benchmark-script-outside-its-allowed-imports"),
+    pytest.param({"benchmarks/bench_new.py": "import argparse\n\n\ndef f():\n    import hmm.model\n"},
+                 [],
+                 id="benchmark-script-within-its-allowed-imports"),
     pytest.param({"empirical/newthing/__init__.py": ""},
                  ["empirical/newthing/: package empirical.newthing is not declared; declare it in PACKAGES of "
                   "ledger/architecture.py, or in the holds of its parent empirical [declared-packages]"],
@@ -122,17 +113,8 @@ PLANTED = [
                  ["hmmtf/__init__.py: no module-level dict SUBCOMMAND_MODULES, which ledger/architecture.py reads as its "
                   "imports; update MODULE_REGISTRIES [literal-imports]"],
                  id="subcommand-registry-renamed"),
-    pytest.param({"hmm/model.py": "import argparse\n"},
-                 ["hmm/model.py:1: hmm imports argparse (import): never rule argparse-in-command-lines-only forbids it"],
-                 id="new-argparse-import-in-hmm"),
-    pytest.param({"empirical/training/model.py": "from argparse import Namespace\n"},
-                 ["empirical/training/model.py:1: empirical.training imports argparse.Namespace (import): never rule "
-                  "argparse-in-command-lines-only forbids it"],
-                 id="argparse-in-training"),
-    pytest.param({"hmmtf/commands/plateau.py": "from ledger.results import RESULTS\n"},
-                 [_allowed("hmmtf/commands/plateau.py:1: hmmtf imports ledger.results.RESULTS (import)", "ledger",
-                           "hmmtf")],
-                 id="command-beside-the-exempted-ledger-command"),
+    pytest.param({"hmm/model.py": "import argparse\nfrom bounds import lemma1\n"}, [],
+                 id="import-statements-are-import-linters"),
 ]
 
 
@@ -141,3 +123,44 @@ def test_a_planted_violation_is_caught_by_its_rule(tmp_path, files, beginnings):
     found = architecture.violations(architecture.all_violations(_tree(tmp_path, files)))
     assert len(found) == len(beginnings), found
     assert all(message.startswith(beginning) for message, beginning in zip(found, beginnings)), found
+
+
+def test_the_import_linter_contracts_of_pyproject_are_the_declarations():
+    configured = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert configured == architecture.import_linter_config(), (
+        "write into pyproject.toml:\n" + architecture.import_linter_toml(architecture.import_linter_config()))
+
+
+STATIC_BREACHES = {
+    "construction/network.py": ("from hmm.filtering import forward\n",
+                                {"allowed-imports-construction", "construction-not-from-engine"}),
+    "empirical/training/train.py": ("def f():\n    import bounds.lemma1\n    from ..analysis import probes\n",
+                                    {"allowed-imports-empirical.training", "training-without-theory", "layers"}),
+    "bounds/verify.py": ("from hmmtf.options import positive_int\n",
+                         {"allowed-imports-bounds", "computing-without-command-line"}),
+    "hmm/model.py": ("import argparse\n", {"argparse-in-command-lines-only"}),
+    "ledger/results.py": ("import hmmtf\n", {"allowed-imports-ledger"}),
+    "empirical/reports/evaluation.py": ("import construction\n", {"allowed-imports-empirical.reports"}),
+}
+"""Import statements planted into a copy of the tree, each with the contracts it breaks: upward (the
+layers), sideways or down outside the allowed imports, and against each never rule; in a function,
+relative, of a standard library module."""
+
+
+@pytest.mark.xdist_group("architecture-tree")
+def test_import_linter_catches_each_planted_import_statement(tmp_path):
+    """One lint-imports run (a few seconds) on a copy of the packages with every planted import."""
+    for source in architecture.IMPORT_LINTER_ROOTS:
+        for path in (ROOT / source).rglob("*.py"):
+            target = tmp_path / path.relative_to(ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(path.read_text())
+    for file, (planted, _) in STATIC_BREACHES.items():
+        (tmp_path / file).write_text((tmp_path / file).read_text() + planted)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    ids = {contract["name"]: contract["id"] for contract in architecture.import_linter_config()["contracts"]}
+    linted = subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--no-cache"], cwd=tmp_path,
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert linted.returncode == 1, linted.stdout + linted.stderr
+    broken = {ids[name] for name in ids if f"{name} BROKEN" in " ".join(linted.stdout.split())}
+    assert broken == set().union(*(expected for _, expected in STATIC_BREACHES.values())), linted.stdout

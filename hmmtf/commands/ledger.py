@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hmmtf.options import positive_float
 from ledger import generated
-from ledger.canaries import CanaryBook, load_record, record_baselines, write_record
+from ledger.canaries import CanaryBook, CommandLine, load_record, record_baselines, write_record
 from ledger.check import check, result_states
 from ledger.provenance import Status
 from ledger.outcomes import judge_sections
@@ -30,7 +30,7 @@ def run_ledger(args) -> int:
     if not (root / "figures").is_dir():
         raise ValueError(f"--root: {str(root)!r} has no figures/ folder; expected the repository root")
     if args.record_canaries is not None:
-        names = record_baselines(root, names=args.record_canaries)
+        names = record_baselines(root, names=args.record_canaries, command_line=command_line())
         print(f"recorded the baselines of {len(names)} canaries at HEAD in ledger/canaries.json")
         return 0
     if args.remeasure_timings:
@@ -38,6 +38,12 @@ def run_ledger(args) -> int:
         print(f"measured {len(measured)} timings again; run `hmmtf ledger` and commit them with the pages")
         return 0
     return _check(root, args.rerun_canaries) if args.check else _write(root)
+
+
+def command_line() -> CommandLine:
+    """This command line, as the canaries run it (the ledger imports nothing of ``hmmtf``)."""
+    import hmmtf
+    return CommandLine(hmmtf.main, hmmtf.build_parser)
 
 
 def _vouched_sentence(told) -> str:
@@ -61,7 +67,7 @@ def _tell(told) -> None:
 
 
 def _check(root: Path, rerun: bool) -> int:
-    book = CanaryBook(root, rerun=rerun)
+    book = CanaryBook(root, rerun=rerun, command_line=command_line())
     problems, vouched = check(root, book)
     for problem in problems:
         print(f"{problem.path}: {problem.reason}\n    fix: {problem.fix}")
@@ -74,7 +80,7 @@ def _check(root: Path, rerun: bool) -> int:
 
 
 def _write(root: Path) -> int:
-    book = CanaryBook(root)
+    book = CanaryBook(root, command_line=command_line())
     _tell(result_states(root, canaries=book)[1])
     if book.ran:
         record = load_record(root)
