@@ -1,20 +1,26 @@
 """The project's packages, which project packages each may import, and the imports the code has:
-the block of docs/ARCHITECTURE.md is generated from it (``hmmtf ledger``), and
-tests/test_architecture.py fails on any of these, each message naming its rule:
+the block of docs/ARCHITECTURE.md is generated from it (``hmmtf ledger``), and so are the contracts
+of import-linter in pyproject.toml (``[tool.importlinter]``, :func:`import_linter_config`), which
+``make lint`` runs as ``lint-imports``: the layers (derived below), each package's allowed imports
+(a ``forbidden`` contract of the project packages it may not import) and the never rules of
+:data:`NEVER_RULES`. tests/test_architecture.py checks that the contracts there are the ones these
+declarations give, and fails on the rules import-linter cannot express, each message naming its rule:
 
 - ``declared-packages``: a folder of Python modules under :data:`SOURCES` that is neither declared
   nor held by a declared package, or a Python module or package at the repository root that is not
-  one of :data:`SOURCES` (either would be mapped to a package it is not, or not mapped at all);
-- ``allowed-imports``: a module imports a project package that its package may not import;
-- a never rule of :data:`NEVER_RULES`, checked on top of the allowed imports;
+  one of :data:`SOURCES`. import-linter checks the packages a contract names, and says nothing of a
+  folder no contract names;
+- ``allowed-imports`` and the never rules, for the imports import-linter does not see
+  (:func:`unseen_by_import_linter`): the modules ``benchmarks/`` imports (a folder of scripts, not a
+  package: import-linter reads packages only), and a module named by a string literal at run time
+  (a call of :data:`NAMED_IMPORT_CALLS`, a registry of :data:`MODULE_REGISTRIES`: import-linter's
+  graph, grimp's, holds import statements only);
 - ``literal-imports``: an import at run time whose module the code does not name in a string
-  literal (the map cannot read it);
+  literal (neither this map nor import-linter can read it);
 - ``acyclic`` and the other checks of the declaration itself (:func:`declaration_errors`).
 
-Every import counts: a deferred one inside a function, a relative one, a call of
-:data:`NAMED_IMPORT_CALLS` with a literal name, a module named in a registry of
-:data:`MODULE_REGISTRIES`. A listed exemption (:data:`EXEMPTIONS`) excuses one rule for one import
-of one file, with its reason; an exemption that excuses nothing fails too, so the lists only shrink.
+A listed exemption (:data:`EXEMPTIONS`) excuses one rule for one import of one file, with its
+reason; an exemption that excuses nothing fails too, so the lists only shrink.
 
 The layer of a package is derived, not declared: the longest path of allowed imports from it down
 to a package that may import nothing (layer 0)."""
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,10 +88,11 @@ PACKAGES: tuple[Package, ...] = (
                      "assembled by `SUBCOMMAND_MODULES`",
             ("bounds", "bounds.serialize", "construction", "empirical.analysis", "empirical.interop",
              "empirical.measurement", "empirical.plotting", "empirical.provenance", "empirical.reports", "empirical.reproduce",
-             "empirical.studies", "empirical.training", "empirical.training.configs", "empirical.yardsticks", "hmm"),
+             "empirical.studies", "empirical.training", "empirical.training.configs", "empirical.yardsticks", "hmm",
+             "ledger"),
             holds=("hmmtf.commands",)),
-    Package("ledger", "the claims ledger, provenance and canaries (which run `hmmtf` commands), this map",
-            ("hmmtf",)),
+    Package("ledger", "the claims ledger, provenance and canaries (which run the command line `hmmtf ledger` hands "
+                      "them, and the benchmarks as processes), this map"),
     Package("benchmarks", "timings against baselines and the machine's bound (scripts, each its own command line)",
             ("construction", "empirical.analysis", "empirical.measurement", "empirical.plotting", "empirical.provenance",
              "empirical.reproduce", "empirical.studies", "empirical.training", "empirical.yardsticks", "hmm", "hmmtf")),
@@ -150,22 +158,10 @@ RUN_TIME_IMPORTS: tuple[Exemption, ...] = (
               "loads the modules of SUBCOMMAND_MODULES, which the map reads as hmmtf's imports"),
     Exemption("literal-imports", "ledger/canaries.py", "importlib.import_module",
               "reads the full-size settings of the modules a canary names"),
-    Exemption("literal-imports", "ledger/canaries.py", "importlib.util.spec_from_file_location",
-              "runs a benchmark script, which is not a package, by its path"),
 )
 """The imports of modules named at run time."""
 
-AGAINST_THE_GRAPH: tuple[Exemption, ...] = (
-    Exemption("allowed-imports", "hmmtf/commands/ledger.py", "ledger",
-              "`hmmtf ledger`, loaded only when asked for (SUBCOMMAND_MODULES); the ledger is above the command line, "
-              "whose commands its canaries run"),
-    Exemption("allowed-imports", "hmmtf/options.py", "ledger",
-              "the output policy reads from the ledger's register of committed results (ledger.results, which imports "
-              "no project module) which command may write each, so that --overwrite cannot replace one"),
-)
-"""The imports against the declared graph (which must stay acyclic)."""
-
-EXEMPTIONS = RUN_TIME_IMPORTS + AGAINST_THE_GRAPH
+EXEMPTIONS = RUN_TIME_IMPORTS
 """Every listed exemption."""
 
 NAMED_IMPORT_CALLS = frozenset(("importlib.import_module", "importlib.util.find_spec", "importlib.__import__",
@@ -477,12 +473,85 @@ def missing_registries(root: Path) -> list[Violation]:
             if (root / file).is_file() and registry_values(ast.parse((root / file).read_text()), registry) is None]
 
 
+def unseen_by_import_linter(found: list[Import]) -> list[Import]:
+    """The imports import-linter's contracts do not judge: those of ``benchmarks/`` (scripts, not a
+    package) and those of a module named at run time (not an import statement)."""
+    return [item for item in found if item.how != "import" or item.importer == "benchmarks"]
+
+
 def all_violations(root: Path) -> list[Violation]:
-    """Every rule broken by the code under ``root``, exempted or not."""
+    """Every rule broken by the code under ``root`` that import-linter cannot check, exempted or not."""
     found = module_imports(root)
+    unseen = unseen_by_import_linter(found)
     return [*undeclared_folders(root), *undeclared_modules(root), *modules_outside_the_map(root),
-            *missing_registries(root), *disallowed_imports(found),
-            *never_rule_breaches(found), *unread_imports(found)]
+            *missing_registries(root), *disallowed_imports(unseen),
+            *never_rule_breaches(unseen), *unread_imports(found)]
+
+
+# The contracts of import-linter.
+
+IMPORT_LINTER_ROOTS = tuple(source for source in SOURCES if source != "benchmarks")
+"""The root packages import-linter reads: every source but ``benchmarks/``, a folder of scripts."""
+
+
+def _parents(name: str) -> set[str]:
+    """The packages that hold the dotted ``name`` (``a.b.c``: ``a``, ``a.b``)."""
+    parts = name.split(".")
+    return {".".join(parts[:index]) for index in range(1, len(parts))}
+
+
+def import_linter_config(packages: tuple[Package, ...] = PACKAGES,
+                         rules: tuple[NeverRule, ...] = NEVER_RULES) -> dict:
+    """``[tool.importlinter]`` of pyproject.toml, from the declarations, for the packages under
+    :data:`IMPORT_LINTER_ROOTS`: a ``layers`` contract (siblings of a layer independent) of the
+    packages inside no other declared one but the ``empirical`` namespace (import-linter refuses a
+    layer inside another: ``bounds.serialize`` and ``empirical.training.configs`` are judged by
+    their forbidden contracts alone); for each package, a ``forbidden`` contract of the project
+    packages it may not import (less its parents, which hold it, and the ``empirical`` package's own
+    module, which holds the rest; an allowed package inside a forbidden one, ``bounds.serialize`` in
+    ``bounds``, is let through by ``ignore_imports``, which need not all be used); and each never
+    rule. Every contract judges direct imports only, as the map does."""
+    checked = [package.name for package in packages if package.name.split(".")[0] in IMPORT_LINTER_ROOTS]
+    layer = layers(packages)
+    layered = [name for name in checked if name != "empirical" and not _parents(name) & (set(checked) - {"empirical"})]
+    rows = [" | ".join(sorted(name for name in layered if layer[name] == level))
+            for level in sorted({layer[name] for name in layered}, reverse=True)]
+    contracts: list[dict] = [{"id": "layers", "name": "the layers derived from the allowed imports (ledger/architecture.py)",
+                              "type": "layers", "layers": rows}]
+    for package in packages:
+        if package.name not in checked or package.name == "empirical":
+            continue
+        forbidden = sorted(name for name in checked if name not in (*package.may_import, package.name, "empirical")
+                           and name not in _parents(package.name))
+        held = sorted(name for name in package.may_import if _parents(name) & set(forbidden))
+        if forbidden:
+            contracts.append({"id": f"allowed-imports-{package.name}", "name": f"{package.name} imports only its "
+                              "allowed imports", "type": "forbidden", "source_modules": [package.name],
+                              "forbidden_modules": forbidden, "allow_indirect_imports": True,
+                              **({"ignore_imports": [f"{package.name}.** -> {name}" for name in held],
+                                  "unmatched_ignore_imports_alerting": "none"} if held else {})})
+    for rule in rules:
+        contracts.append({"id": rule.name, "name": rule.reason, "type": "forbidden",
+                          "source_modules": sorted(name for name in rule.importers if name in checked),
+                          "forbidden_modules": sorted(name for name in rule.forbidden
+                                                      if name in checked or name not in {p.name for p in packages}),
+                          "allow_indirect_imports": True})
+    return {"root_packages": list(IMPORT_LINTER_ROOTS), "include_external_packages": True, "contracts": contracts}
+
+
+def import_linter_toml(config: dict) -> str:
+    """``config`` (:func:`import_linter_config`) as the TOML of pyproject.toml."""
+    def text(value) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, list):
+            return "[" + ", ".join(text(item) for item in value) + "]"
+        return json.dumps(value, allow_nan=False)
+    lines = ["[tool.importlinter]", f"root_packages = {text(config['root_packages'])}",
+             f"include_external_packages = {text(config['include_external_packages'])}"]
+    for contract in config["contracts"]:
+        lines += ["", "[[tool.importlinter.contracts]]", *(f"{key} = {text(value)}" for key, value in contract.items())]
+    return "\n".join(lines) + "\n"
 
 
 def _exempted(violation: Violation) -> bool:
