@@ -31,6 +31,7 @@ per order (context ids equal, earlier position, an event), no loop over tokens.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,14 +50,14 @@ def _check_order(order) -> int:
     return order
 
 
-def _check_prompts(tokens, num_tokens: int) -> torch.Tensor:
+def check_prompts(tokens, num_tokens: int) -> torch.Tensor:
     tokens = check_tokens(tokens, num_tokens, "tokens", allow_delimiter=True)
     if tokens.ndim != 2:
         raise ValueError(f"tokens: shape {tuple(tokens.shape)}; expected (B, N) prompts")
     return tokens
 
 
-def _histories(tokens: torch.Tensor, num_tokens: int, depth: int) -> torch.Tensor:
+def segment_histories(tokens: torch.Tensor, num_tokens: int, depth: int) -> torch.Tensor:
     """``(B, N, depth)``: entry k is the token ``k`` steps before position t inside t's segment,
     ``t`` itself for k = 0, and ``BOS = num_tokens + 1`` where that crosses a delimiter or the
     prompt's start, or where t is a delimiter (the next position starts a segment)."""
@@ -79,10 +80,10 @@ def context_counts(tokens, num_tokens: int, order: int) -> torch.Tensor:
     token o followed the order-j context of row t's target among the HMM tokens at positions
     ``<= t`` of prompt b (module docstring); ``c_1`` counts every token of the prompt so far."""
     order = _check_order(order)
-    tokens = _check_prompts(tokens, num_tokens)
+    tokens = check_prompts(tokens, num_tokens)
     B, N = tokens.shape
     base = num_tokens + 2
-    query = _histories(tokens, num_tokens, max(order - 1, 1))  # query[:, t]: context of position t + 1
+    query = segment_histories(tokens, num_tokens, max(order - 1, 1))  # query[:, t]: context of position t + 1
     # Position u's own context is row u - 1's query; the prompt's first token has (BOS, ..., BOS).
     event_context = torch.cat([torch.full((B, 1, query.shape[-1]), num_tokens + 1), query[:, :-1]], dim=1)
     is_event = tokens != num_tokens
@@ -130,18 +131,26 @@ def mean_loss(prediction: torch.Tensor, tokens: torch.Tensor, num_tokens: int) -
     return float(-picked.log()[mask].mean())
 
 
-def fit_concentrations(tokens, num_tokens: int, order: int) -> tuple[float, ...]:
-    """``alpha_1..alpha_order`` that minimise :func:`mean_loss` of ``q_order`` on ``tokens``
-    (L-BFGS-B over ``log alpha`` within :data:`CONCENTRATION_BOUNDS`, from all ones)."""
-    tokens = _check_prompts(tokens, num_tokens)
-    counts = context_counts(tokens, num_tokens, order)
+def fit_by_likelihood(predict: Callable[[tuple[float, ...]], torch.Tensor], tokens: torch.Tensor, num_tokens: int,
+                      count: int) -> tuple[float, ...]:
+    """The ``count`` concentrations that minimise :func:`mean_loss` of ``predict(concentrations)``
+    on ``tokens``: L-BFGS-B over their logarithms within :data:`CONCENTRATION_BOUNDS`, from all
+    ones (the fitting protocol of every in-context predictor here)."""
 
     def loss(log_alphas: np.ndarray) -> float:
-        return mean_loss(interpolate(counts, np.exp(log_alphas)), tokens, num_tokens)
+        return mean_loss(predict(tuple(np.exp(log_alphas))), tokens, num_tokens)
 
-    bounds = [tuple(np.log(CONCENTRATION_BOUNDS))] * order
-    result = minimize(loss, np.zeros(order), method="L-BFGS-B", bounds=bounds)
+    bounds = [tuple(np.log(CONCENTRATION_BOUNDS))] * count
+    result = minimize(loss, np.zeros(count), method="L-BFGS-B", bounds=bounds)
     return tuple(float(a) for a in np.exp(result.x))
+
+
+def fit_concentrations(tokens, num_tokens: int, order: int) -> tuple[float, ...]:
+    """``alpha_1..alpha_order`` that minimise :func:`mean_loss` of ``q_order`` on ``tokens``
+    (:func:`fit_by_likelihood`)."""
+    tokens = check_prompts(tokens, num_tokens)
+    counts = context_counts(tokens, num_tokens, order)
+    return fit_by_likelihood(lambda alphas: interpolate(counts, alphas), tokens, num_tokens, order)
 
 
 @dataclass(frozen=True)
