@@ -17,6 +17,21 @@ augmentation).
 
 The per-token loss of the ceiling over a prompt is ``-log Z / J``, so the two bounds bracket it; the
 SMC's ``log Z_hat`` should lie between them (it is itself a stochastic lower bound).
+
+**Per-token weights.** :func:`forward_log_weights` and :func:`reverse_log_weights` return each
+chain's log incremental weight per token, so that one chain bounds every ratio of evidences it
+passes: the forward weights of the first ``J'`` tokens estimate ``Z_{J'}``, the reverse weights of
+the tokens after ``J'`` estimate ``Z_{J'} / Z_J`` (unbiased: the reverse chain's start is exact for
+``pi_J`` whatever follows), so ``-log mean_c`` of their product is a stochastic upper bound on
+``log P(o_{J'+1:J} | o_{1:J'})``, the test sequence's evidence given the demonstrations
+(``docs/hmm.md``, "The ceiling from below", derives it).
+
+**Annealing schedule** (:class:`AnnealingSchedule`). ``substeps`` k steps a token temper its
+likelihood: the intermediate targets on ``(theta, s_{1:j})`` are ``p(theta) p(s_{1:j}, o_{<j} |
+theta) O(s_j, o_j)^b`` at ``b = 0, 1/k, .., 1``, whose theta-marginal at ``b = 0`` is ``pi_{j-1}`` and
+at ``b = 1`` is ``pi_j``; a step's weight is ``f_b'(theta) / f_b(theta)`` with ``f_b(theta) = sum_s
+P(s_j | o_{<j}, theta) O(s, o_j)^b`` (the hidden state summed out), and ``sweeps`` Gibbs sweeps of
+:func:`hmm.prior_predictive._move` at the tempered target follow each step.
 """
 from __future__ import annotations
 

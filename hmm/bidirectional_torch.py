@@ -5,8 +5,9 @@ The bounds, their transitions and their result type are :mod:`hmm.bidirectional`
 docstring): forward AIS along the data from the prior, a stochastic lower bound on ``log Z``, and
 reverse AIS from the generating HMM, a stochastic upper bound, each transition one Gibbs sweep of
 the SMC's move. This module builds them on :mod:`hmm.prior_predictive_torch`'s move and filter as
-:mod:`hmm.bidirectional` builds them on :mod:`hmm.prior_predictive`'s, function for function
-(``_log_likelihood_of_last``, ``evidence_bounds``), so that at the paper's size (S = 128) the
+:mod:`hmm.bidirectional` builds them on :mod:`hmm.prior_predictive`'s (its ``evidence_bounds`` at
+one sweep and one annealing step a token; the per-token weights and tempered steps are numpy's
+only), so that at the paper's size (S = 128) the
 chains' filters are matrix work for a GPU: the ``B x C`` chains of B prompts move together, rows
 ``b * C + c``, as the SMC's particles do.
 
