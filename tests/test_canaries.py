@@ -6,7 +6,6 @@ a named setting counts only for the results that name it."""
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import types
@@ -353,8 +352,13 @@ def _sung_under(name: str, capability: str, threads: int) -> canaries.Song:
     return canaries.Song.unpacked(done.stdout.strip().splitlines()[-1])
 
 
-def _floats(outputs) -> list[tuple[str, float]]:
-    return [(where, value) for where, value, _ in canaries._leaves(outputs, outputs, "") if isinstance(value, float)]
+def _floats(value, path: tuple = ()) -> list[tuple[tuple, float]]:
+    """Every float of the parsed JSON ``value`` with the keys and indices that lead to it."""
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _floats(item, (*path, key))]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _floats(item, (*path, index))]
+    return [(path, value)] if isinstance(value, float) else []
 
 
 @pytest.mark.long_running  # two runs of a canary that trains its tiny network: about a minute each on a core
@@ -374,19 +378,12 @@ def test_a_baseline_sung_on_scalar_kernels_and_one_thread_agrees_on_avx2_kernels
              if first != second]
     assert moved, "the two kernel sets gave the same bits: nothing was shown"
     assert canaries.disagreement(baseline, now, tolerance) is None
-    where, value = max(_floats(baseline.outputs), key=lambda item: abs(item[1]))
+    (*path, last), value = max(_floats(baseline.outputs), key=lambda item: abs(item[1]))
     for share, caught in ((3.0, True), (1 / 3, False)):
         planted = json.loads(json.dumps(baseline.outputs))
-        _replace(planted, where, value + share * tolerance.allowed(value))
+        node = planted
+        for key in path:
+            node = node[key]
+        node[last] = value + share * tolerance.allowed(value)
         found = canaries.disagreement(canaries.Song(planted, baseline.defaults), now, tolerance)
         assert (found is not None) is caught, (share, found)
-
-
-def _replace(outputs: dict, where: str, value: float) -> None:
-    """Set the leaf at ``where`` (as :func:`ledger.canaries._leaves` names it) of ``outputs`` to ``value``."""
-    keys = [int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", where)]
-    *path, last = keys
-    node = outputs
-    for key in path:
-        node = node[key]
-    node[last] = value
