@@ -95,7 +95,8 @@ def _provenance_table(root: Path) -> list[str]:
 def _canary_table() -> list[str]:
     lines = ["", "## Canaries and what they cannot see", "",
              "A result whose producers changed stays fresh when its canary, its own command at a tiny size, gives every "
-             "number bit for bit as at a commit where the result was fresh, and the full-size settings the result "
+             "number, within its tolerance, as at a commit where the result was fresh, and the full-size settings the "
+             "result "
              "names are unchanged (docs/ledger.md, \"Canaries\"). `hmmtf ledger --check` names each result a canary "
              f"kept fresh. Every canary is blind to {COMMON_BLIND_SPOTS}; and each to:", "",
              "| canary | results | blind to |", "|---|---|---|"]
