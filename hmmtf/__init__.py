@@ -60,6 +60,7 @@ SUBCOMMAND_MODULES = {
     "reproduce": "hmmtf.commands.reproduce",
     "export": "hmmtf.commands.export",
     "restore-checkpoint": "hmmtf.commands.restore_checkpoint",
+    "draw": "hmmtf.commands.draw",
     "construction-info": "hmmtf.commands.construction_info",
     "main": "hmmtf.commands.bounds",
     "ledger": "hmmtf.commands.ledger",
