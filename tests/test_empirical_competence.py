@@ -11,9 +11,10 @@ import torch
 import hmm
 import tiny_pipeline
 import hmmtf
-from empirical.yardsticks.competence import (CACHE_VARIABLE, CEILING_METHODS, COMPETENT, NGRAM_ORDERS, VERDICTS,
-                                             ceiling_estimates, competence_section, competence_verdict, gap_closed,
-                                             paired, per_prompt_loss, scope_rows)
+from empirical.yardsticks.competence import (CACHE_VARIABLE, CEILING_METHODS, COMPETENT, NGRAM_ORDERS,
+                                             VARIABLE_ORDER, VERDICTS, ceiling_estimates, competence_section,
+                                             competence_verdict, gap_closed, is_competent, paired, per_prompt_loss,
+                                             scope_rows)
 from empirical.training.presets import get_preset
 from empirical.yardsticks.regime import fresh_prompts
 from hmm.collapsed_smc import CollapsedSMCSettings, collapsed_prior_predictive
@@ -34,6 +35,27 @@ def _beats(orders_beaten_in_test: int, orders_beaten_everywhere: int) -> dict:
 def test_the_verdict_is_the_lowest_order_not_beaten_in_both_scopes(test, everywhere, verdict):
     assert competence_verdict(_beats(test, everywhere)) == verdict
     assert VERDICTS.index(verdict) == min(test, everywhere)
+
+
+@pytest.mark.parametrize(("beats_variable_order", "verdict", "competent"), [
+    ((True, True), "beats every in-context predictor", True), ((True, False), "beats every in-context n-gram", False),
+    ((False, True), "beats every in-context n-gram", False)])
+def test_the_variable_order_predictor_tops_the_verdict_and_gates_competence(beats_variable_order, verdict, competent):
+    beats = _beats(3, 3)
+    for scope, beaten in zip(beats, beats_variable_order):
+        beats[scope][VARIABLE_ORDER] = beaten
+    assert (competence_verdict(beats), is_competent(beats)) == (verdict, competent)
+
+
+def test_a_network_that_beats_the_bigram_is_competent_only_if_it_beats_the_variable_order_predictor_too():
+    beats = _beats(2, 3)
+    assert competence_verdict(beats) == COMPETENT and is_competent(beats)  # a result made before it existed
+    for scope in beats:
+        beats[scope][VARIABLE_ORDER] = scope == "test_sequence"
+    assert competence_verdict(beats) == COMPETENT and not is_competent(beats)
+    for scope in beats:
+        beats[scope][VARIABLE_ORDER] = True
+    assert competence_verdict(beats) == COMPETENT and is_competent(beats)
 
 
 def test_a_higher_order_beaten_does_not_count_past_a_lower_one_not_beaten():
@@ -83,10 +105,12 @@ def test_evaluate_writes_the_competence_result(tiny_evaluation):
     assert competence["ceiling"]["particles"] == tiny_pipeline.CEILING_PARTICLES
     assert competence["num_prompts"] == tiny_pipeline.EVALUATE_PROMPTS
     assert competence["fresh_tasks"] == tiny_pipeline.FRESH_TASKS
-    assert set(competence["ladder"]["all_positions"]) == {"unigram", *LADDER_ORDER, "model", "ceiling", "oracle"}
+    assert set(competence["ladder"]["all_positions"]) == {"unigram", *LADDER_ORDER, VARIABLE_ORDER, "model", "ceiling",
+                                                          "oracle"}
+    assert len(competence["variable_order"]["concentrations"]) == competence["variable_order"]["depth"] + 1
     assert "hand-built" in competence["hand_built"]["all_positions"]
-    assert competence["verdict"] in VERDICTS and competence["competent"] == (
-        VERDICTS.index(competence["verdict"]) >= VERDICTS.index(COMPETENT))
+    assert competence["verdict"] in VERDICTS and competence["competent"] == is_competent(competence["beats"])
+    assert all(VARIABLE_ORDER in beats for beats in competence["beats"].values())
     assert (out / "competence.png").stat().st_size > 0
 
 

@@ -72,6 +72,7 @@ def test_a_point_holds_the_competence_rule_statistics_of_the_model_against_each_
         # a mean of differences against a difference of means: rounding of 6 sums of a few nats
         assert difference["mean"] == pytest.approx(point[scope]["model_loss"] - ngram_mean, rel=0, abs=1e-13)
         assert difference["interval_95"][0] < difference["mean"] < difference["interval_95"][1]
+        assert set(point[scope]["model_minus"]) == {"ngram 1", "ngram 2", "ngram 3", "variable order"}
     assert written_points(run_dir) == points
 
 

@@ -7,7 +7,7 @@ import torch
 from tiny_checkpoints import assert_refused_in_one_line, command_report
 
 from empirical.yardsticks.competence import (CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, VERDICTS,
-                                             competence_verdict)
+                                             competence_verdict, is_competent)
 from empirical.analysis.ngram_verdict import clustered_interval
 from empirical.yardsticks.regime import Z_95
 
@@ -43,7 +43,8 @@ def test_the_command_writes_the_comparison_and_its_verdict(tmp_path, capsys):
     assert set(report["losses"]) == set(report["accuracy"]) == {"test_sequence", "all_positions"}
     assert all(0 <= value <= 1 for by_name in report["accuracy"].values() for value in by_name.values())
     for scope, comparisons in report["comparisons"].items():
-        assert set(comparisons) == {"model - ngram 1", "model - ngram 2", "model - ngram 3", "model - oracle"}
+        assert set(comparisons) == {"model - ngram 1", "model - ngram 2", "model - ngram 3", "model - variable order",
+                                    "model - oracle"}
         for name, interval in comparisons.items():
             other = name.removeprefix("model - ")
             assert interval["mean"] == pytest.approx(report["losses"][scope]["model"] - report["losses"][scope][other],
@@ -51,6 +52,8 @@ def test_the_command_writes_the_comparison_and_its_verdict(tmp_path, capsys):
             if other != "oracle":
                 assert report["beats"][scope][other] == (interval["interval_95"][1] < 0)
     assert report["verdict"] == competence_verdict(report["beats"]) in VERDICTS
+    assert report["competent"] == is_competent(report["beats"])
+    assert len(report["variable_order_concentrations"]) == 7
     assert printed["verdict"] == report["verdict"]
     assert (tmp_path / "ngram-verdict" / "ngram-verdict.png").stat().st_size > 0
 
@@ -64,8 +67,8 @@ def test_the_ceilings_bound_is_scored_beside_the_ngrams_on_the_same_prompts(tmp_
     assert (bound["replicates"], bound["particles"]) == (2, 8)
     for scope, comparisons in report["comparisons"].items():
         losses = report["losses"][scope]
-        assert set(comparisons) == {*(f"model - {name}" for name in (*NGRAMS, "oracle", CEILING_BOUND)),
-                                    *(f"{CEILING_BOUND} - {name}" for name in (*NGRAMS, "oracle"))}
+        assert set(comparisons) == {*(f"model - {name}" for name in (*NGRAMS, "variable order", "oracle", CEILING_BOUND)),
+                                    *(f"{CEILING_BOUND} - {name}" for name in (*NGRAMS, "variable order", "oracle"))}
         for name, interval in comparisons.items():
             first, second = name.split(" - ")
             assert interval["mean"] == pytest.approx(losses[first] - losses[second], abs=1e-12)

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hmm
-from empirical.yardsticks.ngram import InContextNGram, mean_loss
-from empirical.yardsticks.variable_order import (ContextTreeWeighting, fit_depth_concentrations, tree_statistics,
-                                                 variable_order_prediction, weighted_prediction)
+from empirical.yardsticks.ngram import InContextNGram, context_counts, mean_loss, scored_rows
+from empirical.yardsticks.variable_order import (ContextTreeWeighting, fit_depth_concentrations, next_token_probability,
+                                                 tree_statistics, variable_order_prediction, weighted_prediction)
 
 EPS = np.finfo(np.float64).eps
 BOS = "BOS"
@@ -138,6 +138,26 @@ def test_first_row_has_the_closed_form_of_two_equally_likely_trees():
     got = ContextTreeWeighting(1, p, alphas)(torch.tensor([[1, 0, 2]]))[0, 0]
     unigram = (torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64) + alphas[0] / p) / (1 + alphas[0])
     torch.testing.assert_close(got, unigram, rtol=8 * EPS, atol=0)
+
+
+def test_the_counts_are_the_in_context_n_grams_counts():
+    mixture = hmm.random_hmm(3, 4, batch=(6,), seed=5)
+    tokens, _ = hmm.sample_sequences(mixture, torch.arange(6), 15, seed=6)
+    tokens[:, [4, 9]] = 4
+    counts = tree_statistics(tokens, 4, 3).counts
+    np.testing.assert_array_equal(counts, context_counts(tokens, 4, 4).numpy())
+
+
+def test_the_fits_objective_is_the_predictions_probability_of_each_next_token():
+    mixture = hmm.random_hmm(3, 4, batch=(6,), seed=7)
+    tokens, _ = hmm.sample_sequences(mixture, torch.arange(6), 15, seed=8)
+    tokens[:, [4, 9]] = 4
+    statistics, alphas = tree_statistics(tokens, 4, 3), (0.5, 2.0, 7.0, 30.0)
+    mask, targets = scored_rows(tokens, 4)
+    full = weighted_prediction(statistics, alphas)
+    picked = np.take_along_axis(full, targets.numpy()[..., None], -1)[..., 0]
+    # The same interpolations and weights on one token rather than all: equal to the last bit.
+    np.testing.assert_array_equal(next_token_probability(statistics, alphas)[mask.numpy()], picked[mask.numpy()])
 
 
 def test_chunks_give_the_prediction_of_one_batch():

@@ -121,6 +121,8 @@ LADDER_STYLES = {
                 "label": "in-context bigram"},
     "ngram 3": {"color": "tab:red", "marker": "^", "fillstyle": "none", "linestyle": ":", "zorder": 3.1,
                 "label": "in-context trigram", "x_offset": NGRAM_OFFSET},
+    "variable order": {"color": "tab:purple", "marker": "v", "markersize": 3, "linestyle": "-.",
+                       "label": "variable order (CTW, depth 6)"},
     "model": STYLES["model"],
     "ceiling": {"color": "black", "marker": "s", "label": "prior-predictive ceiling (SMC)"},
     "oracle": STYLES["oracle"],

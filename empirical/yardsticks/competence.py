@@ -10,6 +10,10 @@ preset's generator, :data:`empirical.yardsticks.regime.FRESH_MIXTURE_STREAM`, pr
   concentrations are fitted on :data:`FIT_PROMPTS` prompts of *other* fresh HMMs
   (:data:`FIT_MIXTURE_STREAM`, prompts :data:`FIT_PROMPT_STREAM`): no evaluated prompt and no
   evaluated HMM is used to fit them;
+* ``variable order``: context-tree weighting of depth :data:`VARIABLE_ORDER_DEPTH` over the prompt's
+  own tokens (:mod:`empirical.yardsticks.variable_order`), a mixture over every variable-order
+  context tree that holds the in-context n-grams of orders 1 to 7 as special cases, its
+  concentrations fitted on the same prompts by the same protocol;
 * ``model``: the network;
 * ``hand-built``: the paper's construction (:func:`empirical.yardsticks.hand_built.hand_built_predictor`) on
   the rows it serves (a separate table, as it skips each segment's first L - 1 rows);
@@ -27,16 +31,21 @@ preset's generator, :data:`empirical.yardsticks.regime.FRESH_MIXTURE_STREAM`, pr
 
 **Decision rule** (fixed before any result). Per prompt b, ``d_b = loss_model(b) - loss_n(b)``
 (mean over the scope's rows of that prompt); the model *beats* the in-context n-gram of order n in
-a scope when the 95% interval ``mean(d) +- 1.96 s.e.`` lies below 0. The scopes are the test
-sequence and all positions. The verdict is
+a scope when the 95% interval ``mean(d) +- 1.96 s.e.`` lies below 0, and beats the
+variable-order predictor by the same test on ``loss_model(b) - loss_variable_order(b)``. The
+scopes are the test sequence and all positions. The verdict is
 
-* ``beats every in-context n-gram``: it beats orders 1, 2 and 3 in both scopes;
+* ``beats every in-context predictor``: it beats orders 1, 2 and 3 and the variable-order
+  predictor in both scopes;
+* ``beats every in-context n-gram``: orders 1, 2 and 3 in both scopes, not the variable-order
+  predictor (or a result made before it existed);
 * ``beats the in-context bigram``: orders 1 and 2 in both scopes, not order 3;
 * ``beats the in-context unigram``: order 1 in both scopes, not order 2;
 * ``at the in-context-unigram level``: otherwise.
 
 A model is **competent** for mechanism claims (:mod:`ledger.ladder`) when it beats the in-context
-bigram in both scopes. Beside the verdict, the fraction of the gap from the in-context unigram
+bigram in both scopes and, where the result scores it, the variable-order predictor in both
+scopes (:func:`is_competent`). Beside the verdict, the fraction of the gap from the in-context unigram
 to the ceiling that the model closes::
 
     closed = mean_b(loss_1(b) - loss_model(b)) / mean_b(loss_1(b) - loss_ceiling(b))
@@ -64,6 +73,7 @@ from empirical.yardsticks.evaluate import Evaluation, Predictor, evaluate_predic
 from empirical.yardsticks.hand_built import hand_built_predictor, served_rows
 from empirical.yardsticks.ngram import InContextNGram, scored_rows
 from empirical.yardsticks.regime import Z_95, fresh_prompts, oracle_predictor
+from empirical.yardsticks.variable_order import ContextTreeWeighting
 from hmm import prior_predictive_torch
 from hmm.collapsed_smc import CollapsedSMCSettings, collapsed_prior_predictive
 from hmm.prior_predictive import DirichletHMMPrior, SMCSettings, prior_predictive
@@ -76,6 +86,10 @@ FIT_PROMPT_STREAM = 12
 """Seed stream of the fitting prompts."""
 FIT_PROMPTS = 512
 """Prompts the n-grams' concentrations are fitted on."""
+VARIABLE_ORDER = "variable order"
+"""The name of the variable-order predictor (:func:`fitted_in_context`) in every result."""
+VARIABLE_ORDER_DEPTH = 6
+"""Depth of its context trees: contexts of up to six tokens (issue 65), twice the trigram's."""
 CEILING_REPLICATES = 2
 """Independent SMC runs averaged into the ceiling (their differences give its Monte-Carlo error)."""
 CEILING_SETTINGS = SMCSettings(particles=256, moves=2)
@@ -110,16 +124,21 @@ as the ceiling (``hmmtf ngram-verdict``, ``hmmtf family-calibration``): the aver
 predictor of the prompt alone whose expected loss is at least the ceiling's."""
 HAND_BUILT_NETWORK = {"history_length": 2, "gd_steps": 32}
 """The hand-built network on the ladder: L = 2 (the in-context bigram's history), T = 32."""
-RULE = ("per prompt, d = loss(model) - loss(in-context n-gram), each the mean over the scope's rows; the model beats "
-        "order n in a scope when the 95% interval of mean(d) lies below 0 (scopes: test sequence, all positions); "
-        "verdict: 'beats every in-context n-gram' (orders 1, 2, 3 in both scopes), else 'beats the in-context bigram' "
-        "(orders 1, 2), else 'beats the in-context unigram' (order 1), else 'at the in-context-unigram level'; "
-        "competent for mechanism claims: beats the in-context bigram")
+RULE = ("per prompt, d = loss(model) - loss(in-context predictor), each the mean over the scope's rows; the model "
+        "beats an in-context n-gram of order n, or the variable-order predictor (context-tree weighting of depth 6), "
+        "in a scope when the 95% interval of mean(d) lies below 0 (scopes: test sequence, all positions); verdict: "
+        "'beats every in-context predictor' (orders 1, 2, 3 and the variable-order predictor in both scopes), else "
+        "'beats every in-context n-gram' (orders 1, 2, 3), else 'beats the in-context bigram' (orders 1, 2), else "
+        "'beats the in-context unigram' (order 1), else 'at the in-context-unigram level'; competent for mechanism "
+        "claims: beats the in-context bigram and the variable-order predictor")
 """The module docstring's decision rule, recorded in every result."""
 COMPETENT = "beats the in-context bigram"
-VERDICTS = ("at the in-context-unigram level", "beats the in-context unigram", COMPETENT,
-            "beats every in-context n-gram")
-"""The verdicts in increasing order; ``VERDICTS[k]``: beats orders ``1..k`` in both scopes."""
+BEATS_EVERY_NGRAM = "beats every in-context n-gram"
+BEATS_EVERY_PREDICTOR = "beats every in-context predictor"
+VERDICTS = ("at the in-context-unigram level", "beats the in-context unigram", COMPETENT, BEATS_EVERY_NGRAM,
+            BEATS_EVERY_PREDICTOR)
+"""The verdicts in increasing order; ``VERDICTS[k]``: beats orders ``1..k`` in both scopes (k <= 3), and
+the variable-order predictor too (k = 4)."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +147,8 @@ class Competence:
     the decision ``rule`` in words; the fresh HMMs and prompts; the n-grams' fitted concentrations
     and where they were fitted (``ngram_fit``); the ceiling's method, settings, speed and Monte-Carlo
     error by scope; the hand-built network's L and T; the ``ladder`` on every row and the
-    ``hand_built`` table on the rows it serves; by scope, the paired differences ``"model - NAME"``
+    ``hand_built`` table on the rows it serves; the variable-order predictor's depth and
+    concentrations (``variable_order``); by scope, the paired differences ``"model - NAME"``
     and ``"ceiling - oracle"`` (:func:`paired`), which n-grams the model ``beats`` and the
     ``gap_closed`` (:func:`gap_closed`); the ``verdict`` and whether it is ``competent``."""
 
@@ -137,6 +157,7 @@ class Competence:
     num_prompts: int
     ngram_concentrations: dict[str, list[float]]
     ngram_fit: dict[str, int]
+    variable_order: dict
     ceiling: dict
     hand_built_network: dict[str, int]
     ladder: Evaluation
@@ -148,11 +169,26 @@ class Competence:
     competent: bool
 
 
-def fitted_ngrams(preset: ExperimentPreset, fresh_tasks: int, orders=NGRAM_ORDERS) -> dict[str, InContextNGram]:
-    """``{"ngram n": ...}`` with concentrations fitted on :data:`FIT_PROMPTS` prompts of
-    ``fresh_tasks`` HMMs of the fitting streams (module docstring)."""
+def fitting_prompts(preset: ExperimentPreset, fresh_tasks: int) -> tuple[int, torch.Tensor]:
+    """``(p, tokens)``: the :data:`FIT_PROMPTS` prompts of ``fresh_tasks`` HMMs of the fitting streams
+    (module docstring) that every in-context predictor's concentrations are fitted on."""
     fitting, prompts = fresh_prompts(preset, FIT_PROMPTS, fresh_tasks, FIT_MIXTURE_STREAM, FIT_PROMPT_STREAM)
-    return {f"ngram {n}": InContextNGram.fitted(n, fitting.num_tokens, prompts.tokens) for n in orders}
+    return fitting.num_tokens, prompts.tokens
+
+
+def fitted_ngrams(preset: ExperimentPreset, fresh_tasks: int, orders=NGRAM_ORDERS) -> dict[str, InContextNGram]:
+    """``{"ngram n": ...}`` with concentrations fitted on :func:`fitting_prompts`."""
+    num_tokens, tokens = fitting_prompts(preset, fresh_tasks)
+    return {f"ngram {n}": InContextNGram.fitted(n, num_tokens, tokens) for n in orders}
+
+
+def fitted_in_context(preset: ExperimentPreset, fresh_tasks: int) -> dict[str, InContextNGram | ContextTreeWeighting]:
+    """The in-context predictors the model is compared with, fitted on :func:`fitting_prompts` by one
+    protocol: ``{"ngram n": ...}`` of :data:`NGRAM_ORDERS` and, as :data:`VARIABLE_ORDER`, context-tree
+    weighting of depth :data:`VARIABLE_ORDER_DEPTH`."""
+    num_tokens, tokens = fitting_prompts(preset, fresh_tasks)
+    return {**{f"ngram {n}": InContextNGram.fitted(n, num_tokens, tokens) for n in NGRAM_ORDERS},
+            VARIABLE_ORDER: ContextTreeWeighting.fitted(VARIABLE_ORDER_DEPTH, num_tokens, tokens)}
 
 
 def cached(predictor: Predictor) -> Predictor:
@@ -180,7 +216,8 @@ class Ceiling(NamedTuple):
     cached: bool
     """Read from :data:`CACHE_VARIABLE`'s directory rather than computed in this process."""
     backend: str = "numpy"
-    """:data:`BACKEND_SOURCES` entry that computed them: ``"numpy"``, ``"collapsed"``, or ``"torch <device> <dtype>"``."""
+    """:data:`BACKEND_SOURCES` entry that computed them: ``"numpy"``, ``"collapsed"``, or
+    ``"torch <device> <dtype>"``."""
 
     @property
     def probabilities(self) -> torch.Tensor:
@@ -198,6 +235,13 @@ class Ceiling(NamedTuple):
         backend unless numpy's (so that the numpy SMC's records read as they always have)."""
         return {**dataclasses.asdict(self.settings), "replicates": len(self.replicates), "seconds": self.seconds,
                 "cached": self.cached, **({} if self.backend == "numpy" else {"backend": self.backend})}
+
+
+def ceiling_bound_record(bound: Ceiling, num_prompts: int) -> dict:
+    """What a result records of the collapsed SMC's bound scored as :data:`CEILING_BOUND` on
+    ``num_prompts`` prompts: its method, :meth:`Ceiling.record` and its speed in prompts a minute."""
+    return {"method": CEILING_METHODS["collapsed"], **bound.record(),
+            "prompts_per_minute": num_prompts * 60 / bound.seconds}
 
 
 CACHE_VARIABLE = "HMMTF_CEILING_CACHE"
@@ -322,14 +366,24 @@ def gap_closed(unigram: torch.Tensor, model: torch.Tensor, ceiling: torch.Tensor
 
 
 def competence_verdict(beats: dict[str, dict[str, bool]]) -> str:
-    """:data:`VERDICTS` entry of the module docstring's rule from ``beats[scope]["ngram n"]``."""
+    """:data:`VERDICTS` entry of the module docstring's rule from ``beats[scope]["ngram n"]`` and
+    ``beats[scope][VARIABLE_ORDER]`` (where present)."""
     level = 0
     for n in NGRAM_ORDERS:
         if all(scope[f"ngram {n}"] for scope in beats.values()):
             level = n
         else:
             break
+    if level == len(NGRAM_ORDERS) and all(scope.get(VARIABLE_ORDER, False) for scope in beats.values()):
+        level += 1
     return VERDICTS[level]
+
+
+def is_competent(beats: dict[str, dict[str, bool]]) -> bool:
+    """The module docstring's competence: orders 1 and 2 beaten in both scopes, and the
+    variable-order predictor too where ``beats`` holds it."""
+    return (VERDICTS.index(competence_verdict(beats)) >= VERDICTS.index(COMPETENT)
+            and all(scope[VARIABLE_ORDER] for scope in beats.values() if VARIABLE_ORDER in scope))
 
 
 def ceiling_error(replicates: list[torch.Tensor], tokens: torch.Tensor, num_tokens: int,
@@ -353,11 +407,12 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
         raise ValueError(f"backend: {backend!r}; expected one of {tuple(CEILING_METHODS)}")
     fresh, prompts = fresh_prompts(preset, num_prompts, fresh_tasks)
     tokens, p, fmt = prompts.tokens, fresh.num_tokens, preset.prompt_format
-    ngrams = fitted_ngrams(preset, fresh_tasks)
+    in_context = fitted_in_context(preset, fresh_tasks)
+    ngrams = {name: in_context[name] for name in in_context if name != VARIABLE_ORDER}
     estimates = ceiling_estimates(tokens, fmt, preset.mixture_spec, settings, replicates, backend)
     averaged = estimates.probabilities
     predictors = {name: cached(predictor) for name, predictor in {
-        "unigram": unigram, **ngrams, "model": model, "ceiling": lambda _: averaged,
+        "unigram": unigram, **in_context, "model": model, "ceiling": lambda _: averaged,
         "oracle": oracle_predictor(fresh, prompts)}.items()}
     ladder = evaluate_predictors(predictors, prompts, p, reference="ceiling", baseline="ngram 1")
     L, T = HAND_BUILT_NETWORK["history_length"], HAND_BUILT_NETWORK["gd_steps"]
@@ -369,9 +424,9 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
     for scope, rows in scopes.items():
         losses = {name: per_prompt_loss(probs, tokens, p, rows) for name, probs in probabilities.items()}
         comparisons[scope] = {f"model - {name}": paired(losses["model"] - losses[name])
-                              for name in (*ngrams, "ceiling", "oracle")}
+                              for name in (*in_context, "ceiling", "oracle")}
         comparisons[scope]["ceiling - oracle"] = paired(losses["ceiling"] - losses["oracle"])
-        beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in ngrams}
+        beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in in_context}
         closed[scope] = gap_closed(losses["ngram 1"], losses["model"], losses["ceiling"])
         ceiling_stderr[scope] = ceiling_error(estimates.replicates, tokens, p, rows)
     verdict = competence_verdict(beats)
@@ -383,6 +438,8 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
         ngram_concentrations={name: list(ngram.concentrations) for name, ngram in ngrams.items()},
         ngram_fit={"prompts": FIT_PROMPTS, "mixture_stream": FIT_MIXTURE_STREAM, "prompt_stream": FIT_PROMPT_STREAM,
                    "fresh_tasks": fresh_tasks},
+        variable_order={"depth": VARIABLE_ORDER_DEPTH,
+                        "concentrations": list(in_context[VARIABLE_ORDER].concentrations)},
         ceiling={"method": CEILING_METHODS[backend],
                  **{key: ceiling_record[key]
                     for key in (COLLAPSED_CEILING_KEYS if estimates.upper_bound else COMPETENCE_CEILING_KEYS)},
@@ -395,5 +452,5 @@ def competence_section(model: Predictor, unigram: Predictor, preset: ExperimentP
         beats=beats,
         gap_closed=closed,
         verdict=verdict,
-        competent=VERDICTS.index(verdict) >= VERDICTS.index(COMPETENT),
+        competent=is_competent(beats),
     )

@@ -2,12 +2,14 @@
 
 ``hmmtf curve`` trains like ``hmmtf train`` and, every ``--every`` steps, scores the network on a
 fixed set of prompts of HMMs it never saw (the competence result's fresh HMMs and prompts,
-:mod:`empirical.yardsticks.competence`), beside the in-context 1/2/3-grams, the prior-predictive ceiling and
+:mod:`empirical.yardsticks.competence`), beside the in-context 1/2/3-grams, the variable-order
+predictor (``variable order``, in baselines made from issue 65 on), the prior-predictive ceiling and
 the oracle on the same prompts. Each point is a line of ``curve.jsonl`` in the run folder:
 
 * the model's mean loss per scope (test sequence, all positions);
-* ``model - ngram n``: the paired per-prompt difference, mean and 95% interval (the competence
-  rule's statistic: the model beats order n where the interval lies below 0);
+* ``model - ngram n`` and ``model - variable order`` (where the baselines have it): the paired
+  per-prompt difference, mean and 95% interval (the competence rule's statistic: the model beats
+  the predictor where the interval lies below 0);
 * the fraction of the in-context-unigram-to-ceiling gap closed, with its delta-method interval
   (absent from a run without a ceiling, ``--ceiling-particles 0``: at 128 states the SMC's ceiling
   costs more than the run and has not converged, ``docs/empirical.md``, "Competence numbers").
@@ -34,8 +36,8 @@ import torch
 
 import hmm
 from empirical.training.checkpoint import CONFIG_FILE, has_checkpoint
-from empirical.yardsticks.competence import (CEILING_SETTINGS, ceiling_estimates, fitted_ngrams, gap_closed, paired,
-                                  per_prompt_loss, scope_rows)
+from empirical.yardsticks.competence import (CEILING_SETTINGS, VARIABLE_ORDER, ceiling_estimates, fitted_in_context,
+                                             gap_closed, paired, per_prompt_loss, scope_rows)
 from empirical.yardsticks.evaluate import model_predictor
 from empirical.training.model import RoFormer, RoFormerConfig
 from empirical.training.presets import ExperimentPreset
@@ -52,7 +54,7 @@ BASELINES_FILE = "curve_baselines.json"
 class CurveProbe:
     """The fixed fresh-HMM prompts of a curve and every baseline's per-prompt loss on them:
     ``losses[scope][name]`` is a float64 tensor over prompts (``name`` in ``ngram 1..3``,
-    ``ceiling``, ``oracle``)."""
+    ``variable order`` (absent from baselines made before it), ``ceiling``, ``oracle``)."""
 
     tokens: torch.Tensor
     num_tokens: int
@@ -72,12 +74,12 @@ def probe_settings(num_prompts: int, fresh_tasks: int, settings: SMCSettings | N
 
 def build_probe(preset: ExperimentPreset, num_prompts: int, fresh_tasks: int, settings: SMCSettings | None) -> dict:
     """The baselines of a curve as a JSON-ready dict (:class:`CurveProbe`'s ``losses`` with the
-    settings that made them): in-context n-grams fitted as the competence result fits them, the
-    ceiling averaged over its SMC replicates (none where ``settings`` is None), and the oracle."""
+    settings that made them): in-context n-grams and the variable-order predictor fitted as the
+    competence result fits them, the ceiling averaged over its SMC replicates (none where ``settings`` is None), and the oracle."""
     fresh, prompts = fresh_prompts(preset, num_prompts, fresh_tasks)
     tokens, p = prompts.tokens, fresh.num_tokens
     started = time.perf_counter()
-    probabilities = {name: ngram(tokens) for name, ngram in fitted_ngrams(preset, fresh_tasks).items()}
+    probabilities = {name: predictor(tokens) for name, predictor in fitted_in_context(preset, fresh_tasks).items()}
     if settings is not None:
         probabilities["ceiling"] = ceiling_estimates(tokens, preset.prompt_format, preset.mixture_spec,
                                                      settings).probabilities
@@ -106,7 +108,7 @@ def curve_point(model: RoFormer, probe: CurveProbe, step: int, tokens_seen: int)
         point[scope] = {
             "model_loss": model_loss.mean().item(),
             "model_minus": {name: paired(model_loss - baselines[name])
-                            for name in baselines if name.startswith("ngram")},
+                            for name in baselines if name.startswith("ngram") or name == VARIABLE_ORDER},
         }
         if "ceiling" in baselines:
             point[scope]["gap_closed"] = gap_closed(baselines["ngram 1"], model_loss, baselines["ceiling"])

@@ -63,8 +63,9 @@ import time
 import torch
 
 import hmm
-from empirical.yardsticks.competence import (CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, FIT_PROMPTS, NGRAM_ORDERS,
-                                             ceiling_estimates, paired, per_prompt_loss, scope_rows)
+from empirical.yardsticks.competence import (CEILING_BOUND, COLLAPSED_CEILING_SETTINGS, FIT_PROMPTS, NGRAM_ORDERS,
+                                             ceiling_bound_record, ceiling_estimates, paired, per_prompt_loss,
+                                             scope_rows)
 from empirical.yardsticks.ngram import scored_rows
 from empirical.yardsticks.regime import oracle_predictor
 from empirical.yardsticks.signal import fresh_prompts_and_ngrams
@@ -148,8 +149,7 @@ def calibrate_family(spec: hmm.MixtureSpec, prompt_format: hmm.PromptFormat, num
             "density_nats": family_density(spec),
             "ngram_concentrations": {name: list(ngram.concentrations) for name, ngram in ngrams.items()},
             "scopes": scopes,
-            **({"ceiling_bound": {"method": CEILING_METHODS["collapsed"], **bound.record()}}
-               if bound is not None else {})}
+            **({"ceiling_bound": ceiling_bound_record(bound, num_prompts)} if bound is not None else {})}
 
 
 def rule_checks(family: dict) -> dict[str, bool]:

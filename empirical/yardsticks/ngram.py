@@ -131,17 +131,13 @@ def mean_loss(prediction: torch.Tensor, tokens: torch.Tensor, num_tokens: int) -
     return float(-picked.log()[mask].mean())
 
 
-def fit_by_likelihood(predict: Callable[[tuple[float, ...]], torch.Tensor], tokens: torch.Tensor, num_tokens: int,
-                      count: int) -> tuple[float, ...]:
-    """The ``count`` concentrations that minimise :func:`mean_loss` of ``predict(concentrations)``
-    on ``tokens``: L-BFGS-B over their logarithms within :data:`CONCENTRATION_BOUNDS`, from all
-    ones (the fitting protocol of every in-context predictor here)."""
-
-    def loss(log_alphas: np.ndarray) -> float:
-        return mean_loss(predict(tuple(np.exp(log_alphas))), tokens, num_tokens)
-
+def fit_by_likelihood(loss: Callable[[tuple[float, ...]], float], count: int) -> tuple[float, ...]:
+    """The ``count`` concentrations that minimise ``loss(concentrations)``, a predictor's
+    :func:`mean_loss` on the fitting prompts: L-BFGS-B over their logarithms within
+    :data:`CONCENTRATION_BOUNDS`, from all ones (the fitting protocol of every in-context predictor here)."""
     bounds = [tuple(np.log(CONCENTRATION_BOUNDS))] * count
-    result = minimize(loss, np.zeros(count), method="L-BFGS-B", bounds=bounds)
+    result = minimize(lambda log_alphas: loss(tuple(np.exp(log_alphas))), np.zeros(count), method="L-BFGS-B",
+                      bounds=bounds)
     return tuple(float(a) for a in np.exp(result.x))
 
 
@@ -150,7 +146,7 @@ def fit_concentrations(tokens, num_tokens: int, order: int) -> tuple[float, ...]
     (:func:`fit_by_likelihood`)."""
     tokens = check_prompts(tokens, num_tokens)
     counts = context_counts(tokens, num_tokens, order)
-    return fit_by_likelihood(lambda alphas: interpolate(counts, alphas), tokens, num_tokens, order)
+    return fit_by_likelihood(lambda alphas: mean_loss(interpolate(counts, alphas), tokens, num_tokens), order)
 
 
 @dataclass(frozen=True)

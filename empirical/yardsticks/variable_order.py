@@ -61,12 +61,13 @@ position change, which gives it bottom-up::
 
 ``w_d`` is the posterior probability that the tree ends at ``s_d`` given that it reaches it.
 ``P_e`` and ``P_w`` are kept as logarithms (float64): ``log P_w(s) = log 1/2 +
-logaddexp(log P_e(s), sum_c log P_w(c s))``, the sum over children updated by the change of the
-one child on the event's path.
+logaddexp(log P_e(s), sum_c log P_w(c s))``, the sum over children changed at each event by the
+change of the one child on the event's path.
 
-Cost: the counts are :func:`empirical.yardsticks.ngram.context_counts` of order D + 1 (one matrix
-product per depth); ``log P_w`` needs one pass over the positions, vectorised over prompts, in
-chunks of :data:`CHUNK_PROMPTS` prompts.
+Cost: no loop over positions. Grouping each prompt's positions by their node at each depth (one
+stable sort), the counts (those of :func:`empirical.yardsticks.ngram.context_counts` of order D + 1)
+and ``log P_e`` are running sums within the groups, and ``log P_w`` follows bottom-up, one depth
+at a time (:func:`stop_weights`); vectorised over prompts, in chunks of :data:`CHUNK_PROMPTS`.
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from empirical.yardsticks.ngram import check_prompts, context_counts, fit_by_likelihood, segment_histories
+from empirical.yardsticks.ngram import check_prompts, fit_by_likelihood, scored_rows, segment_histories
 
 MAX_DEPTH = 6
 """The deepest context tree offered (issue 65: CTW of depth up to 6)."""
@@ -92,99 +93,165 @@ def check_depth(depth) -> int:
     return depth
 
 
+class NodeGroups(NamedTuple):
+    """The positions of each prompt grouped by their context node at one depth: ``order (B, N + 1)``
+    sorts each prompt's positions by node, stably (so by time within a node); ``starts`` gives,
+    in that sorted order, where each position's group starts; ``previous (B, N + 1)``, in time
+    order, the last earlier position at the same node (-1: none)."""
+
+    order: np.ndarray
+    starts: np.ndarray
+    previous: np.ndarray
+
+    @classmethod
+    def of(cls, nodes: np.ndarray) -> NodeGroups:
+        order = np.argsort(nodes, axis=1, kind="stable")
+        grouped = np.take_along_axis(nodes, order, 1)
+        index = np.broadcast_to(np.arange(nodes.shape[1]), nodes.shape)
+        is_start = np.ones(nodes.shape, dtype=bool)
+        is_start[:, 1:] = grouped[:, 1:] != grouped[:, :-1]
+        starts = np.maximum.accumulate(np.where(is_start, index, 0), axis=1)
+        previous = np.empty_like(order)
+        np.put_along_axis(previous, order, np.where(is_start, -1, np.roll(order, 1, axis=1)), 1)
+        return cls(order, starts, previous)
+
+    def running_sum(self, values: np.ndarray) -> np.ndarray:
+        """``(B, N + 1)``: at each position, the sum of ``values`` over the positions up to it at its node."""
+        ordered = np.take_along_axis(values, self.order, 1)
+        sums = np.cumsum(ordered, axis=1)
+        within = sums - np.take_along_axis(sums, self.starts, 1) + np.take_along_axis(ordered, self.starts, 1)
+        out = np.empty_like(values)
+        np.put_along_axis(out, self.order, within, 1)
+        return out
+
+    def before(self, values: np.ndarray) -> np.ndarray:
+        """``(B, N + 1)``: ``values`` at the last earlier position at the same node (0: none)."""
+        return np.where(self.previous >= 0, np.take_along_axis(values, np.maximum(self.previous, 0), 1), 0.0)
+
+
 class TreeStatistics(NamedTuple):
-    """What the weighting needs of some prompts, independent of the concentrations."""
+    """What the weighting needs of some prompts, independent of the concentrations. Positions run
+    over ``0..N``: position u < N is the prompt's, position N a placeholder after it, so that row t
+    reads position t + 1."""
 
     counts: np.ndarray
-    """``(B, N, D + 1, p)``: ``c(s_d, o)`` at row t's context path ``s_d(t + 1)``, events up to t."""
+    """``(D + 1, B, N, p)``: ``c(s_d, o)`` at row t's context path ``s_d(t + 1)``, events up to t."""
     symbols: np.ndarray
     """``(B, N)``: the token at position u (0 where u is a delimiter)."""
     is_event: np.ndarray
-    """``(B, N)`` bool: position u holds an HMM token."""
-    event_nodes: np.ndarray
-    """``(B, N, D + 1)``: index of the node ``s_d(u)`` among the chunk's nodes."""
-    query_nodes: np.ndarray
-    """``(B, N, D + 1)``: index of row t's node ``s_d(t + 1)``."""
-    num_nodes: int
+    """``(B, N + 1)`` bool: position u holds an HMM token."""
+    groups: tuple[NodeGroups, ...]
+    """Per depth d, the positions grouped by their node ``s_d(u)``."""
+    seen: np.ndarray
+    """``(B, N + 1, D + 1)`` bool: node ``s_d(u)`` has had an event at or before u."""
+    totals: np.ndarray
+    """``(D + 1, B, N, 1)``: ``n(s_d)`` at row t's path."""
+    next_counts: np.ndarray
+    """``(D + 1, B, N, 1)``: ``c(s_d, o_{t+1})`` at row t's path, of its next token (token 0 where it is none)."""
 
 
 def tree_statistics(tokens: torch.Tensor, num_tokens: int, depth: int) -> TreeStatistics:
     """:class:`TreeStatistics` of ``tokens (B, N)`` for trees of depth ``depth`` (module docstring)."""
     B, N = tokens.shape
-    counts = context_counts(tokens, num_tokens, depth + 1).permute(1, 2, 0, 3).numpy()  # (B, N, D + 1, p)
     history = segment_histories(tokens, num_tokens, max(depth, 1))[..., :depth]  # (B, N, D): row t's context
     bos_row = torch.full((B, 1, depth), num_tokens + 1)
-    paths = torch.cat([bos_row, history], dim=1)  # paths[:, u]: context of position u; [:, t + 1]: row t's
-    # A node is (prompt, depth, context): digits 1..p + 2 in base p + 3, so that depths never collide.
+    paths = torch.cat([bos_row, history], dim=1)  # paths[:, u]: context of position u (u = N: after the prompt)
+    # A node is (depth, context) within a prompt: digits 1..p + 2 in base p + 3, so depths never collide.
     base = num_tokens + 3
     codes = torch.zeros(B, N + 1, depth + 1, dtype=torch.long)
     for d in range(1, depth + 1):
         codes[..., d] = codes[..., d - 1] * base + paths[..., d - 1] + 1
-    keys = codes + torch.arange(B)[:, None, None] * base ** (depth + 1)
-    _, nodes = torch.unique(keys, return_inverse=True)
-    nodes = nodes.numpy()
-    is_event = (tokens != num_tokens).numpy()
-    symbols = np.where(is_event, tokens.numpy(), 0)
-    return TreeStatistics(counts, symbols, is_event, nodes[:, :-1], nodes[:, 1:], int(nodes.max()) + 1)
+    nodes = codes.numpy()
+    is_event = np.zeros((B, N + 1), dtype=bool)
+    is_event[:, :N] = (tokens != num_tokens).numpy()
+    symbols = np.where(is_event[:, :N], tokens.numpy(), 0)
+    groups = tuple(NodeGroups.of(nodes[..., d]) for d in range(depth + 1))
+    one_hot = np.zeros((B, N + 1, num_tokens))
+    np.put_along_axis(one_hot[:, :N], symbols[..., None], is_event[:, :N, None].astype(float), -1)
+    # c(s_d(t + 1), o) after the events up to t: the running count at t + 1's node, less t + 1's own event.
+    counts = np.stack([np.stack([group.running_sum(one_hot[..., o]) for o in range(num_tokens)], -1)[:, 1:]
+                       - one_hot[:, 1:] for group in groups])
+    seen = np.stack([group.running_sum(is_event.astype(float)) > 0 for group in groups], axis=-1)
+    following = np.concatenate([symbols[:, 1:], np.zeros((B, 1), dtype=symbols.dtype)], axis=1)
+    next_counts = np.take_along_axis(counts, np.broadcast_to(following[None, ..., None], counts.shape[:3] + (1,)), -1)
+    return TreeStatistics(counts, symbols, is_event, groups, seen, counts.sum(-1, keepdims=True), next_counts)
 
 
-def node_predictions(counts: np.ndarray, alphas: np.ndarray) -> np.ndarray:
-    """``(B, N, D + 1, p)``: ``p_e(o | s_d) = q_{d+1}(o)`` at row t's path (module docstring)."""
-    num_tokens = counts.shape[-1]
+def node_predictions(counts: np.ndarray, totals: np.ndarray, num_tokens: int, alphas: np.ndarray) -> np.ndarray:
+    """``(D + 1, B, N, K)``: ``p_e(o | s_d) = q_{d+1}(o)`` at row t's path (module docstring) for the
+    tokens whose counts ``counts (D + 1, B, N, K)`` holds (all p, or one a row), ``totals (D + 1, B, N, 1)``
+    the nodes' ``n(s_d)``."""
     predictions = np.empty_like(counts)
-    below = np.full(counts.shape[:2] + (num_tokens,), 1.0 / num_tokens)
+    below = np.full(counts.shape[1:], 1.0 / num_tokens)
     for d, alpha in enumerate(alphas):
-        below = (counts[:, :, d] + alpha * below) / (counts[:, :, d].sum(-1, keepdims=True) + alpha)
-        predictions[:, :, d] = below
+        below = (counts[d] + alpha * below) / (totals[d] + alpha)
+        predictions[d] = below
     return predictions
 
 
 def stop_weights(statistics: TreeStatistics, predictions: np.ndarray) -> np.ndarray:
-    """``(B, N, D)``: ``w_d = 1/2 P_e(s_d) / P_w(s_d)`` at row t's path, d < D, after the events up to t
-    (module docstring), from one pass over the positions; ``predictions``: :func:`node_predictions`."""
-    B, N, levels, num_tokens = predictions.shape
+    """``(D, B, N)``: ``w_d = 1/2 P_e(s_d) / P_w(s_d)`` at row t's path, d < D, after the events up to t
+    (module docstring); ``predictions (D + 1, B, N - 1)``: :func:`node_predictions` of row t's next
+    token, t < N - 1.
+
+    Vectorised over positions, bottom-up: after the event at u, ``log P_e(s_d(u))`` is the running
+    sum of the events' ``log p_e`` at that node, and the children's ``sum_c log P_w(c s_d(u))`` the
+    running sum, over the same events, of how much each changed ``log P_w`` of its child on the path
+    (the other children are untouched); a node with no event yet has ``P_e = P_w = 1``."""
+    levels, B, N = predictions.shape[0], predictions.shape[1], predictions.shape[2] + 1
     depth = levels - 1
     # log p_e of each event at every depth of its path: row u - 1's prediction of position u, taken
     # before u is counted (the prompt's first token: no counts, so every q_d is uniform).
-    seen = np.take_along_axis(predictions[:, :-1], np.broadcast_to(statistics.symbols[:, 1:, None, None],
-                                                                   (B, N - 1, levels, 1)), -1)[..., 0]
-    increments = np.concatenate([np.full((B, 1, levels), -np.log(num_tokens)), np.log(seen)], axis=1)
-    increments *= statistics.is_event[..., None]
-    log_estimate = np.zeros(statistics.num_nodes)
-    log_weighted = np.zeros(statistics.num_nodes)
-    log_children = np.zeros(statistics.num_nodes)
-    weights = np.empty((B, N, depth))
-    for u in range(N):
-        event = statistics.is_event[:, u]
-        path = statistics.event_nodes[event, u]  # (b, D + 1)
-        log_estimate[path] += increments[event, u]
-        change = log_estimate[path[:, depth]] - log_weighted[path[:, depth]]
-        log_weighted[path[:, depth]] = log_estimate[path[:, depth]]
-        for d in range(depth - 1, -1, -1):
-            node = path[:, d]
-            log_children[node] += change
-            updated = LOG_HALF + np.logaddexp(log_estimate[node], log_children[node])
-            change = updated - log_weighted[node]
-            log_weighted[node] = updated
-        query = statistics.query_nodes[:, u, :depth]
-        weights[:, u] = np.exp(LOG_HALF + log_estimate[query] - log_weighted[query])
+    increments = np.zeros((levels, B, N + 1))
+    increments[:, :, 0] = -np.log(statistics.counts.shape[-1])
+    increments[:, :, 1:N] = np.log(predictions)
+    increments *= statistics.is_event
+    weights = np.empty((depth, B, N))
+    changes = None
+    for d in range(depth, -1, -1):
+        group = statistics.groups[d]
+        log_estimate = group.running_sum(increments[d])
+        if changes is None:
+            log_weighted = log_estimate
+        else:
+            log_children = group.running_sum(changes)
+            log_weighted = np.where(statistics.seen[..., d], LOG_HALF + np.logaddexp(log_estimate, log_children), 0.0)
+            weights[d] = np.exp(LOG_HALF + group.before(log_estimate) - group.before(log_weighted))[:, 1:]
+        changes = log_weighted - group.before(log_weighted)
     return weights
 
 
 def weighted_prediction(statistics: TreeStatistics, concentrations) -> np.ndarray:
     """``(B, N, p)``: ``q`` of the module docstring with ``alpha_1..alpha_{D+1}`` (``concentrations``)."""
-    levels = statistics.counts.shape[-2]
+    levels = statistics.counts.shape[0]
     alphas = np.array([float(a) for a in concentrations])
     if len(alphas) != levels or not np.all(np.isfinite(alphas) & (alphas > 0)):
         raise ValueError(f"concentrations: {alphas.tolist()}; expected {levels} finite numbers > 0, one per order "
                          f"1..{levels}")
-    predictions = node_predictions(statistics.counts, alphas)
-    prediction = predictions[:, :, -1]
-    if levels > 1:
-        weights = stop_weights(statistics, predictions)[..., None]
-        for d in range(levels - 2, -1, -1):
-            prediction = weights[:, :, d] * predictions[:, :, d] + (1 - weights[:, :, d]) * prediction
+    num_tokens = statistics.counts.shape[-1]
+    predictions = node_predictions(statistics.counts, statistics.totals, num_tokens, alphas)
+    return mixed(statistics, predictions, alphas)
+
+
+def mixed(statistics: TreeStatistics, predictions: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """``(B, N, K)``: ``q`` of the module docstring, mixing ``predictions (D + 1, B, N, K)`` over the
+    depths by the stop weights (computed from the event tokens' own predictions)."""
+    prediction = predictions[-1]
+    if len(alphas) > 1:
+        seen = node_predictions(statistics.next_counts[:, :, :-1], statistics.totals[:, :, :-1],
+                                statistics.counts.shape[-1], alphas)[..., 0]
+        weights = stop_weights(statistics, seen)[..., None]
+        for d in range(len(alphas) - 2, -1, -1):
+            prediction = weights[d] * predictions[d] + (1 - weights[d]) * prediction
     return prediction
+
+
+def next_token_probability(statistics: TreeStatistics, concentrations) -> np.ndarray:
+    """``(B, N)``: :func:`weighted_prediction` of each row's next token only (0's where it is a
+    delimiter or past the prompt), at a p-th of the cost: the fit's objective."""
+    alphas = np.array([float(a) for a in concentrations])
+    predictions = node_predictions(statistics.next_counts, statistics.totals, statistics.counts.shape[-1], alphas)
+    return mixed(statistics, predictions, alphas)[..., 0]
 
 
 def variable_order_prediction(tokens, num_tokens: int, concentrations) -> torch.Tensor:
@@ -204,10 +271,14 @@ def fit_depth_concentrations(tokens, num_tokens: int, depth: int) -> tuple[float
     depth = check_depth(depth)
     statistics = [tree_statistics(chunk, num_tokens, depth) for chunk in tokens.split(CHUNK_PROMPTS)]
 
-    def predict(alphas: tuple[float, ...]) -> torch.Tensor:
-        return torch.from_numpy(np.concatenate([weighted_prediction(chunk, alphas) for chunk in statistics]))
+    scored, _ = scored_rows(tokens, num_tokens)
+    mask = scored.numpy()
 
-    return fit_by_likelihood(predict, tokens, num_tokens, depth + 1)
+    def loss(alphas: tuple[float, ...]) -> float:
+        picked = np.concatenate([next_token_probability(chunk, alphas) for chunk in statistics])
+        return float(-np.log(picked[mask]).mean())
+
+    return fit_by_likelihood(loss, depth + 1)
 
 
 @dataclass(frozen=True)
