@@ -169,6 +169,14 @@ RESULTS_ROOT = Path("runs")
 """Where a command's results go by default: a folder outside the tracked tree (``.gitignore``)."""
 
 
+def result_text(value) -> str:
+    """A result JSON's text as every command writes it: strict JSON (``allow_nan=False``) without
+    indentation or spaces after its separators, and a final line break. Indentation was a third of
+    the bytes of the committed results (issue 66, item 3); ``python -m json.tool FILE`` shows one
+    indented, and what any reader parses is the same."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False) + "\n"
+
+
 def default_results_folder(command: str, source: str | Path) -> Path:
     """``runs/COMMAND/SOURCE``: a command's default output folder for the input ``source`` (a
     checkpoint or run folder), unique to it. ``SOURCE`` is the input's path relative to the working

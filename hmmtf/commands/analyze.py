@@ -24,7 +24,7 @@ from empirical.training.result_files import ANALYSIS_FILE, COMMAND_FILES, Result
 from empirical.training.run_control import run_folder_lock
 from hmmtf.options import (add_config_options, check_output_folder, check_results_owner, config_from_command_line,
                            default_results_folder, device, integer_at_least, non_negative_int, output_folder,
-                           positive_int)
+                           positive_int, result_text)
 
 DEFAULT_CHECKPOINT = "runs/cpu-small/checkpoint"
 DEFAULT_OUT = "analysis"
@@ -107,7 +107,7 @@ def _measure_into(args, settings, measure: Callable[..., dict], plot: Callable[[
     out.mkdir(parents=True, exist_ok=True)
     plot(report, out / figure_file)
     report["runtime_s"] = time.perf_counter() - started
-    (out / report_file).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    (out / report_file).write_text(result_text(report))
     return report
 
 
@@ -138,7 +138,7 @@ def _analyze_into(args, config: AnalysisConfig, folder: Path, loaded: tuple, out
     out.mkdir(parents=True, exist_ok=True)
     write_figures(analysis, preset.prompt_format, config.max_distance, out)
     report["runtime_s"] = time.perf_counter() - started
-    (out / ANALYSIS_FILE).write_text(json.dumps(to_json(report), indent=2, allow_nan=False) + "\n")
+    (out / ANALYSIS_FILE).write_text(result_text(to_json(report)))
     print(json.dumps({"out": str(out), "runtime_s": round(report["runtime_s"], 1), "claims": report.get("claims")},
                      indent=1, allow_nan=False))
     return 0

@@ -2,7 +2,6 @@
 the points' results into ``ladder.json``, ``ladder.md`` and one figure per claim."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from empirical.studies.ladder import collect_points, ladder_table
@@ -15,7 +14,7 @@ from empirical.studies.ladder_figures import (
 )
 from empirical.training.result_files import COMMAND_FILES
 from empirical.training.run_control import run_folder_lock
-from hmmtf.options import add_overwrite_option, check_study_owner, output_folder
+from hmmtf.options import add_overwrite_option, check_study_owner, output_folder, result_text
 
 
 def run_ladder(args) -> int:
@@ -29,7 +28,7 @@ def run_ladder(args) -> int:
         points = collect_points(root)
         report = {"command": args.command_line, "git_commit": args.git_commit, "root": str(root), "points": points}
         ladder_file, table_file, regime, claim1, claim2, claim3, curves = files.names
-        (out / ladder_file).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+        (out / ladder_file).write_text(result_text(report))
         table = ladder_table(points)
         (out / table_file).write_text(table)
         plot_regime_ladder(points, out / regime)

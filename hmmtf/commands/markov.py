@@ -24,7 +24,7 @@ from empirical.studies.markov.runs import run_sweep
 from empirical.training.result_files import MARKOV_SWEEP_FIGURES, loss_curves_figure, markov_sweep_files
 from empirical.training.run_control import run_folder_lock
 from hmmtf.options import (add_config_options, add_overwrite_option, check_study_owner, config_from_command_line,
-                           output_folder)
+                           output_folder, result_text)
 
 
 def source_revision() -> dict | None:
@@ -54,7 +54,7 @@ def write_sweep(runs: list[dict], config: MarkovSweepConfig, directory: Path, *,
         "cells": cells,
         "runs": runs,
     }
-    (directory / markov_sweep_files(config.inits).reports[0]).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    (directory / markov_sweep_files(config.inits).reports[0]).write_text(result_text(document))
     draw_figures(document, directory)
     return document
 

@@ -24,7 +24,7 @@ from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
 from empirical.training.result_files import COMMAND_FILES
 from empirical.training.run_control import run_folder_lock
 from hmmtf.options import (add_config_options, add_overwrite_option, check_study_owner, config_from_command_line,
-                           output_folder, positive_int)
+                           output_folder, positive_int, result_text)
 
 
 RESULTS_FILE, FIGURE_FILE = COMMAND_FILES["markov-incontext"].names
@@ -78,7 +78,7 @@ def run_markov_incontext(args) -> int:
         document = {"command": args.command_line, "git_commit": args.git_commit, "config": config.to_dict(),
                     "runs": str(runs), "models": measure_all(config, runs),
                     "wall_seconds": time.monotonic() - started}
-        (out / RESULTS_FILE).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+        (out / RESULTS_FILE).write_text(result_text(document))
         plot_incontext(document, out / FIGURE_FILE)
     for name, measured in document["models"].items():
         excess = measured["largest_excess"]["induction"]

@@ -2,7 +2,6 @@
 in ``plateau.json`` and its figure ``plateau.png`` (:mod:`empirical.studies.plateau_figures`)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from empirical.studies.plateau import plateau_study
@@ -10,7 +9,7 @@ from empirical.studies.plateau_figures import plot_plateau
 from empirical.training.result_files import COMMAND_FILES
 from empirical.training.run_control import run_folder_lock
 from hmmtf.commands.studies import check_curve_run
-from hmmtf.options import add_overwrite_option, check_study_owner, output_folder
+from hmmtf.options import add_overwrite_option, check_study_owner, output_folder, result_text
 
 
 def run_plateau(args) -> int:
@@ -25,7 +24,7 @@ def run_plateau(args) -> int:
         study = plateau_study(arms, args.baseline, [Path(folder) for folder in args.verdicts],
                               [Path(path) for path in args.ceilings])
         study = {"command": args.command_line, "git_commit": args.git_commit, **study}
-        (out / files.reports[0]).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
+        (out / files.reports[0]).write_text(result_text(study))
         plot_plateau(study, out / files.companions[0])
     for row in study["arms"]:
         escape = row["escape"]

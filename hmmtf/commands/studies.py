@@ -30,7 +30,8 @@ from empirical.training.train import CHECKPOINT_DIR
 from empirical.training.run_control import run_folder_lock
 from empirical.yardsticks.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
-from hmmtf.options import add_overwrite_option, check_study_owner, non_negative_int, output_folder, positive_float, positive_int
+from hmmtf.options import (add_overwrite_option, check_study_owner, non_negative_int, output_folder, positive_float,
+                           positive_int, result_text)
 
 CURVE_OWN_FILES = (CURVE_FILE, BASELINES_FILE, CURVE_FIGURE)
 """What ``hmmtf curve`` writes into its run folder beside the training's files."""
@@ -71,7 +72,7 @@ def run_signal(args) -> int:
                                args.num_prompts, args.fresh_tasks, settings)
         report = {"command": args.command_line, "git_commit": args.git_commit,
                   "seconds": time.perf_counter() - started, **report}
-        (out / SIGNAL_FILES.reports[0]).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+        (out / SIGNAL_FILES.reports[0]).write_text(result_text(report))
         plot_signal(report, out / SIGNAL_FILES.companions[0])
     print(json.dumps({name: {"signal": round(family["scopes"]["all_positions"]["signal"]["mean"], 4),
                              "bigram_share": round(family["scopes"]["all_positions"]["bigram_share"], 3)}
@@ -96,7 +97,7 @@ def run_family_calibration(args) -> int:
                                     args.ceiling_replicates)
         report = {"command": args.command_line, "git_commit": args.git_commit, "threads": args.threads,
                   "seconds": time.perf_counter() - started, **report}
-        (out / FAMILY_CALIBRATION_FILES.reports[0]).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+        (out / FAMILY_CALIBRATION_FILES.reports[0]).write_text(result_text(report))
         plot_family_calibration(report, out / FAMILY_CALIBRATION_FILES.companions[0])
     print(f"choice: {report['choice']}")
     return 0
@@ -129,7 +130,7 @@ def run_curves(args) -> int:
                                  f"{runs[0]['run']!r} on {runs[0]['mixture']!r} with {runs[0]['probe']}; expected "
                                  f"one mixture and one probe per study")
         study = {"command": args.command_line, "git_commit": args.git_commit, "title": args.title, "runs": runs}
-        (out / STUDY_FILES.reports[0]).write_text(json.dumps(study, indent=1, allow_nan=False) + "\n")
+        (out / STUDY_FILES.reports[0]).write_text(result_text(study))
         plot_curves(study, out / STUDY_FILES.companions[0])
     for run in runs:
         last = run["points"][-1]["all_positions"]
