@@ -90,6 +90,23 @@ def test_an_evaluation_into_a_folder_with_the_users_figure_is_refused_before_it_
     assert snapshot(out) == {"in_context.png": b"mine"}
 
 
+def test_a_rerun_with_fewer_sections_removes_the_earlier_ones_so_the_folder_holds_one_evaluation(tiny_run, tmp_path,
+                                                                                                   capsys):
+    """Issue 68, item 2: the competence result and regime figure of an earlier evaluation of the same
+    input stayed beside a new evaluation without them."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "competence.json").write_text(json.dumps({"checkpoint": str(tiny_run / CHECKPOINT_DIR)}))
+    for name in ("competence.png", "regime.png", "notes.txt"):
+        (out / name).write_text("earlier")
+    assert hmmtf.main(["evaluate", str(tiny_run), "--out", str(out), *QUICK_EVALUATION]) == 0
+    said = (f"hmmtf evaluate: removed regime.png, competence.json, competence.png from '{out}': an earlier "
+            f"evaluation's, which this one does not make")
+    assert said in capsys.readouterr().err.replace("\r", "\n").splitlines()  # among the progress bars
+    assert not {"regime.png", "competence.json", "competence.png"} & {path.name for path in out.iterdir()}
+    assert (out / "notes.txt").read_text() == "earlier" and (out / "evaluation.json").is_file()
+
+
 def test_every_command_names_its_files_in_the_one_home():
     """The commands that check ownership by file read their files from empirical/training/result_files.py."""
     assert set(COMMAND_FILES) == {"evaluate", "analyze", "heads", "klmap", "beliefs", "ngram-verdict", "export",

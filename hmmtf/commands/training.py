@@ -42,7 +42,7 @@ from empirical.training.result_files import (COMMAND_FILES, COMPETENCE_FIGURE, C
                                              TRAIN_SUMMARY_FILE, TRAINING_LOSS_FIGURE, calibration_files)
 from hmmtf.options import (add_overwrite_option, check_output_folder, check_results_owner, check_study_owner,
                            default_results_folder, device, non_negative_int, output_folder, positive_float,
-                           positive_int, result_text)
+                           positive_int)
 
 COMPETENCE_OPTION_DEFAULTS = {"ceiling_particles": CEILING_SETTINGS.particles, "ceiling_moves": CEILING_SETTINGS.moves,
                               "ceiling_seed": CEILING_SETTINGS.seed, "competence_prompts": None,
@@ -113,7 +113,7 @@ def run_train(args) -> int:
             "num_threads": torch.get_num_threads(),
             "parameters": result.model.num_parameters(),
         }
-        (run_dir / TRAIN_SUMMARY_FILE).write_text(result_text(summary))
+        (run_dir / TRAIN_SUMMARY_FILE).write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
         print(json.dumps(summary, indent=2, allow_nan=False))
     shutdown_distributed()
     return 0
@@ -155,6 +155,7 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
     regime = (regime_section(predictors, mixture, preset, evaluation, num_prompts, args.fresh_tasks,
                              args.reference_tasks, device) if args.fresh_tasks else None)
     out.mkdir(parents=True, exist_ok=True)
+    remove_earlier_sections(args, out)
     train_summary = run_dir / TRAIN_SUMMARY_FILE
     report = EvaluationReport(
         provenance=Provenance(args.command_line, args.git_commit, str(checkpoint_dir), run.config["step"]),
@@ -167,7 +168,7 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
         regime=regime,
     )
     written = to_json(report)
-    (out / EVALUATION_FILE).write_text(result_text(written))
+    (out / EVALUATION_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
     plot_in_context(written, out / IN_CONTEXT_FIGURE)
     if regime is not None:
         plot_regime(written, out / REGIME_FIGURE)
@@ -187,6 +188,24 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
                                                  report, out)
     print(json.dumps(summary, indent=2, allow_nan=False))
     return 0
+
+
+def remove_earlier_sections(args, out: Path) -> None:
+    """Remove from ``out`` the files of the sections this evaluation does not make (the regime
+    section without ``--fresh-tasks``, the competence result without ceiling particles too, the
+    hand-built side by side without ``--hand-built-prompts``): an earlier evaluation's, of this
+    input (:func:`hmmtf.options.check_results_owner` passed, or ``--overwrite`` was given), so that
+    the folder holds one evaluation, not parts of two; said in one line. The training log's copy
+    and figure are the run's, not a section's, and stay."""
+    sections = [(args.fresh_tasks, (REGIME_FIGURE,)),
+                (args.fresh_tasks and args.ceiling_particles, (COMPETENCE_FILE, COMPETENCE_FIGURE)),
+                (args.hand_built_prompts, (SIDE_BY_SIDE_FILE, SIDE_BY_SIDE_FIGURE))]
+    earlier = [name for made, names in sections if not made for name in names if (out / name).is_file()]
+    for name in earlier:
+        (out / name).unlink()
+    if earlier:
+        print(f"hmmtf evaluate: removed {', '.join(earlier)} from {str(out)!r}: an earlier evaluation's, which this "
+              f"one does not make", file=sys.stderr)
 
 
 def training_log_problem(metrics: Path) -> str | None:
@@ -254,7 +273,7 @@ def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts
                                     settings, replicates, args.ceiling_backend)
     written = to_json(CompetenceReport(provenance=report.provenance, task=report.task, model=report.model,
                                        evaluation_time_s=time.perf_counter() - started, competence=competence))
-    (out / COMPETENCE_FILE).write_text(result_text(written))
+    (out / COMPETENCE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
     plot_competence(written, out / COMPETENCE_FIGURE)
     return {"out": str(out / COMPETENCE_FILE), "verdict": competence.verdict, "gap_closed": competence.gap_closed,
             "loss": {name: round(metrics.loss, 4) for name, metrics in competence.ladder.all_positions.items()}}
@@ -284,7 +303,7 @@ def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixt
         evaluation_time_s=time.perf_counter() - started,
         evaluation=evaluation,
     ))
-    (out / SIDE_BY_SIDE_FILE).write_text(result_text(written))
+    (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
     plot_side_by_side(written, history_lengths, gd_steps, out / SIDE_BY_SIDE_FIGURE)
     curve = evaluation.by_demonstrations
     return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": curve.num_demonstrations,
