@@ -42,7 +42,7 @@ from empirical.training.result_files import (COMMAND_FILES, COMPETENCE_FIGURE, C
                                              TRAIN_SUMMARY_FILE, TRAINING_LOSS_FIGURE, calibration_files)
 from hmmtf.options import (add_overwrite_option, check_output_folder, check_results_owner, check_study_owner,
                            default_results_folder, device, non_negative_int, output_folder, positive_float,
-                           positive_int)
+                           positive_int, result_text)
 
 COMPETENCE_OPTION_DEFAULTS = {"ceiling_particles": CEILING_SETTINGS.particles, "ceiling_moves": CEILING_SETTINGS.moves,
                               "ceiling_seed": CEILING_SETTINGS.seed, "competence_prompts": None,
@@ -113,7 +113,7 @@ def run_train(args) -> int:
             "num_threads": torch.get_num_threads(),
             "parameters": result.model.num_parameters(),
         }
-        (run_dir / TRAIN_SUMMARY_FILE).write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        (run_dir / TRAIN_SUMMARY_FILE).write_text(result_text(summary))
         print(json.dumps(summary, indent=2, allow_nan=False))
     shutdown_distributed()
     return 0
@@ -168,7 +168,7 @@ def evaluate_into(args, run: LoadedRun, device: torch.device, out: Path) -> int:
         regime=regime,
     )
     written = to_json(report)
-    (out / EVALUATION_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
+    (out / EVALUATION_FILE).write_text(result_text(written))
     plot_in_context(written, out / IN_CONTEXT_FIGURE)
     if regime is not None:
         plot_regime(written, out / REGIME_FIGURE)
@@ -273,7 +273,7 @@ def write_competence(args, predictors: dict[str, Predictor], preset, num_prompts
                                     settings, replicates, args.ceiling_backend)
     written = to_json(CompetenceReport(provenance=report.provenance, task=report.task, model=report.model,
                                        evaluation_time_s=time.perf_counter() - started, competence=competence))
-    (out / COMPETENCE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
+    (out / COMPETENCE_FILE).write_text(result_text(written))
     plot_competence(written, out / COMPETENCE_FIGURE)
     return {"out": str(out / COMPETENCE_FILE), "verdict": competence.verdict, "gap_closed": competence.gap_closed,
             "loss": {name: round(metrics.loss, 4) for name, metrics in competence.ladder.all_positions.items()}}
@@ -303,7 +303,7 @@ def write_side_by_side(args, predictors: dict[str, Predictor], mixture: hmm.Mixt
         evaluation_time_s=time.perf_counter() - started,
         evaluation=evaluation,
     ))
-    (out / SIDE_BY_SIDE_FILE).write_text(json.dumps(written, indent=2, allow_nan=False) + "\n")
+    (out / SIDE_BY_SIDE_FILE).write_text(result_text(written))
     plot_side_by_side(written, history_lengths, gd_steps, out / SIDE_BY_SIDE_FIGURE)
     curve = evaluation.by_demonstrations
     return {"out": str(out / SIDE_BY_SIDE_FILE), "num_demonstrations": curve.num_demonstrations,
