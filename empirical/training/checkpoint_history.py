@@ -1,7 +1,7 @@
 """``hmmtf restore-checkpoint DIR``: write back, from git history, the tensors that a committed
 checkpoint folder no longer holds.
 
-The tracked tree stays at most 50 MiB (``tests/test_tree_size.py``), so the run folders of the
+The tracked tree stays at most 35 MiB (``tests/test_tree_size.py``), so the run folders of the
 learning-curve studies keep their record but not their tensors: ``models/curves/RUN/checkpoint/``
 keeps ``config.json`` only (``models/README.md``). Evaluating or analysing needs the weights;
 resuming or branching a run (``hmmtf curve``, ``empirical.training.train.branch_run``) needs
