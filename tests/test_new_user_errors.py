@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import hmmtf
+import tiny_pipeline
 from empirical.training import checkpoint as checkpoint_module
 from empirical.training.checkpoint import load_checkpoint, save_checkpoint
 from empirical.training.model import RoFormer, RoFormerConfig
@@ -21,6 +22,8 @@ from empirical.training.result_files import COMMAND_FILES, ResultFiles
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE
 from hmmtf.options import CHECKOUT, check_committed_results, check_results_owner, check_study_owner
 
+TINY_RUN = pytest.mark.xdist_group(tiny_pipeline.GROUP)
+"""The tests that read the tiny run, on the worker that makes it (:mod:`tiny_pipeline`)."""
 QUICK_EVALUATION = ["--num-prompts", "4", "--hand-built-prompts", "0", "--fresh-tasks", "0", "--ceiling-particles", "0"]
 """``hmmtf evaluate`` without its long sections: seconds."""
 
@@ -71,6 +74,7 @@ def test_a_study_companion_without_its_report_is_refused(tmp_path):
         check_study_owner(out, "hmmtf plateau --arm a r --baseline a", COMMAND_FILES["plateau"], overwrite=False)
 
 
+@TINY_RUN
 def test_an_export_into_a_folder_with_the_users_weight_file_is_refused_and_the_file_kept(tiny_run, tmp_path, capsys):
     """Issue 68, item 1: the owner check read only config.json, and replaced a lone model.safetensors."""
     out = tmp_path / "u"
@@ -81,6 +85,7 @@ def test_an_export_into_a_folder_with_the_users_weight_file_is_refused_and_the_f
     assert (out / "model.safetensors").read_text() == "mine"
 
 
+@TINY_RUN
 def test_an_evaluation_into_a_folder_with_the_users_figure_is_refused_before_it_computes(tiny_run, tmp_path, capsys):
     out = tmp_path / "u"
     out.mkdir()
@@ -90,6 +95,7 @@ def test_an_evaluation_into_a_folder_with_the_users_figure_is_refused_before_it_
     assert snapshot(out) == {"in_context.png": b"mine"}
 
 
+@TINY_RUN
 def test_a_rerun_with_fewer_sections_removes_the_earlier_ones_so_the_folder_holds_one_evaluation(tiny_run, tmp_path,
                                                                                                    capsys):
     """Issue 68, item 2: the competence result and regime figure of an earlier evaluation of the same
@@ -211,6 +217,7 @@ def test_a_full_disk_during_training_is_one_line_and_leaves_no_partial_checkpoin
 
 # Silent cases.
 
+@TINY_RUN
 def test_an_ngram_verdict_on_one_fresh_hmm_is_refused(tiny_run, capsys):
     """One HMM is one cluster: its clustered intervals have zero width."""
     line = refused(["ngram-verdict", str(tiny_run), "--fresh-tasks", "1"], capsys)
@@ -272,6 +279,7 @@ def test_study_commands_on_a_missing_or_wrong_run_folder_name_the_option(tmp_pat
     assert line.startswith(f"hmmtf curve: error: --branch-from: '{missing}' does not exist")
 
 
+@TINY_RUN
 def test_a_truncated_training_log_is_said_in_one_line_and_the_evaluation_written(tiny_run, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("*.lock"))
@@ -288,6 +296,7 @@ def test_a_truncated_training_log_is_said_in_one_line_and_the_evaluation_written
     assert (out / "evaluation.json").is_file() and not (out / "training_loss.png").exists()
 
 
+@TINY_RUN
 def test_rerunning_a_finished_training_says_there_is_nothing_left_and_keeps_its_summary(tiny_run, tmp_path, capsys):
     from tiny_pipeline import train_argv
     run = tmp_path / "run"
@@ -314,6 +323,8 @@ def test_every_command_that_reads_a_checkpoint_has_a_default_output_folder(comma
     assert args.out is None
 
 
+@pytest.mark.long_running  # a whole n-gram verdict, a few seconds on 2 cores
+@TINY_RUN
 def test_a_measurement_writes_to_its_inputs_own_folder_by_default(tiny_run, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     shutil.copytree(tiny_run / CHECKPOINT_DIR, tmp_path / "models" / "a")
