@@ -335,6 +335,25 @@ RESULTS: tuple[Result, ...] = (
            50),
           ("paper-dirichlet-0.1", " --mixture paper-dirichlet-0.1", 16, "", ("empirical/plotting.py",
                                                                               "empirical/analysis/ngram_verdict.py"), 20))),
+    *(Result(f"figures/competence/ceiling-lower-{name}.json",
+             f"python benchmarks/ceiling_lower_bounds.py {arguments} --work runs/ceiling-lower/{name} (once per setting "
+             f"and --count, see docs/hmm.md), then the same with --gather{gather} --out "
+             f"figures/competence/ceiling-lower-{name}.json",
+             ("benchmarks/ceiling_lower_bounds.py", "benchmarks/ceiling_bounds.py", "hmm/bidirectional.py",
+              "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "hmm/generators.py",
+              "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/evaluate.py",
+              "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", "hmm/memory.py",
+              "empirical/plotting.py", "empirical/analysis/ngram_verdict.py", *ROFORMER, *MIXTURE, *models),
+             needs=needs)
+      for name, arguments, gather, models, needs in (
+          ("paper", "--preset paper", " --upper figures/competence/ceiling-paper.json --models "
+           "models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-2x4x64-3x",
+           ("models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/", "models/paper-scale-cpu/paper-2x4x64-3x/checkpoint/",
+            "figures/competence/ceiling-paper.json"), "about 12 minutes of CPU"),
+          ("paper-sparse", "--preset paper --mixture paper-sparse", " --models models/paper-scale-cpu/sparse-2x4x64-2x",
+           ("models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint/",),
+           "about 4 minutes of CPU, and the network's weights (hmmtf restore-checkpoint "
+           "models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint --weights-only)"))),
     Result("figures/paper-scale/sweep/sweep.json",
            "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
            "(on a lent GPU, docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
