@@ -1,7 +1,8 @@
 """Generated blocks inside hand-written files: the lines between ``<!-- NAME:start -->`` and
 ``<!-- NAME:end -->`` belong to a generator, the rest of the file to its authors.
 
-Names in use: ``ledger:results`` (README.md, :mod:`ledger.render`), ``bench:hmm`` (README.md) and
+Names in use: ``ledger:findings`` (README.md, :mod:`ledger.findings`), ``ledger:results``
+(docs/results.md, :mod:`ledger.render`), ``bench:hmm`` (README.md) and
 ``bench:hmm-table`` (docs/hmm.md, :mod:`ledger.bench_text`); :mod:`ledger.generated` lists them.
 """
 from __future__ import annotations

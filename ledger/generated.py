@@ -1,6 +1,7 @@
 """Every text the ledger generates, and where it goes: docs/claims.md as a whole file, and marked
-blocks (:mod:`ledger.blocks`) inside README.md, docs/hmm.md and docs/ARCHITECTURE.md (the
-package map, :mod:`ledger.architecture`). ``hmmtf ledger`` writes them;
+blocks (:mod:`ledger.blocks`) inside README.md (the findings, :mod:`ledger.findings`; the HMM
+engine's benchmark), docs/results.md (every claim's verdict), docs/hmm.md and docs/ARCHITECTURE.md
+(the package map, :mod:`ledger.architecture`). ``hmmtf ledger`` writes them;
 ``hmmtf ledger --check`` fails when a committed one differs from what the results generate."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ledger import architecture, bench_text, render
+from ledger import architecture, bench_text, findings, render
 from ledger.blocks import replace_block
 from ledger.documents import Doc
 
@@ -34,7 +35,8 @@ def _bench(render_results: Callable[[dict], str]) -> Callable[[Path], str]:
 
 TARGETS: tuple[Target, ...] = (
     Target(render.PAGE, None, None, render.claims_page),
-    Target("README.md", render.RESULTS_BLOCK, None, render.readme_block),
+    Target("README.md", findings.BLOCK, None, findings.findings_block),
+    Target(render.RESULTS_PAGE, render.RESULTS_BLOCK, None, render.results_block),
     Target("README.md", "bench:hmm", bench_text.RESULTS, _bench(bench_text.readme_paragraph)),
     Target("docs/hmm.md", "bench:hmm-table", bench_text.RESULTS, _bench(bench_text.docs_table)),
     Target("docs/ARCHITECTURE.md", "architecture:packages", "ledger/architecture.py", architecture.import_table),

@@ -190,10 +190,3 @@ def results_block(root: Path, sections: tuple[Section, ...] = SECTIONS, matrix: 
                          f"{_cell(row.outcome.number)} | {row.outcome.verdict.value} |")
     return "\n".join(lines)
 
-
-README_BLOCK = RESULTS_BLOCK
-
-
-def readme_block(root: Path) -> str:
-    """The results block as README.md holds it until it moves to docs/results.md (issue 69)."""
-    return results_block(root, page=PAGE)

@@ -34,7 +34,7 @@ from ledger.documents import Doc, LedgerError
 from ledger.outcomes import judge
 from ledger.provenance import Recorded, Status, code_fingerprint, freshness, recorded_commit
 from ledger.registry import SECTIONS, all_claims
-from ledger.render import README_BLOCK, anchor, claims_page, readme_block
+from ledger.render import RESULTS_BLOCK, RESULTS_PAGE, anchor, claims_page, results_block
 from ledger.results import RESULTS, Result, registered
 from ledger.timings import POLL_SECONDS, remeasure, timing_argv, wait_for_idle
 
@@ -42,15 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @functools.cache
-def committed_readme_block() -> str:
-    """``readme_block(ROOT)``, generated once per process: the committed results do not change
+def committed_results_block() -> str:
+    """``results_block(ROOT)``, generated once per process: the committed results do not change
     while the suite runs (the tests that plant changes plant them in copies)."""
-    return readme_block(ROOT)
+    return results_block(ROOT)
 
 
 @functools.cache
 def committed_claims_page() -> str:
-    """``claims_page(ROOT)``, generated once per process (as :func:`committed_readme_block`)."""
+    """``claims_page(ROOT)``, generated once per process (as :func:`committed_results_block`)."""
     return claims_page(ROOT)
 
 
@@ -70,14 +70,14 @@ def test_committed_pages_equal_what_the_committed_results_generate():
     assert generated.stale(ROOT) == [], "run hmmtf ledger"
 
 
-def test_the_readme_block_is_the_generated_one_and_round_trips():
-    readme = (ROOT / "README.md").read_text()
-    assert block_body(readme, README_BLOCK, "README.md") == committed_readme_block()
+def test_the_results_block_is_the_generated_one_and_round_trips():
+    page = (ROOT / RESULTS_PAGE).read_text()
+    assert block_body(page, RESULTS_BLOCK, RESULTS_PAGE) == committed_results_block()
     body = "a\n| b |"
-    once = replace_block(readme, README_BLOCK, body, "README.md")
-    assert block_body(once, README_BLOCK, "README.md") == body
-    assert replace_block(once, README_BLOCK, body, "README.md") == once
-    assert replace_block(once, README_BLOCK, committed_readme_block(), "README.md") == readme
+    once = replace_block(page, RESULTS_BLOCK, body, RESULTS_PAGE)
+    assert block_body(once, RESULTS_BLOCK, RESULTS_PAGE) == body
+    assert replace_block(once, RESULTS_BLOCK, body, RESULTS_PAGE) == once
+    assert replace_block(once, RESULTS_BLOCK, committed_results_block(), RESULTS_PAGE) == page
 
 
 def _markdown_table(block: str, header_start: str) -> list[list[str]]:
@@ -90,12 +90,12 @@ def _markdown_table(block: str, header_start: str) -> list[list[str]]:
 
 
 def _link(verdict: Verdict, claim_id: str) -> str:
-    return f"[{verdict.value}](docs/claims.md#{anchor(claim_id)})"
+    return f"[{verdict.value}](claims.md#{anchor(claim_id)})"
 
 
-def test_the_readme_matrix_has_a_row_per_regime_claim_and_a_column_per_network_then_the_paper_scale():
+def test_the_results_matrix_has_a_row_per_regime_claim_and_a_column_per_network_then_the_paper_scale():
     models = (LADDER_MODEL, *REGIME_MODELS)
-    header, *rows = _markdown_table(committed_readme_block(), "| claim |")
+    header, *rows = _markdown_table(committed_results_block(), "| claim |")
     assert header[1:] == [model.name for model in models] + [PAPER_SCALE_NETWORK.name]
     claims = {model.name: {claim.id.removeprefix(f"{model.prefix}-"): claim for claim in regime_claims(model)}
               for model in models}
@@ -115,9 +115,9 @@ def test_the_readme_matrix_has_a_row_per_regime_claim_and_a_column_per_network_t
                                else _link(outcomes[measured].verdict, measured))
 
 
-def test_every_claim_is_in_the_readme_once_linked_to_an_anchor_of_the_page_and_counted():
-    block, page = committed_readme_block(), committed_claims_page()
-    linked = collections.Counter(re.findall(r"\]\(docs/claims\.md#([a-z0-9-]+)\)", block))
+def test_every_claim_is_in_the_results_once_linked_to_an_anchor_of_the_page_and_counted():
+    block, page = committed_results_block(), committed_claims_page()
+    linked = collections.Counter(re.findall(r"\]\(claims\.md#([a-z0-9-]+)\)", block))
     assert set(linked) <= set(re.findall(r'<a id="([a-z0-9-]+)"></a>', page))
     # the placeholder's claim: its own line among the other claims and every cell of the paper-scale column
     # but those a claim measured otherwise (which then appears there only)
@@ -199,7 +199,7 @@ def test_a_planted_change_in_a_copied_json_changes_the_pages_and_the_verdict(tmp
 
     _plant(root, "figures/cpu-small/evaluation.json", worse_model)
     page = claims_page(root)
-    assert page != committed_claims_page() and readme_block(root) != committed_readme_block()
+    assert page != committed_claims_page() and results_block(root) != committed_results_block()
     row = next(line for line in page.splitlines() if line.startswith('| <a id="f1-accuracy"'))
     assert "25.0% of the unigram-to-Bayes gap" in row and "**not reproduced**" in row
 
@@ -231,9 +231,10 @@ def test_writing_the_pages_of_changed_results_makes_them_current(tmp_path):
     root = _copy_results(tmp_path)
     _plant(root, "figures/cpu-small/evaluation.json", lambda document: document["by_demonstrations"]["model"]
            ["accuracy"].__setitem__(0, 0.5))
-    assert sorted(generated.stale(root)) == ["README.md", "docs/claims.md"]
-    assert sorted(generated.write(root)) == ["README.md", "docs/claims.md"]
-    assert generated.stale(root) == [] and "0.500 ± 0.005 (k = 0)" in (root / "README.md").read_text()
+    # the README's findings count the verdicts, and the planted accuracy turns one
+    assert sorted(generated.stale(root)) == ["README.md", "docs/claims.md", RESULTS_PAGE]
+    assert sorted(generated.write(root)) == ["README.md", "docs/claims.md", RESULTS_PAGE]
+    assert generated.stale(root) == [] and "0.500 ± 0.005 (k = 0)" in (root / RESULTS_PAGE).read_text()
 
 
 def test_check_says_where_a_generated_page_differs(tmp_path):
@@ -241,14 +242,14 @@ def test_check_says_where_a_generated_page_differs(tmp_path):
     _plant(root, "figures/cpu-small/evaluation.json", lambda document: document["by_demonstrations"]["model"]
            ["accuracy"].__setitem__(0, 0.298))  # a number on the row, the verdict as it was
     reasons = {problem.path: problem.reason for problem in generated_problems(root)}
-    assert sorted(reasons) == ["README.md", "docs/claims.md"]
-    committed = (root / "README.md").read_text().splitlines()
-    number = next(index for index, line in enumerate(committed, start=1) if "(docs/claims.md#f1-demonstrations)" in line)
+    assert sorted(reasons) == ["docs/claims.md", RESULTS_PAGE]
+    committed = (root / RESULTS_PAGE).read_text().splitlines()
+    number = next(index for index, line in enumerate(committed, start=1) if "(claims.md#f1-demonstrations)" in line)
     assert committed[number - 1].startswith("| Fig. 1 | [Accuracy improves as more demonstrations are given.]")
-    assert reasons["README.md"].startswith(f"differs from what the results generate: line {number} "
-                                           f"({committed[number - 1][:40]!r}...), column ")
+    assert reasons[RESULTS_PAGE].startswith(f"differs from what the results generate: line {number} "
+                                            f"({committed[number - 1][:40]!r}...), column ")
     assert re.search(r"committed '[^']*0\.297 ± 0\.005 \(k = 0\)[^']*', generated '[^']*0\.298 ± 0\.005 \(k = 0\)",
-                     reasons["README.md"])
+                     reasons[RESULTS_PAGE])
 
 
 def test_first_difference_names_the_line_and_both_versions_or_nothing():
