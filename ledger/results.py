@@ -113,7 +113,7 @@ ANALYSIS = ("empirical/analysis/", "!empirical/analysis/figures.py", "!empirical
 its command module (``hmmtf/commands/analyze.py``), which parses the options into the sections'
 config (``AnalysisConfig``, in ``report.py``) and writes what they computed, nor its figures, as the
 Markov study's are not listed either."""
-FRESH_HMM_REFERENCES = ("empirical/yardsticks/curves.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py",
+FRESH_HMM_REFERENCES = ("empirical/yardsticks/curves.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/variable_order.py",
                         "hmm/prior_predictive.py", "hmm/particle_filter.py", "hmm/markov.py", "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py",
                         "hmm/families.py", *ROFORMER, *MIXTURE)
 """What the one-checkpoint commands (``hmmtf heads``, ``klmap``, ``beliefs``) share: the fresh-HMM
@@ -138,7 +138,7 @@ model, the n-grams or the SMC would rewrite the same numbers, and calling the re
 would claim a recomputation that did not happen. What a run's recorded numbers were measured
 with is in its ``curve_baselines.json`` (the probe and the ceiling's SMC settings). Not the run
 folders' tensors, which it does not read (they left the tree: ``hmmtf restore-checkpoint``)."""
-COMPETENCE = ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "hmm/prior_predictive.py",
+COMPETENCE = ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/variable_order.py", "hmm/prior_predictive.py",
               "hmm/particle_filter.py", "hmm/markov.py", "empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py",
               "empirical/yardsticks/hand_built.py", *ROFORMER, *MIXTURE, *CONSTRUCTION)
 """``hmmtf evaluate``'s ``competence.json``: the ladder on fresh HMMs (the n-grams, the model, the
@@ -153,7 +153,7 @@ PAPER_SCALE_EVALUATE = (
 EVALUATE = ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE)
 """``hmmtf evaluate``'s ``evaluation.json`` with its regime section: the model, the training mixture's
 Bayes predictor, the oracle and the fresh HMMs."""
-NGRAM_VERDICT = ("empirical/analysis/ngram_verdict.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/evaluate.py",
+NGRAM_VERDICT = ("empirical/analysis/ngram_verdict.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/variable_order.py", "empirical/yardsticks/evaluate.py",
                  "empirical/yardsticks/regime.py", "empirical/yardsticks/hand_built.py", "hmm/memory.py", "hmm/families.py", *ROFORMER,
                  *MIXTURE)
 """``hmmtf ngram-verdict``: its prompts, the model's predictions, the in-context n-grams (fitted as
