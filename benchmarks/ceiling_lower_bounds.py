@@ -205,9 +205,11 @@ def plot(result: dict, path: Path) -> None:
                           (entry["cpu_seconds_per_prompt"], lower["mean"]), fontsize=6, xytext=(4, -9),
                           textcoords="offset points")
         others = scored["on_the_largest_setting's_prompts"]
-        styles = {"oracle": ("black", ":"), "ngram 3": ("tab:orange", "--"), "ngram 1": ("tab:gray", "--")}
+        styles = {"oracle": ("black", ":"), "ngram 3": ("tab:orange", "--"), "ngram 1": ("tab:gray", "--"),
+                  "parameter-space SMC": ("tab:red", "-")}
         for name, (color, style) in styles.items():
-            axis.axhline(others[name]["loss"]["mean"], color=color, linestyle=style, label=f"{name} (same prompts)")
+            if name in others:  # the SMC where --smc-particles ran it
+                axis.axhline(others[name]["loss"]["mean"], color=color, linestyle=style, label=f"{name} (same prompts)")
         for name, values in others.items():
             if name.startswith("models/"):
                 axis.axhline(values["loss"]["mean"], color="tab:purple", linewidth=0.8,

@@ -353,7 +353,9 @@ RESULTS: tuple[Result, ...] = (
           ("paper-sparse", "--preset paper --mixture paper-sparse", " --models models/paper-scale-cpu/sparse-2x4x64-2x",
            ("models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint/",),
            "about 4 minutes of CPU, and the network's weights (hmmtf restore-checkpoint "
-           "models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint --weights-only)"))),
+           "models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint --weights-only)"),
+          ("s16", "--preset tasks-8192-deep --count 32 --chains 4", " --smc-particles 256 --smc-replicates 2", (),
+           "about 6 minutes of CPU"))),
     Result("figures/paper-scale/sweep/sweep.json",
            "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
            "(on a lent GPU, docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
