@@ -28,12 +28,12 @@ import torch
 
 from construction import checks
 from construction.layout import Layout
-from construction.network import DEFAULT_TOLERANCE, Network, build_network, embed, propagate
+from construction.network import DEFAULT_TOLERANCE, build_network, embed, propagate
 from construction.spec import ConstructionSpec
-from construction.weights import SCALED_WEIGHTS
+from construction.weights import SCALED_WEIGHTS, AttentionLayer, Layer
 
 UNIT_NETWORKS = 4
-"""Networks at ``beta = eta = 1`` kept between calls (one per (p, L, T, m, theta, ...) in use)."""
+"""Units at ``beta = eta = 1`` kept between calls (one per (p, L, T, m, theta, ...) in use)."""
 
 
 @dataclass(frozen=True)
@@ -70,20 +70,41 @@ def shared_spec(specs: Sequence[ConstructionSpec]) -> ConstructionSpec:
     return unit
 
 
+@dataclass(frozen=True)
+class UnitTensors:
+    """What a batched pass reads of the network at ``beta = eta = 1``: its ``layers`` with the
+    heads' matrices dropped (:func:`construction.network.propagate` reads only a layer's name,
+    stage, index and kind) and ``tensors``, :meth:`Network.torch_weights` in float64 (each head
+    restricted to the rows it reads and writes).
+
+    Kept instead of the :class:`Network`, whose heads hold dense ``D x D`` matrices: at the paper
+    family's p = 16 with T = 32 the networks of L = 1, 2, 3 (D = 310, 583, 856) hold about 0.7,
+    2.4 and 5 GB once built, and :data:`UNIT_NETWORKS` of them (one per prefix length of a
+    prompt) did not fit 24 GiB (``hmmtf klmap`` at 128 states); their restricted tensors take a
+    few MB."""
+
+    layers: tuple[Layer, ...]
+    tensors: list[dict]
+
+
 @lru_cache(maxsize=UNIT_NETWORKS)
-def unit_network(unit: ConstructionSpec) -> Network:
-    """``build_network(unit)``, built once per unit spec (its torch tensors are cached on it)."""
-    return build_network(unit)
+def unit_tensors(unit: ConstructionSpec) -> UnitTensors:
+    """The :class:`UnitTensors` of ``build_network(unit)``, built once per unit spec; the network
+    itself is not kept."""
+    network = build_network(unit)
+    layers = tuple(dataclasses.replace(layer, heads=()) if isinstance(layer, AttentionLayer) else layer
+                   for layer in network.layers)
+    return UnitTensors(layers, network.torch_weights(torch.float64))
 
 
-def scaled_weights(network: Network, specs: Sequence[ConstructionSpec], dtype: torch.dtype) -> list[dict]:
-    """The layers' tensors of ``network`` (a unit network) with each :data:`SCALED_WEIGHTS`
-    matrix given a leading batch dimension: prompt b's copy times ``specs[b].beta`` or ``.eta``
-    (products taken in float64, then cast to ``dtype``, as the builders do)."""
+def scaled_weights(unit: UnitTensors, specs: Sequence[ConstructionSpec], dtype: torch.dtype) -> list[dict]:
+    """The layers' tensors of ``unit`` with each :data:`SCALED_WEIGHTS` matrix given a leading
+    batch dimension: prompt b's copy times ``specs[b].beta`` or ``.eta`` (products taken in
+    float64, then cast to ``dtype``, as the builders do)."""
     scales = {name: torch.tensor([getattr(spec, name) for spec in specs], dtype=torch.float64)
               for name in ("beta", "eta")}
     scaled = []
-    for layer, tensors in zip(network.layers, network.torch_weights(torch.float64)):
+    for layer, tensors in zip(unit.layers, unit.tensors):
         if layer.stage in SCALED_WEIGHTS:
             part, parameter = SCALED_WEIGHTS[layer.stage]
             tensors = {**tensors, part: scales[parameter][:, None, None, None] * tensors[part]}
@@ -124,10 +145,10 @@ def forward_batch(specs: Sequence[ConstructionSpec], tokens, *, dtype: torch.dty
     checks.check_angle(unit, num_columns)
     for spec in specs:
         checks.check_beta(spec, num_columns, tolerance, allow_leak)
-    network = unit_network(unit)
+    compiled = unit_tensors(unit)
     stream = torch.as_tensor(np.stack([embed(prompt, unit.layout, unit.theta) for prompt in tokens]), dtype=dtype)
     eta = torch.tensor([spec.eta for spec in specs], dtype=torch.float64)
     # propagate() holds the embedded stream before the loop rebinds the name to each layer's output.
-    for _, stream, _, _ in propagate(stream, network.layers, scaled_weights(network, specs, dtype), unit, eta):  # noqa: B020
+    for _, stream, _, _ in propagate(stream, compiled.layers, scaled_weights(compiled, specs, dtype), unit, eta):  # noqa: B020
         continue  # only the stream after the read-out is kept: B residual streams per layer are too many
     return BatchTrace(layout=unit.layout, stream=stream)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from construction import build_network, forward_batch, parameters_for_prompt
-from construction.batch import scaled_weights, unit_network
+from construction.batch import scaled_weights, unit_tensors
 from construction.weights import SCALED_WEIGHTS
 from empirical.training.data import held_out_prompts
 from empirical.training.presets import get_preset
@@ -28,11 +28,11 @@ SPECS = [parameters_for_prompt(tokens, P, L, T) for tokens in PROMPTS]
 
 
 def test_scaled_weights_are_the_builders_weights_entry_by_entry():
-    network = unit_network(replace(SPECS[0], beta=1.0, eta=1.0))
-    batched = scaled_weights(network, SPECS, torch.float64)
+    unit = unit_tensors(replace(SPECS[0], beta=1.0, eta=1.0))
+    batched = scaled_weights(unit, SPECS, torch.float64)
     for b, spec in enumerate(SPECS):
         own = build_network(spec).torch_weights(torch.float64)
-        for layer, mine, theirs in zip(network.layers, batched, own):
+        for layer, mine, theirs in zip(unit.layers, batched, own):
             for name, value in theirs.items():
                 scaled = layer.stage in SCALED_WEIGHTS and name == SCALED_WEIGHTS[layer.stage][0]
                 got = mine[name][b] if scaled else mine[name]
