@@ -35,7 +35,7 @@ from hmmtf.commands import reproduce as reproduce_command
 from empirical.reproduce.bundle import write_bundle
 from empirical.reproduce.config import reproduce_config
 from empirical.reproduce.record import read_json, read_status
-from empirical.reproduce.stages import STAGE_NAMES, plan_costs
+from empirical.reproduce.stages import plan_costs, preset_stages
 from empirical.training.train import learning_rate
 from killed_processes import kill_and_check_no_orphan
 from recorded_figures import figures_recorded_not_drawn
@@ -49,6 +49,9 @@ FIGURES = ("evaluate/in_context.png", "evaluate/training_loss.png", "analyze/shu
            "analyze/probes_task_state.png", "analyze/probes_previous_tokens.png", "analyze/attention_trained.png",
            "analyze/attention_hand_built_vs_trained.png", "analyze/offset_profiles.png", "analyze/offset_summary.png",
            "patching/patching_state_forcing.png", "patching/patching_history.png")
+PAPER_STAGES = ("mixture", "train", "evaluate", "analyze", "patching", "bundle")
+"""The stages of ``paper`` and ``paper-mini`` (``paper-cpu`` adds the competence gate:
+``tests/test_empirical_reproduce_cpu.py``)."""
 RESULTS = ("mixture/mixture.json", "evaluate/evaluation.json", "analyze/analysis.json", "patching/patching.json",
            "train/metrics.jsonl")
 
@@ -181,7 +184,7 @@ def test_paper_plan_on_an_assumed_h100_fits_the_session_in_two_calls_with_the_ho
     slow_host = plan.HostTimings(mixture_s=68, batch_s=0.03, hand_built_s=1.9, hand_built_forward_s=0.51,
                                  decode_s=4e-3, hand_built_width=1675, hand_built_layers=9)
     costs = plan_costs(config, h100, slow_host)
-    assert [cost.stage for cost in costs] == list(STAGE_NAMES)
+    assert [cost.stage for cost in costs] == list(PAPER_STAGES)
     budget = plan.Budget(reproduce_command.DEFAULT_BUDGET_MINUTES, reproduce_command.DEFAULT_CALL_MINUTES)
     assert budget == plan.Budget(14, 10)
     plan.check_budget(costs, budget)
@@ -295,7 +298,7 @@ def test_bundle_holds_every_json_and_figure_and_refuses_more_than_the_limit(tmp_
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--preset", "huge"], r"--preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-mini', .*'tiny'\]"),
+    (["--preset", "huge"], r"--preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-cpu', 'paper-cpu-mini', 'paper-mini', .*'tiny'\]"),
     (["--preset", "paper-mini", "--device", "cpu", "--budget-minutes", "0.0001"],
      r"--budget-minutes: 0.0001; the stages to run are planned at .* min \(mixture .* s, train .* s, .*, "
      r"patching .* s, bundle .* s\); "
@@ -342,7 +345,7 @@ def paper_mini_run(tmp_path_factory):
 def test_paper_mini_runs_every_stage_and_bundles_its_results(paper_mini_run):
     whole = paper_mini_run
     record = json.loads((whole / "record.json").read_text())
-    assert list(record["stages"]) == list(STAGE_NAMES)
+    assert list(record["stages"]) == [stage.name for stage in preset_stages("paper-mini")] == list(PAPER_STAGES)
     assert all(entry["status"] == "done" and len(entry["attempts"]) == 1 for entry in record["stages"].values())
     invocation = record["invocations"][0]
     assert invocation["command"] == f"hmmtf reproduce --preset paper-mini --device cpu --out {whole} --threads 1"
@@ -496,7 +499,7 @@ def test_paper_mini_interrupted_in_training_and_in_the_analysis_resumes_to_the_u
     assert (f"hmmtf reproduce: resuming {resumed}: mixture, train, evaluate, analyze done; from stage "
             f"patching\n") in capsys.readouterr().err
     record = json.loads((resumed / "record.json").read_text())
-    assert [entry["status"] for entry in record["stages"].values()] == ["done"] * len(STAGE_NAMES)
+    assert [entry["status"] for entry in record["stages"].values()] == ["done"] * len(PAPER_STAGES)
     assert record["stages"]["train"]["attempts"][0]["interrupted_by"] == "SIGINT"
     assert read_status(resumed)["state"] == "finished"
 

@@ -22,6 +22,13 @@ the others):
   previous-token probes up to 3 back (70 probe fits instead of 112 for 5), 64 patched and 256
   centroid prompts, at most 128 of the 169 state-forcing items found (the paper run's capped
   path).
+* ``paper-cpu``: the paper's (the same mixture and prompt format), so that its audit is the paper
+  run's; ``paper-cpu-mini``: paper-mini's.
+
+The competence gate (the stage ``ngram-verdict``, run by the presets of :data:`VERDICT_SETTINGS`
+only): ``hmmtf ngram-verdict``'s comparison with the in-context n-grams and the variable-order
+predictor, at the settings of the committed 128-state verdicts for ``paper-cpu`` (4096 prompts of
+8192 fresh HMMs) and at a size that runs in seconds for ``paper-cpu-mini``.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from empirical.analysis.ngram_verdict import NgramVerdictSettings
 from empirical.analysis.report import AnalysisConfig
 from empirical.training.presets import ExperimentPreset, get_preset
 
@@ -48,16 +56,24 @@ ANALYSIS_CONFIGS: dict[str, AnalysisConfig] = {
                                  hand_built_prompts=4, probe_tasks=16, max_distance=3, centroid_prompts=256,
                                  patching_prompts=64, max_forcing_items=128, sections=ANALYZE_SECTIONS),
 }
+ANALYSIS_CONFIGS.update({"paper-cpu": ANALYSIS_CONFIGS["paper"], "paper-cpu-mini": ANALYSIS_CONFIGS["paper-mini"]})
+
+VERDICT_SETTINGS: dict[str, NgramVerdictSettings] = {
+    "paper-cpu": NgramVerdictSettings(),
+    "paper-cpu-mini": NgramVerdictSettings(prompts=64, fresh_tasks=16),
+}
+"""The settings of the stage ``ngram-verdict`` per preset; the presets not named here do not run it."""
 
 
 @dataclass(frozen=True)
 class ReproduceConfig:
     """One reproduction: ``preset`` (its ``train`` already carrying the rehearsal switches),
-    ``analysis`` and ``device``."""
+    ``analysis``, ``device`` and, for the presets that run the competence gate, ``verdict``."""
 
     preset: ExperimentPreset
     analysis: AnalysisConfig
     device: torch.device
+    verdict: NgramVerdictSettings | None = None
 
     @property
     def train_dtype(self) -> torch.dtype:
@@ -66,6 +82,14 @@ class ReproduceConfig:
         precision = self.preset.train.precision
         autocast = precision == "bf16-cpu" or (precision == "bf16" and self.device.type == "cuda")
         return torch.bfloat16 if autocast else torch.float32
+
+    @property
+    def verdict_settings(self) -> NgramVerdictSettings:
+        """``verdict``; ``ValueError`` naming the preset when it runs no competence gate."""
+        if self.verdict is None:
+            raise ValueError(f"preset: {self.preset.name!r} runs no ngram-verdict stage; expected one of "
+                             f"{sorted(VERDICT_SETTINGS)}")
+        return self.verdict
 
     def settings(self) -> dict:
         """JSON of everything that determines the outputs: a resumed run must match it (as read
@@ -77,6 +101,7 @@ class ReproduceConfig:
             "train": self.preset.train.to_dict(),
             "analysis": dataclasses.asdict(self.analysis),
             "device_type": self.device.type,
+            **({"ngram_verdict": dataclasses.asdict(self.verdict)} if self.verdict is not None else {}),
         }, allow_nan=False))
 
 
@@ -117,4 +142,5 @@ def reproduce_config(preset_name: str, device_name: str | None, *, compile_model
     if cpu_bf16:
         train = dataclasses.replace(train, precision="bf16-cpu")
     preset = dataclasses.replace(preset, train=train)
-    return ReproduceConfig(preset, ANALYSIS_CONFIGS.get(preset.name, AnalysisConfig(sections=ANALYZE_SECTIONS)), device)
+    return ReproduceConfig(preset, ANALYSIS_CONFIGS.get(preset.name, AnalysisConfig(sections=ANALYZE_SECTIONS)), device,
+                           VERDICT_SETTINGS.get(preset.name))

@@ -36,6 +36,7 @@ import hmm
 from empirical.analysis.networks import hand_built_network
 from empirical.analysis.patching import CONTROLS
 from empirical.analysis.probes import PROBE_MAX_ITERATIONS, probe_positions
+from empirical.yardsticks.competence import FIT_PROMPTS
 from empirical.yardsticks.evaluate import EVAL_BATCH
 from empirical.training.model import RoFormer, forward_flops_per_token, training_flops_per_token
 from empirical.reproduce.config import ReproduceConfig
@@ -82,6 +83,16 @@ FIGURE_SECONDS = 10.0
 PATCHING_FIGURE_SECONDS = 4.0
 """Host time of the two patching figures (2.6-4.0 s for ``paper-mini``'s on the loaded 2-core CPU
 machine; they do not grow with the prompt counts)."""
+IN_CONTEXT_FIT_SECONDS_PER_TOKEN = 2.6e-4
+"""Host seconds per token of the fitting prompts of fitting the in-context predictors'
+concentrations (:func:`empirical.yardsticks.competence.fitted_in_context`: the n-grams of orders
+1-3 and the CTW of depth 6 on :data:`~empirical.yardsticks.competence.FIT_PROMPTS` prompts): 34.6 s
+of CPU time (``time.process_time``, one thread) for the paper format's 512 x 263 tokens on the
+2-core AMD EPYC (AVX2) machine, 2026-12-07. CPU time, not wall time: the machine was loaded."""
+IN_CONTEXT_SECONDS_PER_TOKEN = 1.34e-4
+"""Host seconds per token of scoring prompts with the in-context predictors (n-grams 1-3 0.8, 1.5
+and 2.4 s, CTW 2.8 s) and the oracle (10.6 s): 18.1 s of CPU time for 512 paper prompts of 263
+tokens, measured as :data:`IN_CONTEXT_FIT_SECONDS_PER_TOKEN`."""
 BUNDLE_SECONDS = 5.0
 """Host time to archive the outputs (a few MB of PNG and JSON, gzip)."""
 H100_ASSUMPTIONS = {"float32_tflops": 50.0, "float64_tflops": 50.0, "bandwidth_tbs": 3.0}
@@ -294,6 +305,38 @@ def evaluate_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> S
         f"model {model_s:.1f} s + Bayes {filter_s:.1f} s (max of {filter_flops:.3g} float64 FLOPs at "
         f"{PLANNED_EFFICIENCY:.0%} of {rates.float64 / 1e12:.3g} TFLOP/s and {filter_bytes:.3g} bytes at "
         f"{rates.bandwidth / 1e12:.3g} TB/s) + host {host_s:.1f} s")
+
+
+def ngram_verdict_work(config: ReproduceConfig) -> float:
+    """Float32 FLOPs of the model's pass over the competence gate's prompts:
+    ``forward_flops_per_token(N) N prompts``."""
+    preset, settings = config.preset, config.verdict_settings
+    model_config = preset.model_config(preset.mixture_spec.num_tokens)
+    length = preset.prompt_format.length
+    return float(forward_flops_per_token(model_config, length)) * length * settings.prompts
+
+
+def ngram_verdict_cost(config: ReproduceConfig, rates: Rates, host: HostTimings) -> StageCost:
+    """The competence gate (``hmmtf ngram-verdict``): the model's pass (:func:`ngram_verdict_work`) on
+    the device; host: generating two mixtures of ``fresh_tasks`` HMMs (the prompts' and the fitting
+    prompts', ``host.mixture_s`` scaled from the preset's K), sampling their prompts, fitting the
+    in-context predictors (:data:`IN_CONTEXT_FIT_SECONDS_PER_TOKEN`) and scoring them and the oracle
+    (:data:`IN_CONTEXT_SECONDS_PER_TOKEN`). Caps: the prompts and the fresh HMMs."""
+    settings, spec = config.verdict_settings, config.preset.mixture_spec
+    flops = ngram_verdict_work(config)
+    device_s = _seconds(flops, rates.float32)
+    mixtures_s = 2 * host.mixture_s * settings.fresh_tasks / spec.num_tasks
+    sampling_s = (settings.prompts + FIT_PROMPTS) / config.preset.train.batch_size * host.batch_s
+    length = config.preset.prompt_format.length
+    predictors_s = (IN_CONTEXT_FIT_SECONDS_PER_TOKEN * FIT_PROMPTS + IN_CONTEXT_SECONDS_PER_TOKEN * settings.prompts) \
+        * length
+    host_s = mixtures_s + sampling_s + predictors_s + FIGURE_SECONDS
+    return StageCost(
+        "ngram-verdict", {"float32": flops}, 0.0, host_s, device_s + host_s,
+        f"device {device_s:.1f} s ({flops:.3g} FLOPs float32) + host {host_s:.0f} s (2 x {settings.fresh_tasks} fresh "
+        f"HMMs {mixtures_s:.0f} s, sampling {sampling_s:.0f} s, in-context predictors and oracle {predictors_s:.0f} s "
+        f"on {settings.prompts} prompts, figure)",
+        {"verdict_prompts": settings.prompts, "fresh_tasks": settings.fresh_tasks})
 
 
 def probe_flops(rows: int, features: int, classes: int) -> float:

@@ -17,14 +17,19 @@ where the run stopped (``interrupted``), and a later invocation resumes there, s
               attention, ``torch.compile`` as the preset says), checkpoints in ``train/checkpoint``
     evaluate  in-context loss / accuracy of the model, the exact Bayes-optimal predictor over all
               K HMMs (float64, on the device) and the unigram (``empirical.yardsticks.evaluate``)
+    ngram-verdict  (the presets of ``config.VERDICT_SETTINGS`` only: ``paper-cpu``) the competence
+              gate: ``hmmtf ngram-verdict``'s comparison of the checkpoint with the in-context
+              n-grams and the variable-order predictor on fresh HMMs
+              (``empirical.analysis.ngram_verdict``); recorded, it does not stop the run
     analyze   ``empirical.analysis``: shuffle test, probes with the random-init baseline, offset
               profiles, attention maps, hand-built vs trained
     patching  ``empirical.analysis.patching``: state forcing of the trained RoFormer (four
               controls) and history patching of it and of the hand-built network
     bundle    every JSON and figure in one archive (``empirical.reproduce.bundle``)
 
-:data:`STAGES` is the one list of stages: a stage is a function writing into its folder and a
-cost function for the plan (``empirical.reproduce.plan``). A stage whose work grows with counts
+:data:`STAGES` is the one list of stages: a stage is a function writing into its folder, a
+cost function for the plan (``empirical.reproduce.plan``) and the presets that run it (every
+preset unless it names them; :func:`preset_stages`). A stage whose work grows with counts
 of the analysis settings returns under ``ran`` the count of each that it ran; the record keeps it
 beside the cap the plan costed it at (``counts``: ``{name: {"cap": ..., "ran": ...}}``).
 """
@@ -46,6 +51,7 @@ import torch
 
 import hmm
 from bounds.serialize import to_json
+from empirical.analysis.ngram_verdict import ngram_verdict_report, plot_ngram_verdict
 from empirical.analysis.report import analyze, patching_report
 from empirical.analysis.report_figures import write_figures, write_patching_figures
 from empirical.training.checkpoint import CONFIG_FILE, load_checkpoint
@@ -55,7 +61,7 @@ from empirical.training.model import training_flops_per_token
 from empirical.reports.plots import plot_in_context, plot_training_loss
 from empirical.reproduce import plan
 from empirical.reproduce.bundle import write_bundle
-from empirical.reproduce.config import ReproduceConfig
+from empirical.reproduce.config import VERDICT_SETTINGS, ReproduceConfig
 from empirical.reproduce.record import (
     PROGRESS_FILE,
     RECORD_FILE,
@@ -66,7 +72,7 @@ from empirical.reproduce.record import (
     write_json,
 )
 from empirical.measurement.roofline import synchronize, timed
-from empirical.training.result_files import ANALYSIS_FILE, EVALUATION_FILE
+from empirical.training.result_files import ANALYSIS_FILE, EVALUATION_FILE, NGRAM_VERDICT_FIGURE, NGRAM_VERDICT_FILE
 from empirical.training.run_control import StopRequest
 from empirical.training.streams import step_lengths, training_stream
 from empirical.training.train import CHECKPOINT_DIR, METRICS_FILE, train
@@ -217,6 +223,25 @@ def evaluate_stage(run: Reproduction) -> dict:
     }
 
 
+def ngram_verdict_stage(run: Reproduction) -> dict:
+    """``ngram-verdict.json`` (the checkpoint's step, then ``hmmtf ngram-verdict``'s report) and its
+    figure for the checkpoint, at the config's ``verdict`` settings; the verdict, whether the
+    network is competent, the FLOPs of the model's pass (:func:`plan.ngram_verdict_work`) and the
+    prompts and fresh HMMs it ran."""
+    config = run.config
+    settings = config.verdict_settings
+    folder = run.folder("ngram-verdict")
+    saved = load_checkpoint(run.checkpoint, config.device)
+    report = ngram_verdict_report(saved.model, config.preset, settings, config.device)
+    written = {"checkpoint_step": saved.config["step"], **report}
+    write_json(folder / NGRAM_VERDICT_FILE, written)
+    plot_ngram_verdict(written, folder / NGRAM_VERDICT_FIGURE)
+    print(f"stage ngram-verdict: {report['verdict']} (competent: {report['competent']})", file=sys.stderr, flush=True)
+    return {"verdict": report["verdict"], "competent": report["competent"],
+            "flops": {"float32": plan.ngram_verdict_work(config)},
+            "ran": {"verdict_prompts": settings.prompts, "fresh_tasks": report["settings"]["fresh_tasks"]}}
+
+
 def analyze_stage(run: Reproduction) -> dict:
     """``analysis.json`` and the six figures of ``empirical.analysis`` for the checkpoint; the
     prompts, probe tasks and hand-built runs it ran (the report's ``sizes`` and ``hand_built``)."""
@@ -256,27 +281,36 @@ def bundle_stage(run: Reproduction) -> dict:
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage: its name (also its folder), what it does, and its cost for the plan."""
+    """A stage: its name (also its folder), what it does, its cost for the plan, and the presets
+    that run it (None: every preset)."""
 
     name: str
     run: Callable[[Reproduction], dict]
     cost: Callable[[ReproduceConfig, plan.Rates, plan.HostTimings], plan.StageCost]
+    presets: tuple[str, ...] | None = None
 
 
 STAGES: tuple[Stage, ...] = (
     Stage("mixture", mixture_stage, plan.mixture_cost),
     Stage("train", train_stage, plan.train_cost),
     Stage("evaluate", evaluate_stage, plan.evaluate_cost),
+    Stage("ngram-verdict", ngram_verdict_stage, plan.ngram_verdict_cost, presets=tuple(VERDICT_SETTINGS)),
     Stage("analyze", analyze_stage, plan.analysis_cost),
     Stage("patching", patching_stage, plan.patching_cost),
     Stage("bundle", bundle_stage, plan.bundle_cost),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
+"""Every stage's name, whichever presets run it (``--stop-after``'s choices)."""
+
+
+def preset_stages(preset: str) -> tuple[Stage, ...]:
+    """The stages of :data:`STAGES` that ``preset`` runs, in order."""
+    return tuple(stage for stage in STAGES if stage.presets is None or preset in stage.presets)
 
 
 def plan_costs(config: ReproduceConfig, rates: plan.Rates, host: plan.HostTimings) -> list[plan.StageCost]:
-    """Every stage's planned cost."""
-    return [stage.cost(config, rates, host) for stage in STAGES]
+    """The planned cost of every stage the config's preset runs."""
+    return [stage.cost(config, rates, host) for stage in preset_stages(config.preset.name)]
 
 
 def done_stages(record: dict | None) -> set[str]:
@@ -336,8 +370,9 @@ class Progress:
 def resume_line(run: Reproduction, done: set[str]) -> str:
     """``hmmtf reproduce: resuming OUT: STAGES done; from stage NAME`` (training: from its
     checkpoint's step), the line a run that resumes a folder prints before its first stage."""
-    to_run = [name for name in STAGE_NAMES if name not in done]
-    done_text = ", ".join(name for name in STAGE_NAMES if name in done) or "no stage"
+    names = [stage.name for stage in preset_stages(run.config.preset.name)]
+    to_run = [name for name in names if name not in done]
+    done_text = ", ".join(name for name in names if name in done) or "no stage"
     if not to_run:
         return f"hmmtf reproduce: resuming {run.out}: {done_text} done; nothing left to run"
     line = f"hmmtf reproduce: resuming {run.out}: {done_text} done; from stage {to_run[0]}"
@@ -377,7 +412,7 @@ def run_stages(config: ReproduceConfig, out: Path, command: str, rates: plan.Rat
     progress = Progress(out, command, costs, done)
     progress.update()
     last_done = None
-    for stage, cost in zip(STAGES, costs):
+    for stage, cost in zip(preset_stages(config.preset.name), costs):
         if stage.name not in done:
             if stop():
                 where = f"after stage {last_done}" if last_done else f"before stage {stage.name}"
