@@ -88,7 +88,7 @@ def compute_prompt(path: Path, index: int, tokens: torch.Tensor, transition: tor
     seconds = time.process_time() - started
     partial = path.with_suffix(f".{os.getpid()}.partial.npz")
     np.savez(partial, log_weights=log_v, cpu_seconds=seconds, prompts=digest,
-             settings=json.dumps({"chains": chains, **schedule._asdict()}))
+             settings=json.dumps({"chains": chains, **schedule._asdict()}, allow_nan=False))
     partial.replace(path)
     return seconds
 
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
               "scopes": summary(settings, baselines, networks, upper, tokens, prompts.task_ids, prompt_format, p),
               "per_prompt_lower": {name: setting["per_prompt"] for name, setting in settings.items()}}
     text = json.dumps(result, indent=1, allow_nan=False)
-    print(json.dumps(result["scopes"], indent=1)[:4000])
+    print(json.dumps(result["scopes"], indent=1, allow_nan=False)[:4000])
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
