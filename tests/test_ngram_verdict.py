@@ -78,7 +78,7 @@ def test_the_ceilings_bound_is_scored_beside_the_ngrams_on_the_same_prompts(tmp_
 def test_bad_settings_are_refused_in_one_line(tmp_path, capsys):
     assert_refused_in_one_line("ngram-verdict", tmp_path, capsys, [
         (["--prompts", "0"], "argument --prompts: 0; expected an integer >= 1"),
-        (["--fresh-tasks", "-1"], "argument --fresh-tasks: -1; expected an integer >= 1"),
+        (["--fresh-tasks", "-1"], "argument --fresh-tasks: -1; expected an integer >= 2"),
         (["--ceiling-replicates", "-1"], "argument --ceiling-replicates: -1; expected an integer >= 0"),
         (["--ceiling-particles", "0"], "argument --ceiling-particles: 0; expected an integer >= 1"),
     ])

@@ -54,7 +54,7 @@ import torch
 import hmm
 from empirical.plotting import plt
 from empirical.yardsticks.competence import (
-    CEILING_BOUND, COLLAPSED_CEILING_SETTINGS, RULE, VARIABLE_ORDER, ceiling_bound_record, ceiling_estimates,
+    CEILING_BOUND, COLLAPSED_CEILING_SETTINGS, RULE, VARIABLE_ORDER, VARIABLE_ORDER_RULE, ceiling_bound_record, ceiling_estimates,
     competence_verdict, fitted_in_context, is_competent, paired, per_prompt_loss, scope_rows)
 from empirical.training.configs import check_integers, option
 from empirical.training.data import stream_seed
@@ -139,6 +139,7 @@ def ngram_verdict_report(model: RoFormer, preset: ExperimentPreset, settings: Ng
         beats[scope] = {name: comparisons[scope][f"model - {name}"]["interval_95"][1] < 0 for name in in_context}
     return {
         "rule": CLUSTERED_RULE,
+        "variable_order_rule": VARIABLE_ORDER_RULE,
         "settings": dataclasses.asdict(settings),
         "streams": {"mixture": VERDICT_MIXTURE_STREAM, "prompts": VERDICT_PROMPT_STREAM},
         "distinct_hmms": int(torch.unique(prompts.task_ids).numel()),
