@@ -202,11 +202,17 @@ def test_the_canonical_form_leaves_out_what_says_where_and_when_and_keeps_every_
         "rows (served_rows)", "py"]
 
 
+WITHOUT_CANARY = ("figures/competence/ceiling-lower-",)
+"""Results that have no canary yet (``benchmarks/ceiling_lower_bounds.py``, issue 67): any change of their
+producers sends them stale, which is safe (never a false "fresh") but costs a remake."""
+
+
 def test_every_result_names_a_known_canary_and_timings_name_none():
     assert {result.canary for result in RESULTS} - {None} <= set(canaries.CANARIES)
     for result in RESULTS:
-        assert (result.canary is None) == result.timing == result.path.startswith(
-            ("figures/benchmarks/", "figures/cpu-small/benchmark")), result.path
+        timing = result.path.startswith(("figures/benchmarks/", "figures/cpu-small/benchmark"))
+        assert result.timing == timing, result.path
+        assert (result.canary is None) == (timing or result.path.startswith(WITHOUT_CANARY)), result.path
 
 
 def test_a_registry_entry_the_result_does_not_name_is_no_change(repository):

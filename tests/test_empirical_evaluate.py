@@ -125,7 +125,7 @@ def test_unknown_reference_is_rejected():
 
 
 def test_unknown_preset_is_rejected():
-    with pytest.raises(ValueError, match=r"preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-mini', "
+    with pytest.raises(ValueError, match=r"preset: 'huge'; expected one of \['cpu-small', 'paper', 'paper-cpu', 'paper-cpu-mini', 'paper-mini', "
                                          r"'tasks-1024-deep', .*'tiny'\]"):
         get_preset("huge")
 

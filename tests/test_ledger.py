@@ -535,7 +535,7 @@ def test_a_mechanism_claim_on_a_network_below_the_bigram_is_not_judged(tmp_path,
         assert outcome == ungated
     else:
         assert outcome.verdict is Verdict.NOT_JUDGED
-        assert "in-context-unigram level (beats the in-context unigram" in outcome.reason
+        assert "the network is not competent (beats the in-context unigram" in outcome.reason
         assert f"the rule alone would say '{ungated.verdict.value}'" in outcome.reason
     gate = judge(next(claim for claim in all_claims() if claim.id == "R-competence"), root).outcome
     assert gate.verdict is (Verdict.HOLDS if competent else Verdict.NOT_REPRODUCED)
@@ -558,7 +558,7 @@ def test_a_mechanism_claim_at_128_states_is_gated_by_the_ngram_verdict(tmp_path,
     outcome = judge(shuffle_claim, root).outcome
     assert (outcome.verdict is Verdict.NOT_JUDGED) is not competent
     if not competent:
-        assert f"in-context-unigram level ({verdict}, {model.ngram_verdict})" in outcome.reason
+        assert f"the network is not competent ({verdict}, {model.ngram_verdict})" in outcome.reason
     gate = judge(claims[f"{model.prefix}-competence"], root).outcome
     assert gate.verdict is (Verdict.HOLDS if competent else Verdict.NOT_REPRODUCED)
     assert f"verdict: {verdict}" in gate.reason
