@@ -128,7 +128,7 @@ def forward_log_weights(observed: np.ndarray, starts: np.ndarray, prior: Dirichl
             log_w[:, j - 1] += higher - lower
             if k < schedule.substeps:
                 chains, _ = _move(chains, tokens[:, :j], starts[:j], prior, schedule.sweeps, rng, powers[k], False)
-            elif j < stop:
+            else:  # after the last token too: no weight reads it, but the random stream stays as it was
                 chains, _ = _move(chains, tokens[:, :j], starts[:j], prior, schedule.sweeps, rng, filter_after=False)
     return log_w.reshape(M, C, stop)
 
