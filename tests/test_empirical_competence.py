@@ -12,7 +12,7 @@ import hmm
 import tiny_pipeline
 import hmmtf
 from empirical.yardsticks.competence import (CACHE_VARIABLE, CEILING_METHODS, COMPETENT, NGRAM_ORDERS,
-                                             VARIABLE_ORDER, VERDICTS, ceiling_estimates, competence_section,
+                                             VARIABLE_ORDER, RANKED_VERDICTS, ceiling_estimates, competence_section,
                                              competence_verdict, gap_closed, is_competent, paired, per_prompt_loss,
                                              scope_rows)
 from empirical.training.presets import get_preset
@@ -34,7 +34,7 @@ def _beats(orders_beaten_in_test: int, orders_beaten_everywhere: int) -> dict:
     (2, 2, COMPETENT), (3, 3, "beats every in-context n-gram")])
 def test_the_verdict_is_the_lowest_order_not_beaten_in_both_scopes(test, everywhere, verdict):
     assert competence_verdict(_beats(test, everywhere)) == verdict
-    assert VERDICTS.index(verdict) == min(test, everywhere)
+    assert RANKED_VERDICTS.index(verdict) == min(test, everywhere)
 
 
 @pytest.mark.parametrize(("beats_variable_order", "verdict", "competent"), [
@@ -109,7 +109,7 @@ def test_evaluate_writes_the_competence_result(tiny_evaluation):
                                                           "oracle"}
     assert len(competence["variable_order"]["concentrations"]) == competence["variable_order"]["depth"] + 1
     assert "hand-built" in competence["hand_built"]["all_positions"]
-    assert competence["verdict"] in VERDICTS and competence["competent"] == is_competent(competence["beats"])
+    assert competence["verdict"] in RANKED_VERDICTS and competence["competent"] == is_competent(competence["beats"])
     assert all(VARIABLE_ORDER in beats for beats in competence["beats"].values())
     assert (out / "competence.png").stat().st_size > 0
 

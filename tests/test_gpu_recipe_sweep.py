@@ -173,7 +173,7 @@ def test_the_cpu_rehearsal_trains_and_scores_every_run(tmp_path, capsys):
         assert run["final_step"] == run["planned_steps"] == 256 // batch
         assert run["verdict"]["settings"] == {"prompts": 16, "fresh_tasks": 16, "ceiling_replicates": 0,
                                               "ceiling_particles": COLLAPSED_CEILING_SETTINGS.particles}
-        assert set(run["verdict"]["losses"]["test_sequence"]) == {"ngram 1", "ngram 2", "ngram 3", "model", "oracle"}
+        assert set(run["verdict"]["losses"]["test_sequence"]) == {"ngram 1", "ngram 2", "ngram 3", "variable order", "model", "oracle"}
     capsys.readouterr()
     assert sweep.main(["--out", str(out), "--wait", "1"]) == 0
     assert capsys.readouterr().out.startswith("finished: preset: done")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny_checkpoints import assert_refused_in_one_line, command_report
 
-from empirical.yardsticks.competence import (CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, VERDICTS,
+from empirical.yardsticks.competence import (CEILING_BOUND, CEILING_METHODS, COLLAPSED_CEILING_SETTINGS, RANKED_VERDICTS,
                                              competence_verdict, is_competent)
 from empirical.analysis.ngram_verdict import clustered_interval
 from empirical.yardsticks.regime import Z_95
@@ -51,7 +51,7 @@ def test_the_command_writes_the_comparison_and_its_verdict(tmp_path, capsys):
                                                      abs=1e-12)
             if other != "oracle":
                 assert report["beats"][scope][other] == (interval["interval_95"][1] < 0)
-    assert report["verdict"] == competence_verdict(report["beats"]) in VERDICTS
+    assert report["verdict"] == competence_verdict(report["beats"]) in RANKED_VERDICTS
     assert report["competent"] == is_competent(report["beats"])
     assert len(report["variable_order_concentrations"]) == 7
     assert printed["verdict"] == report["verdict"]

@@ -140,10 +140,12 @@ VARIABLE_ORDER_RULE = ("extends rule: the variable-order predictor (context-tree
 COMPETENT = "beats the in-context bigram"
 BEATS_EVERY_NGRAM = "beats every in-context n-gram"
 BEATS_EVERY_PREDICTOR = "beats every in-context predictor"
-VERDICTS = ("at the in-context-unigram level", "beats the in-context unigram", COMPETENT, BEATS_EVERY_NGRAM,
-            BEATS_EVERY_PREDICTOR)
-"""The verdicts in increasing order; ``VERDICTS[k]``: beats orders ``1..k`` in both scopes (k <= 3), and
-the variable-order predictor too (k = 4)."""
+VERDICTS = ("at the in-context-unigram level", "beats the in-context unigram", COMPETENT, BEATS_EVERY_NGRAM)
+"""The n-gram verdicts in increasing order, as :data:`RULE` states them: ``VERDICTS[k]``, beats orders
+``1..k`` in both scopes."""
+RANKED_VERDICTS = (*VERDICTS, BEATS_EVERY_PREDICTOR)
+"""Every verdict in increasing order: :data:`VERDICTS`, then the variable-order predictor beaten too
+(:data:`VARIABLE_ORDER_RULE`)."""
 
 
 @dataclass(frozen=True)
@@ -382,13 +384,13 @@ def competence_verdict(beats: dict[str, dict[str, bool]]) -> str:
             break
     if level == len(NGRAM_ORDERS) and all(scope.get(VARIABLE_ORDER, False) for scope in beats.values()):
         level += 1
-    return VERDICTS[level]
+    return RANKED_VERDICTS[level]
 
 
 def is_competent(beats: dict[str, dict[str, bool]]) -> bool:
     """The module docstring's competence: orders 1 and 2 beaten in both scopes, and the
     variable-order predictor too where ``beats`` holds it."""
-    return (VERDICTS.index(competence_verdict(beats)) >= VERDICTS.index(COMPETENT)
+    return (RANKED_VERDICTS.index(competence_verdict(beats)) >= RANKED_VERDICTS.index(COMPETENT)
             and all(scope[VARIABLE_ORDER] for scope in beats.values() if VARIABLE_ORDER in scope))
 
 
