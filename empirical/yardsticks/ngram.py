@@ -131,13 +131,17 @@ def mean_loss(prediction: torch.Tensor, tokens: torch.Tensor, num_tokens: int) -
     return float(-picked.log()[mask].mean())
 
 
-def fit_by_likelihood(loss: Callable[[tuple[float, ...]], float], count: int) -> tuple[float, ...]:
+def fit_by_likelihood(loss: Callable[[tuple[float, ...]], float], count: int,
+                      stopping: dict | None = None) -> tuple[float, ...]:
     """The ``count`` concentrations that minimise ``loss(concentrations)``, a predictor's
     :func:`mean_loss` on the fitting prompts: L-BFGS-B over their logarithms within
-    :data:`CONCENTRATION_BOUNDS`, from all ones (the fitting protocol of every in-context predictor here)."""
+    :data:`CONCENTRATION_BOUNDS`, from all ones (the fitting protocol of every in-context predictor
+    here), stopping by scipy's defaults (forward differences, projected gradient 1e-5; the n-grams) or
+    by ``stopping``, ``minimize``'s gradient and options (the variable-order predictor's
+    :data:`~empirical.yardsticks.variable_order.FIT_STOPPING`)."""
     bounds = [tuple(np.log(CONCENTRATION_BOUNDS))] * count
     result = minimize(lambda log_alphas: loss(tuple(np.exp(log_alphas))), np.zeros(count), method="L-BFGS-B",
-                      bounds=bounds)
+                      bounds=bounds, **(stopping or {}))
     return tuple(float(a) for a in np.exp(result.x))
 
 
