@@ -6,10 +6,9 @@ import functools
 import json
 import math
 import re
-import shutil
 from pathlib import Path
 
-from ledger import generated
+from copied_results import copy_results, plant
 from ledger.blocks import block_body
 from ledger.check import generated_problems
 from ledger.findings import BLOCK, FINDINGS, MOST, findings_block
@@ -32,21 +31,6 @@ def committed_block() -> str:
 def _lines(block: str) -> dict[str, str]:
     """``{topic: the finding's text}`` of a block."""
     return {match[1]: match[2] for match in re.finditer(r"^- \*\*(.+?)\.\*\* (.*)$", block, flags=re.MULTILINE)}
-
-
-def _copy(tmp_path: Path) -> Path:
-    """The result JSONs and the files with generated text, under ``tmp_path``."""
-    for path in [*(ROOT / "figures").rglob("*.json"), *(ROOT / target.path for target in generated.TARGETS)]:
-        target = tmp_path / path.relative_to(ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-    return tmp_path
-
-
-def _plant(root: Path, path: str, change) -> None:
-    document = json.loads((root / path).read_text())
-    change(document)
-    (root / path).write_text(json.dumps(document))
 
 
 def test_the_readme_holds_the_generated_block_in_its_first_screen():
@@ -94,7 +78,7 @@ def test_the_numbers_are_those_of_the_results():
 
 
 def test_a_planted_number_changes_its_finding_and_fails_the_check(tmp_path):
-    root = _copy(tmp_path)
+    root = copy_results(tmp_path)
     assert "README.md" not in {problem.path for problem in generated_problems(root)}
 
     def worse_construction(document):
@@ -103,8 +87,8 @@ def test_a_planted_number_changes_its_finding_and_fails_the_check(tmp_path):
     def less_closed(document):
         document["gap_closed"]["test_sequence"].update(fraction=0.5, interval_95=[0.4, 0.6])
 
-    _plant(root, REPORT, worse_construction)
-    _plant(root, PAPER_128, less_closed)
+    plant(root, REPORT, worse_construction)
+    plant(root, PAPER_128, less_closed)
     changed, committed = _lines(findings_block(root)), _lines(committed_block())
     assert "its output within 2.5e-11 of T explicit" in changed["The construction"]
     assert "paper-2x4x64-4x closes 0.50 [0.40, 0.60]" in changed["128 states"]
@@ -115,7 +99,7 @@ def test_a_planted_number_changes_its_finding_and_fails_the_check(tmp_path):
 
 def test_a_turned_verdict_turns_its_words(tmp_path):
     """Runs still trapped after the long budget: the unigram solution is then a bad local minimum."""
-    root = _copy(tmp_path)
+    root = copy_results(tmp_path)
 
     def still_trapped(document):
         for side in document["sides"]:
@@ -123,12 +107,12 @@ def test_a_turned_verdict_turns_its_words(tmp_path):
                 side.update(trapped=12, trapped_interval=[0.7, 0.95])
 
     assert "but is not a bad local minimum (0/24" in _lines(committed_block())["Attention with Markov"]
-    _plant(root, LONG_BUDGET, still_trapped)
+    plant(root, LONG_BUDGET, still_trapped)
     assert "but is a bad local minimum (12/24 trapped" in _lines(findings_block(root))["Attention with Markov"]
 
 
 def test_a_missing_result_is_named_in_its_finding(tmp_path):
-    root = _copy(tmp_path)
+    root = copy_results(tmp_path)
     (root / "figures/competence/ceiling-paper.json").unlink()
     assert _lines(findings_block(root))["The ceiling"].startswith(
         "not computed: figures/competence/ceiling-paper.json is missing ([G-ceiling-paper]")

@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import hmmtf
+from copied_results import copy_results, plant
 from ledger import generated
 from ledger.blocks import block_body, replace_block
 from ledger.check import generated_problems, result_problems, result_states, unregistered
@@ -174,30 +174,14 @@ def test_a_block_without_one_start_then_one_end_marker_is_refused(text):
         replace_block(text, "bench:hmm", "body", "README.md")
 
 
-def _copy_results(tmp_path: Path) -> Path:
-    """The result JSONs, the figures the claims link and the files with generated text, copied under ``tmp_path``."""
-    figures = [ROOT / claim.figure for claim in all_claims() if claim.figure and (ROOT / claim.figure).is_file()]
-    for path in [*(ROOT / "figures").rglob("*.json"), *figures, *(ROOT / target.path for target in generated.TARGETS)]:
-        target = tmp_path / path.relative_to(ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-    return tmp_path
-
-
-def _plant(root: Path, path: str, change) -> None:
-    document = json.loads((root / path).read_text())
-    change(document)
-    (root / path).write_text(json.dumps(document))
-
-
 def test_a_planted_change_in_a_copied_json_changes_the_pages_and_the_verdict(tmp_path):
-    root = _copy_results(tmp_path)
+    root = copy_results(tmp_path)
     assert claims_page(root) == committed_claims_page()
 
     def worse_model(document):
         document["excess_test_sequence"]["model"]["excess_over_gap"] = 0.25
 
-    _plant(root, "figures/cpu-small/evaluation.json", worse_model)
+    plant(root, "figures/cpu-small/evaluation.json", worse_model)
     page = claims_page(root)
     assert page != committed_claims_page() and results_block(root) != committed_results_block()
     row = next(line for line in page.splitlines() if line.startswith('| <a id="f1-accuracy"'))
@@ -205,21 +189,21 @@ def test_a_planted_change_in_a_copied_json_changes_the_pages_and_the_verdict(tmp
 
 
 def test_a_planted_pass_turns_a_failing_assumption_into_a_holding_one(tmp_path):
-    root = _copy_results(tmp_path)
+    root = copy_results(tmp_path)
 
     def linear(document):
         row = next(row for row in document["table"] if row["term"].startswith("linearization"))
         row["holds"] = row["units"]
 
-    _plant(root, "figures/verification/report.json", linear)
+    plant(root, "figures/verification/report.json", linear)
     claim = next(claim for claim in all_claims() if claim.id == "A-linear")
     assert judge(claim, ROOT).outcome.verdict is Verdict.FAILS
     assert judge(claim, root).outcome.verdict is Verdict.HOLDS
 
 
 def test_a_result_the_ledger_cannot_read_is_named_by_check_and_by_the_command(tmp_path, capsys):
-    root = _copy_results(tmp_path)
-    _plant(root, "figures/analysis/analysis.json", lambda document: document.pop("claims"))
+    root = copy_results(tmp_path)
+    plant(root, "figures/analysis/analysis.json", lambda document: document.pop("claims"))
     [problem] = generated_problems(root)
     assert "claim F2-shuffle: figures/analysis/analysis.json: no 'claims' under the top level" in problem.reason
     assert hmmtf.main(["ledger", "--root", str(root)]) == 2
@@ -228,8 +212,8 @@ def test_a_result_the_ledger_cannot_read_is_named_by_check_and_by_the_command(tm
 
 
 def test_writing_the_pages_of_changed_results_makes_them_current(tmp_path):
-    root = _copy_results(tmp_path)
-    _plant(root, "figures/cpu-small/evaluation.json", lambda document: document["by_demonstrations"]["model"]
+    root = copy_results(tmp_path)
+    plant(root, "figures/cpu-small/evaluation.json", lambda document: document["by_demonstrations"]["model"]
            ["accuracy"].__setitem__(0, 0.5))
     # the README's findings count the verdicts, and the planted accuracy turns one
     assert sorted(generated.stale(root)) == ["README.md", "docs/claims.md", RESULTS_PAGE]
@@ -238,8 +222,8 @@ def test_writing_the_pages_of_changed_results_makes_them_current(tmp_path):
 
 
 def test_check_says_where_a_generated_page_differs(tmp_path):
-    root = _copy_results(tmp_path)
-    _plant(root, "figures/cpu-small/evaluation.json", lambda document: document["by_demonstrations"]["model"]
+    root = copy_results(tmp_path)
+    plant(root, "figures/cpu-small/evaluation.json", lambda document: document["by_demonstrations"]["model"]
            ["accuracy"].__setitem__(0, 0.298))  # a number on the row, the verdict as it was
     reasons = {problem.path: problem.reason for problem in generated_problems(root)}
     assert sorted(reasons) == ["docs/claims.md", RESULTS_PAGE]
@@ -261,7 +245,7 @@ def test_first_difference_names_the_line_and_both_versions_or_nothing():
 
 
 def test_state_forcing_that_found_nothing_to_force_is_untested_at_this_scale(tmp_path):
-    root = _copy_results(tmp_path)
+    root = copy_results(tmp_path)
 
     def nothing_to_force(document):
         forcing = document["patching"]["state_forcing"]
@@ -269,14 +253,14 @@ def test_state_forcing_that_found_nothing_to_force_is_untested_at_this_scale(tmp
             forcing.pop(key)
         forcing["not_run"] = "no test position of the 256 patched prompts has a state posterior >= 0.8"
 
-    _plant(root, "figures/patching/analysis.json", nothing_to_force)
+    plant(root, "figures/patching/analysis.json", nothing_to_force)
     claim = next(claim for claim in all_claims() if claim.id == "F3a-state-used")
     outcome = judge(claim, root).outcome
     assert outcome.verdict is Verdict.UNTESTED and "state posterior >= 0.8" in outcome.reason
 
 
 def test_a_missing_result_makes_its_claims_not_computed_and_names_the_command(tmp_path):
-    root = _copy_results(tmp_path)
+    root = copy_results(tmp_path)
     (root / "figures/markov/results.json").unlink()
     claim = next(claim for claim in all_claims() if claim.id == "M1-unigram-trap")
     outcome = judge(claim, root).outcome
@@ -297,7 +281,7 @@ def test_every_claim_reads_registered_results_and_a_computed_one_links_its_figur
 
 
 def test_a_decision_recorded_by_the_rule_is_the_verdict_and_a_result_without_it_is_not_computed(tmp_path):
-    root = _copy_results(tmp_path)
+    root = copy_results(tmp_path)
     claim = next(claim for claim in all_claims() if claim.id == "F2-shuffle")
     interval = {"mean": -0.07, "ci_low": -0.08, "ci_high": -0.06}
 
@@ -312,7 +296,7 @@ def test_a_decision_recorded_by_the_rule_is_the_verdict_and_a_result_without_it_
     outcome = judge(claim, root).outcome
     assert outcome.verdict is Verdict.NOT_COMPUTED and "predates the rule" in outcome.reason
     assert "`hmmtf analyze runs/cpu-small/checkpoint --out figures/analysis`" in outcome.reason
-    _plant(root, "figures/analysis/analysis.json", reversed_rule)
+    plant(root, "figures/analysis/analysis.json", reversed_rule)
     outcome = judge(claim, root).outcome
     assert outcome.verdict is Verdict.NOT_REPRODUCED and "lower - upper -0.070 [-0.080, -0.060]" in outcome.number
 
@@ -524,7 +508,7 @@ def test_a_mechanism_claim_on_a_network_below_the_bigram_is_not_judged(tmp_path,
     from ledger.ladder import REGIME_COMPETENCE, gated
     from ledger.observations import shuffle
 
-    root = _copy_results(tmp_path)
+    root = copy_results(tmp_path)
     (root / REGIME_COMPETENCE).write_text(json.dumps(_competence(competent)))
     claim = next(claim for claim in all_claims() if claim.id == "R-F2-shuffle")
     assert claim.judge.__name__ == gated(shuffle).__name__ == "gated_shuffle"
@@ -548,7 +532,7 @@ def test_a_mechanism_claim_at_128_states_is_gated_by_the_ngram_verdict(tmp_path,
     from ledger.ladder import REGIME_MODELS
 
     model = next(model for model in REGIME_MODELS if not model.ceiling)
-    root = _copy_results(tmp_path)
+    root = copy_results(tmp_path)
     result = json.loads((root / model.competence).read_text())
     (root / model.competence).write_text(json.dumps({**result, "verdict": verdict}))
     claims = {claim.id: claim for claim in all_claims()}
