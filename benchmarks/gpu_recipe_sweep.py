@@ -68,7 +68,7 @@ import hmmtf  # noqa: E402
 from empirical.training.presets import PRESETS, get_preset  # noqa: E402
 from empirical.reproduce.config import ANALYSIS_CONFIGS  # noqa: E402
 from empirical.analysis.report import AnalysisConfig  # noqa: E402
-from empirical.yardsticks.competence import COMPETENT, VERDICTS  # noqa: E402
+from empirical.yardsticks.competence import COMPETENT, RANKED_VERDICTS  # noqa: E402
 from hmm.presets import MIXTURE_SPECS, PROMPT_FORMATS  # noqa: E402
 from empirical.reproduce.record import (environment, git_state, metrics_records, process_alive, read_json,  # noqa: E402
                                         write_json)
@@ -210,7 +210,8 @@ def in_context_runs(report: dict) -> list[str]:
     (:data:`empirical.yardsticks.competence.COMPETENT` or above), the lowest loss on the test
     sequence of fresh HMMs first."""
     learned = {name: run["verdict"] for name, run in report["runs"].items()
-               if run["verdict"] is not None and VERDICTS.index(run["verdict"]["verdict"]) >= VERDICTS.index(COMPETENT)}
+               if run["verdict"] is not None
+               and RANKED_VERDICTS.index(run["verdict"]["verdict"]) >= RANKED_VERDICTS.index(COMPETENT)}
     return sorted(learned, key=lambda name: learned[name]["losses"]["test_sequence"]["model"])
 
 

@@ -16,7 +16,7 @@ from empirical.reproduce.config import ANALYSIS_CONFIGS
 from empirical.training.overrides import resolve
 from hmmtf.override_options import flag_overrides
 from empirical.training.train import learning_rate
-from empirical.yardsticks.competence import COLLAPSED_CEILING_SETTINGS, VERDICTS
+from empirical.yardsticks.competence import COLLAPSED_CEILING_SETTINGS, RANKED_VERDICTS
 from hmmtf.options import config_from_command_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -116,13 +116,13 @@ def scored_run(verdict: str, loss: float) -> dict:
 
 
 def test_the_runs_audited_are_those_beyond_the_bigram_the_lowest_loss_first(capsys, tmp_path):
-    report = {"runs": {"counter": scored_run(VERDICTS[1], 2.6), "unscored": {"verdict": None},
-                       "bigram": scored_run(VERDICTS[2], 2.5), "every": scored_run(VERDICTS[3], 2.4),
-                       "unigram": scored_run(VERDICTS[0], 2.7)}}
-    assert sweep.in_context_runs(report) == ["every", "bigram"]
+    report = {"runs": {"counter": scored_run(RANKED_VERDICTS[1], 2.6), "unscored": {"verdict": None},
+                       "bigram": scored_run(RANKED_VERDICTS[2], 2.5), "every": scored_run(RANKED_VERDICTS[3], 2.4),
+                       "unigram": scored_run(RANKED_VERDICTS[0], 2.7), "variable": scored_run(RANKED_VERDICTS[4], 2.3)}}
+    assert sweep.in_context_runs(report) == ["variable", "every", "bigram"]
     (tmp_path / sweep.SWEEP_FILE).write_text(json.dumps(report))
     assert sweep.main(["--out", str(tmp_path), "--in-context-runs"]) == 0
-    assert capsys.readouterr().out.split() == ["every", "bigram"]
+    assert capsys.readouterr().out.split() == ["variable", "every", "bigram"]
     assert sweep.main(["--out", str(tmp_path / "absent"), "--in-context-runs"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("gpu_recipe_sweep.py: error: --in-context-runs: ") and "sweep.json" in line
