@@ -62,6 +62,26 @@ def test_a_curve_trains_the_uninterrupted_run_and_resumes_without_redoing_points
     assert again[1]["all_positions"]["model_loss"] == points[1]["all_positions"]["model_loss"]
 
 
+@pytest.mark.long_running
+def test_a_stop_request_checkpoints_mid_chunk_and_the_rerun_finishes_the_uninterrupted_curve(curve, tmp_path):
+    """A stop request (SIGINT or SIGTERM to ``hmmtf curve``) inside the second chunk: the run stops
+    at the next step with a checkpoint there and writes no point for that chunk; the rerun resumes
+    from it and writes the uninterrupted run's last point."""
+    run_dir, points = curve
+    calls = []
+
+    def stop_after_25_steps() -> bool:
+        calls.append(None)
+        return len(calls) > 24
+    stopped = train_with_curve(PRESET, PRESET.model_config(PRESET.mixture_spec.num_tokens), tmp_path, 20,
+                               num_prompts=6, fresh_tasks=8, settings=SETTINGS, stop_requested=stop_after_25_steps)
+    assert stopped == points[:1]
+    step = json.loads((tmp_path / "checkpoint" / "config.json").read_text())["step"]
+    assert 20 < step < 40
+    again = _curve(tmp_path)
+    assert again == points
+
+
 def test_a_point_holds_the_competence_rule_statistics_of_the_model_against_each_baseline(curve):
     run_dir, points = curve
     point = points[-1]

@@ -335,6 +335,40 @@ def test_a_run_interrupted_by_sigint_resumes_to_the_uninterrupted_run_bit_for_bi
     assert_same_runs(tmp_path / "straight", interrupted)
 
 
+@pytest.mark.long_running
+def test_a_curve_stopped_by_sigterm_checkpoints_and_its_rerun_ends_as_the_uninterrupted_curve(tmp_path):
+    """A real SIGTERM to ``hmmtf curve`` once its training holds the run folder's lock: one line,
+    exit code 143, a checkpoint at the step it stopped; the same command then finishes it, with the
+    uninterrupted run's curve and weights."""
+    steps = 20
+    argv = ["curve", "--preset", "tiny", "--steps", str(steps), "--every", "10", "--curve-prompts", "4",
+            "--fresh-tasks", "8", "--ceiling-particles", "0", "--threads", "1"]
+    interrupted = tmp_path / "interrupted"
+    process = subprocess.Popen([sys.executable, str(ROOT / "hmmtf" / "__main__.py"), *argv, "--run-dir", str(interrupted)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lock = interrupted / LOCK_FILE
+    deadline = time.monotonic() + 180
+    while not (lock.is_file() and lock.read_text() == f"{process.pid}\n"):
+        assert process.poll() is None and time.monotonic() < deadline, "the training never took its lock"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=180)
+    assert process.returncode == 143, stderr
+    line = stderr.splitlines()[-1]
+    stopped = re.fullmatch(rf"hmmtf curve: interrupted by SIGTERM at step (\d+) of {steps}; checkpoint written to "
+                           rf"{re.escape(str(interrupted / CHECKPOINT_DIR))}; rerun the same command to resume", line)
+    assert stopped, stderr
+    assert 1 <= int(stopped[1]) < steps and load_checkpoint(interrupted / CHECKPOINT_DIR).config["step"] == int(stopped[1])
+    assert hmmtf.main([*argv, "--run-dir", str(interrupted)]) == 0
+    assert hmmtf.main([*argv, "--run-dir", str(tmp_path / "straight")]) == 0
+    assert_same_runs(tmp_path / "straight", interrupted)
+    curves = [[{key: point[key] for key in ("step", "test_sequence", "all_positions")}
+               for point in map(json.loads, (folder / "curve.jsonl").read_text().splitlines())]
+              for folder in (tmp_path / "straight", interrupted)]
+    assert curves[0] == curves[1] and [point["step"] for point in curves[0]] == [10, 20]
+
+
 NUMERIC_FIELDS = [(section, field, kind) for section, fields in SECTIONS.items() for field, kind in fields.items()
                   if kind in (int, float)]
 """Every numeric value a run can be given, by flag or by config file (both go through resolve)."""

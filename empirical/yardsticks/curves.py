@@ -30,6 +30,7 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -146,11 +147,14 @@ def branch_curve(source_dir: Path, run_dir: Path, preset: ExperimentPreset, mode
 
 def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run_dir: Path, every: int,
                      num_prompts: int, fresh_tasks: int, settings: SMCSettings | None = CEILING_SETTINGS,
-                     command: str | None = None, branch_from: Path | None = None) -> list[dict]:
+                     command: str | None = None, branch_from: Path | None = None,
+                     stop_requested: Callable[[], bool] | None = None) -> list[dict]:
     """Train ``model_config`` on ``preset``'s data and schedule in ``run_dir`` in chunks of
     ``every`` steps, a curve point after each (module docstring); returns every point of the log.
     Resumes a stopped run; a new one starts as a branch of the curve run ``branch_from`` when
-    given (:func:`branch_curve`), which a resumed one no longer needs."""
+    given (:func:`branch_curve`), which a resumed one no longer needs. When ``stop_requested()``
+    turns true, training stops at the next step with a checkpoint (``train``) and no point is
+    written for the unfinished chunk."""
     if isinstance(every, bool) or not isinstance(every, int) or every < 1 or preset.train.steps % every:
         raise ValueError(f"every: {every!r}; expected a positive divisor of the run's steps ({preset.train.steps})")
     if every % preset.train.log_every:
@@ -173,7 +177,9 @@ def train_with_curve(preset: ExperimentPreset, model_config: RoFormerConfig, run
         if stop in done:
             continue
         result = train(model_config, preset.train, stream, run_dir, task=preset.task(),
-                       command=command, stop_at=stop, progress=False)
+                       command=command, stop_at=stop, progress=False, stop_requested=stop_requested)
+        if result.interrupted:
+            break
         point = curve_point(result.model, probe, stop, stop * tokens_per_step)
         point["train_loss"] = result.last_loss
         with open(run_dir / CURVE_FILE, "a") as log:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from empirical.training.checkpoint import CONFIG_FILE, has_checkpoint
 from empirical.training.result_files import COMMAND_FILES, CURVE_FIGURE
 from empirical.training.runs import check_run_folder
 from empirical.training.train import CHECKPOINT_DIR
-from empirical.training.run_control import run_folder_lock
+from empirical.training.run_control import interrupted_line, run_folder_lock, stop_on_signals
 from empirical.yardsticks.signal import CANDIDATES, signal_report
 from hmm.prior_predictive import SMCSettings
 from hmmtf.options import (add_overwrite_option, check_study_owner, non_negative_int, output_folder, positive_float,
@@ -104,14 +105,23 @@ def run_family_calibration(args) -> int:
 
 
 def run_curve(args) -> int:
+    """``hmmtf curve``: training with its learning curve, stopped by SIGINT or SIGTERM at the next
+    step with a checkpoint (exit code 128 + the signal; the unfinished chunk has no point)."""
     torch.set_num_threads(args.threads)
     run = training_run(args.preset, args.config, flag_overrides(args))
     run_dir = check_run_folder(args.run_dir, "--run-dir", own=CURVE_OWN_FILES)
     if args.branch_from and not has_checkpoint(run_dir / CHECKPOINT_DIR):
         check_curve_run(args.branch_from, "--branch-from")
     settings = dataclasses.replace(CEILING_SETTINGS, particles=args.ceiling_particles) if args.ceiling_particles else None
-    points = train_with_curve(run.preset, run.model, run_dir, args.every, args.curve_prompts, args.fresh_tasks,
-                              settings, command=args.command_line, branch_from=args.branch_from)
+    with stop_on_signals() as stop:
+        points = train_with_curve(run.preset, run.model, run_dir, args.every, args.curve_prompts, args.fresh_tasks,
+                                  settings, command=args.command_line, branch_from=args.branch_from,
+                                  stop_requested=stop)
+    if stop() and (not points or points[-1]["step"] < run.preset.train.steps):
+        step = json.loads((run_dir / CHECKPOINT_DIR / CONFIG_FILE).read_text())["step"]
+        print(interrupted_line("hmmtf curve", stop.signal.name, f"at step {step} of {run.preset.train.steps}; "
+                               f"checkpoint written to {run_dir / CHECKPOINT_DIR}"), file=sys.stderr)
+        return stop.exit_code
     baselines = json.loads((run_dir / BASELINES_FILE).read_text())
     plot_curve(points, baseline_means(baselines), run_dir / CURVE_FIGURE)
     return 0
@@ -181,7 +191,8 @@ def register(subparsers) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), help="the named defaults (or `preset` in --config)")
     parser.add_argument("--config", metavar="FILE", help="TOML or JSON overrides, as hmmtf train reads them")
     add_override_options(parser)
-    parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present)")
+    parser.add_argument("--run-dir", required=True, help="checkpoint, training log and curve folder (resumes if present; "
+                                                         "SIGINT or SIGTERM stops at the next step with a checkpoint)")
     parser.add_argument("--every", type=positive_int, required=True, help="steps between curve points (divides --steps)")
     parser.add_argument("--branch-from", metavar="RUN_DIR",
                         help="start a new --run-dir from this curve run's checkpoint, whose steps took the same "
