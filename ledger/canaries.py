@@ -436,7 +436,8 @@ def _comparison_source(canary: Canary) -> str:
     return _without_imports("\n".join([
         f"TOLERANCE = {(canary.tolerance.rtol, canary.tolerance.atol)!r}",
         f"FITTED_KEY = {FITTED_KEY.pattern!r}",
-        inspect.getsource(_leaves), inspect.getsource(disagreement)]))
+        f"NUMBER_IN_TEXT = {NUMBER_IN_TEXT.pattern!r}", inspect.getsource(Length), inspect.getsource(_leaves),
+        inspect.getsource(_floats_compared), inspect.getsource(disagreement)]))
 
 
 def canary_digest(canary: Canary) -> str:
@@ -576,6 +577,11 @@ class Song(NamedTuple):
         return cls(song["outputs"], song["defaults"])
 
 
+class Length(str):
+    """Two lists' lengths where they differ, as :func:`_leaves` gives them: compared exactly, never
+    read for numbers (:func:`_floats_compared`)."""
+
+
 def _leaves(then, now, where: str) -> Iterator[tuple[str, object, object]]:
     """``(where, then's value, now's value)`` for every leaf of the parsed JSON ``then``, with the
     value at the same place in ``now`` (:data:`MISSING` where now has none): the keys ``then`` does
@@ -586,7 +592,7 @@ def _leaves(then, now, where: str) -> Iterator[tuple[str, object, object]]:
             yield from _leaves(item, now.get(key, MISSING), f"{where}.{key}" if where else key)
     elif isinstance(then, list) and isinstance(now, list):
         if len(then) != len(now):
-            yield where, f"{len(then)} items", f"{len(now)} items"
+            yield where, Length(f"{len(then)} items"), Length(f"{len(now)} items")
             return
         for index, (first, second) in enumerate(zip(then, now)):
             yield from _leaves(first, second, f"{where}[{index}]")
@@ -602,28 +608,53 @@ def _is_float(value) -> bool:
     return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+"""A number written in a string (``max |gamma_r - g^r| = 1.1e-16``, ``S = 4``), not a digit inside a
+name (``gamma_1``, ``x2``)."""
+
+
+def _floats_compared(where: str, first, second) -> Iterator[tuple[str, float, float]]:
+    """The pairs of floats :func:`disagreement` compares at a leaf: the leaf itself when both are
+    numbers and ``then``'s a float; a string's numbers, one by one, when both strings read the same
+    once their numbers are set aside (:data:`NUMBER_IN_TEXT`: a verdict that quotes a measured
+    number). Raises ``ValueError`` where the two must be equal and are not."""
+    if isinstance(first, float) and _is_float(second):
+        yield where, first, second
+    elif type(first) is str and type(second) is str and first != second:
+        numbers = [[float(number) for number in NUMBER_IN_TEXT.findall(text)] for text in (first, second)]
+        if NUMBER_IN_TEXT.sub("#", first) != NUMBER_IN_TEXT.sub("#", second):
+            raise ValueError(f"{where}: {_short(first)} -> {_short(second)}")
+        for index, pair in enumerate(zip(*numbers)):
+            yield f"{where} (its number {index + 1})", *pair
+    elif first != second or type(first) is not type(second):
+        raise ValueError(f"{where}: {_short(first)} -> {_short(second)}")
+
+
 def disagreement(then: Song, now: Song, tolerance: Tolerance) -> str | None:
     """Where ``now`` does not agree with the baseline ``then``: the first value that differs (an
-    integer, string or structure, compared exactly; an option default of ``then``'s) or the float
-    furthest outside ``tolerance``, as ``where: then -> now``, but at the places :data:`FITTED_KEY`
-    names (a fit is judged by the losses it gives); None when they agree. A float is compared with a float (``|now - then| <= atol +
-    rtol |then|``); JSON writes an integral float such as 2.0 as a float, so an integer stands for an
+    integer, a string's words, a structure, compared exactly; an option default of ``then``'s) or
+    the float furthest outside ``tolerance`` (a string's numbers too: :func:`_floats_compared`), as
+    ``where: then -> now``, but at the places :data:`FITTED_KEY` names (a fit is judged by the losses
+    it gives); None when they agree. A float is compared with a float (``|now - then| <= atol + rtol
+    |then|``); JSON writes an integral float such as 2.0 as a float, so an integer stands for an
     integer only."""
     for option, default in then.defaults.items():
         if now.defaults.get(option, MISSING) != default:
             return f"option {option}: default {default} -> {now.defaults.get(option, MISSING)}"
     worst, worst_excess = None, 1.0
-    for where, first, second in _leaves(then.outputs, now.outputs, ""):
-        if FITTED_KEY.fullmatch(where) and _is_float(first) and _is_float(second):
+    for leaf, first_leaf, second_leaf in _leaves(then.outputs, now.outputs, ""):
+        if FITTED_KEY.fullmatch(leaf) and _is_float(first_leaf) and _is_float(second_leaf):
             continue
-        if isinstance(first, float) and _is_float(second):
+        try:
+            compared = list(_floats_compared(leaf, first_leaf, second_leaf))
+        except ValueError as differs:
+            return str(differs)
+        for where, first, second in compared:
             difference, allowed = abs(second - first), tolerance.allowed(first)
             excess = difference / allowed if allowed else math.inf
             if difference > allowed and excess > worst_excess:
                 worst, worst_excess = (f"{where}: {first!r} -> {second!r}, |difference| {difference:.3g} > "
                                        f"{allowed:.3g} allowed"), excess
-        elif first != second or type(first) is not type(second):
-            return f"{where}: {_short(first)} -> {_short(second)}"
     return worst
 
 

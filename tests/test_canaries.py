@@ -287,6 +287,22 @@ def test_the_worst_float_is_named_and_integers_strings_and_shapes_are_exact():
                                  tolerance) == "option steps: default 6 -> 8"
 
 
+def test_a_strings_numbers_are_compared_within_the_tolerance_and_its_words_exactly():
+    """A verdict that quotes a measured number (``max |gamma_r - g^r| = 1.1e-16``, 2.2e-16 on AVX512
+    kernels) agrees when the number does; a number moved past the tolerance is named with its place
+    in the string; other words, or a digit inside a name, are a difference of the text."""
+    tolerance = canaries.FLOAT32
+    then = _song({"verdicts": ["S = 4 > p = 2: gamma_1 in [0.64, 0.664]; max |gamma_r - g^r| = 1.1e-16"]})
+    for text, found in (
+            ("S = 4 > p = 2: gamma_1 in [0.64, 0.664]; max |gamma_r - g^r| = 2.2e-16", None),
+            ("S = 4 > p = 2: gamma_1 in [0.64, 0.665]; max |gamma_r - g^r| = 1.1e-16",
+             "verdicts[0] (its number 4): 0.664 -> 0.665, |difference| 0.001 > 1.66e-05 allowed"),
+            ("S = 4 > p = 2: gamma_2 in [0.64, 0.664]; max |gamma_r - g^r| = 1.1e-16", "verdicts[0]: "),
+            ("S = 4 > p = 2: gamma_1 in [0.64, 0.664]; max |gamma_r - g^r| = 1.1e-16 (fails)", "verdicts[0]: ")):
+        said = canaries.disagreement(then, _song({"verdicts": [text]}), tolerance)
+        assert (said is None) if found is None else said.startswith(found), (text, said)
+
+
 def test_a_song_packs_into_the_record_and_back():
     song = _song({"out.json": {**BASELINE, "tiny": 5e-324, "exact": 0.1 + 2 ** -56}}, {"steps": "6"})
     assert canaries.Song.unpacked(song.packed()) == song
