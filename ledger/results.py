@@ -334,7 +334,11 @@ RESULTS: tuple[Result, ...] = (
             "models/paper-scale-small/2x4x64/checkpoint/", "empirical/plotting.py", "empirical/analysis/ngram_verdict.py"),
            50),
           ("paper-dirichlet-0.1", " --mixture paper-dirichlet-0.1", 16, "", ("empirical/plotting.py",
-                                                                              "empirical/analysis/ngram_verdict.py"), 20))),
+                                                                              "empirical/analysis/ngram_verdict.py"), 20),
+          ("paper-sparse", " --mixture paper-sparse", 32, " --models models/paper-scale-cpu/sparse-2x4x64-2x "
+                                                          "models/paper-scale-cpu/sparse-4x4x64-2x",
+           ("models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint/", "models/paper-scale-cpu/sparse-4x4x64-2x/checkpoint/",
+            "empirical/plotting.py", "empirical/analysis/ngram_verdict.py"), 70))),
     *(Result(f"figures/competence/ceiling-lower-{name}.json",
              f"python benchmarks/ceiling_lower_bounds.py {arguments} --work runs/ceiling-lower/{name} (once per setting "
              f"and --count, see docs/hmm.md), then the same with --gather{gather} --out "
@@ -350,10 +354,12 @@ RESULTS: tuple[Result, ...] = (
            "models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-2x4x64-3x",
            ("models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/", "models/paper-scale-cpu/paper-2x4x64-3x/checkpoint/",
             "figures/competence/ceiling-paper.json"), "about 12 minutes of CPU"),
-          ("paper-sparse", "--preset paper --mixture paper-sparse", " --models models/paper-scale-cpu/sparse-2x4x64-2x",
-           ("models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint/",),
-           "about 4 minutes of CPU, and the network's weights (hmmtf restore-checkpoint "
-           "models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint --weights-only)"),
+          ("paper-sparse", "--preset paper --mixture paper-sparse", " --upper figures/competence/ceiling-paper-sparse.json "
+           "--models models/paper-scale-cpu/sparse-2x4x64-2x models/paper-scale-cpu/sparse-4x4x64-2x",
+           ("models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint/", "models/paper-scale-cpu/sparse-4x4x64-2x/checkpoint/",
+            "figures/competence/ceiling-paper-sparse.json"),
+           "about 6 minutes of CPU, and the networks' weights (hmmtf restore-checkpoint "
+           "models/paper-scale-cpu/POINT/checkpoint --weights-only)"),
           ("s16", "--preset tasks-8192-deep --count 32 --chains 4", " --smc-particles 256 --smc-replicates 2", (),
            "about 6 minutes of CPU"))),
     Result("figures/paper-scale/sweep/sweep.json",
