@@ -300,6 +300,23 @@ def test_a_run_with_overrides_is_recorded_evaluated_and_analysed_by_path(tmp_pat
     assert len(report["claims"]["shuffle"]["min_context=2"]["by_layer"]) == 2
 
 
+def _signalled_once_locked(argv: list[str], run_dir: Path, number: signal.Signals, seconds: float) -> tuple[int, str]:
+    """``hmmtf ARGV --run-dir RUN_DIR`` in a subprocess (in RUN_DIR's parent, one OpenMP thread), sent
+    ``number`` once its lock file names it (its handlers are installed by then, so the stop comes at
+    a step boundary): its exit code and stderr, each wait bounded by ``seconds``."""
+    process = subprocess.Popen([sys.executable, str(ROOT / "hmmtf" / "__main__.py"), *argv, "--run-dir", str(run_dir)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=run_dir.parent,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lock = run_dir / LOCK_FILE
+    deadline = time.monotonic() + seconds
+    while not (lock.is_file() and lock.read_text() == f"{process.pid}\n"):
+        assert process.poll() is None and time.monotonic() < deadline, "the training never took its lock"
+        time.sleep(0.01)
+    process.send_signal(number)
+    _, stderr = process.communicate(timeout=seconds)
+    return process.returncode, stderr
+
+
 @pytest.mark.long_running
 def test_a_run_interrupted_by_sigint_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_path, capsys):
     """A real SIGINT to ``hmmtf train`` in a subprocess, sent once its lock file names it (its
@@ -310,24 +327,15 @@ def test_a_run_interrupted_by_sigint_resumes_to_the_uninterrupted_run_bit_for_bi
     steps = 20
     argv = ["--preset", "tiny", "--steps", str(steps), "--threads", "1", "--no-progress"]
     interrupted = tmp_path / "interrupted"
-    process = subprocess.Popen([sys.executable, str(ROOT / "hmmtf" / "__main__.py"), "train", *argv, "--run-dir", str(interrupted)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
-    lock = interrupted / LOCK_FILE
-    deadline = time.monotonic() + 120
-    while not (lock.is_file() and lock.read_text() == f"{process.pid}\n"):
-        assert process.poll() is None and time.monotonic() < deadline, "the training never took its lock"
-        time.sleep(0.01)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
+    returncode, stderr = _signalled_once_locked(["train", *argv], interrupted, signal.SIGINT, 120)
+    assert returncode == 130, stderr
     (line,) = stderr.splitlines()  # no traceback, and no word of the quiet restart
     stopped = re.fullmatch(rf"hmmtf train: interrupted by SIGINT at step (\d+) of {steps}; checkpoint written to "
                            rf"{re.escape(str(interrupted / CHECKPOINT_DIR))}; rerun the same command to resume", line)
     assert stopped, line
     step = int(stopped[1])
     assert 1 <= step < steps and load_checkpoint(interrupted / CHECKPOINT_DIR).config["step"] == step
-    assert lock.read_text() == ""
+    assert (interrupted / LOCK_FILE).read_text() == ""
 
     assert hmmtf.main(["train", *argv, "--run-dir", str(interrupted)]) == 0
     assert f"resumed from step {step} of {steps} ({interrupted / CHECKPOINT_DIR})\n" in capsys.readouterr().err
@@ -344,17 +352,8 @@ def test_a_curve_stopped_by_sigterm_checkpoints_and_its_rerun_ends_as_the_uninte
     argv = ["curve", "--preset", "tiny", "--steps", str(steps), "--every", "10", "--curve-prompts", "4",
             "--fresh-tasks", "8", "--ceiling-particles", "0", "--threads", "1"]
     interrupted = tmp_path / "interrupted"
-    process = subprocess.Popen([sys.executable, str(ROOT / "hmmtf" / "__main__.py"), *argv, "--run-dir", str(interrupted)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
-    lock = interrupted / LOCK_FILE
-    deadline = time.monotonic() + 180
-    while not (lock.is_file() and lock.read_text() == f"{process.pid}\n"):
-        assert process.poll() is None and time.monotonic() < deadline, "the training never took its lock"
-        time.sleep(0.01)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=180)
-    assert process.returncode == 143, stderr
+    returncode, stderr = _signalled_once_locked(argv, interrupted, signal.SIGTERM, 180)
+    assert returncode == 143, stderr
     line = stderr.splitlines()[-1]
     stopped = re.fullmatch(rf"hmmtf curve: interrupted by SIGTERM at step (\d+) of {steps}; checkpoint written to "
                            rf"{re.escape(str(interrupted / CHECKPOINT_DIR))}; rerun the same command to resume", line)
