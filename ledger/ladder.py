@@ -167,17 +167,42 @@ def window_to_the_bound(competence: Doc) -> str:
               f"that of the window to the ceiling)")
 
 
-def competent_by_ngram_verdict(verdict: Doc, bound: Doc | None = None) -> Outcome:
+def lower_bound_text(lower: Doc, scope: str = "test_sequence") -> str:
+    """The reverse-annealing lower bound on the ceiling's loss in ``scope``
+    (``benchmarks/ceiling_lower_bounds.py``, at its largest setting) and the width of the bracket
+    it makes with the collapsed SMC's upper bound on the same prompts: ``ceiling >= L ± s.e.``,
+    width ``U - L``."""
+    setting = lower["scopes", scope, "settings", lower["scopes", "largest_setting"]]
+    bound = setting["lower"]
+    return (f"ceiling >= {fixed(bound['mean'])} ± {fixed(bound['stderr'])} (reverse annealing from the generating "
+            f"HMM, {setting['chains']} chain x {setting['sweeps']} sweep x {setting['substeps']} step a token, "
+            f"{setting['prompts']} prompts), a bracket {fixed(setting['width_to_collapsed_smc'], 2)} nats wide")
+
+
+def above_the_lower_bound(lower: Doc, model: str) -> str:
+    """How far the network ``model`` (``models/...``, as the lower bound's file names it) lies above
+    the reverse-annealing lower bound on the ceiling, test sequence, paired on that bound's prompts:
+    mean over prompts of loss(model) - lower bound, with its 95% interval. The share of the true
+    window the model leaves open lies between this and the upper bound's."""
+    above = lower["scopes", "test_sequence", "on_the_largest_setting's_prompts", model, "minus_lower"]
+    return (f"{lower_bound_text(lower)}; the model lies {interval(above['mean'], *above['interval_95'])} above it "
+            f"on those prompts")
+
+
+def competent_by_ngram_verdict(verdict: Doc, bound: Doc | None = None, lower: Doc | None = None) -> Outcome:
     """The competence gate read from the n-gram verdict, for a family whose prior-predictive ceiling
     the SMC does not reach (128 states): the network beats the in-context bigram on thousands of
     fresh-HMM prompts. With ``bound`` (a ``competence.json`` beside the ceiling's upper bound), the
-    number says where the model lies in the window (:func:`window_to_the_bound`); the gate does not
-    read it."""
+    number says where the model lies in the window (:func:`window_to_the_bound`), and with ``lower``
+    (the reverse-annealing lower bound's result) how far above the ceiling's lower bound
+    (:func:`above_the_lower_bound`); the gate reads neither."""
     outcome = beats_every_ngram(verdict)
     if bound is not None and not bound["ceiling"].get("upper_bound"):
         raise LedgerError(f"{bound.path}: its ceiling is not the collapsed SMC's upper bound (ceiling.upper_bound); "
                           f"expected the competence result of --ceiling-backend collapsed")
     number = outcome.number if bound is None else f"{outcome.number}; {window_to_the_bound(bound)}"
+    if lower is not None:
+        number += f"; {above_the_lower_bound(lower, verdict['checkpoint'].removesuffix('/checkpoint'))}"
     return Outcome(Verdict.HOLDS if is_competent(verdict) else Verdict.NOT_REPRODUCED,
                    number, f"verdict: {competence_phrase(verdict)} (ngram-verdict.verdict, beats); no converged "
                    f"prior-predictive ceiling at this family's 128 states", outcome.scale)
@@ -213,8 +238,10 @@ class RegimeModel:
     competence gate is the n-gram verdict, and Figure 1's regime diagnostic is judged from an
     ``evaluation.json`` made without the ceiling), ``covers`` (the name of the
     :class:`UntestedNetwork` this model is, whose placeholder column it takes in the README's
-    matrix; None: none) and ``ceiling_bound`` (without a ceiling, the ``competence.json`` made with
-    the collapsed SMC's upper bound as its ceiling, quoted beside the n-gram verdict; None: none)."""
+    matrix; None: none), ``ceiling_bound`` (without a ceiling, the ``competence.json`` made with
+    the collapsed SMC's upper bound as its ceiling, quoted beside the n-gram verdict; None: none) and
+    ``ceiling_lower`` (with ``ceiling_bound``, the reverse-annealing lower bound on the ceiling whose
+    file scores this network, quoted beside it; None: none)."""
 
     name: str
     prefix: str
@@ -228,11 +255,15 @@ class RegimeModel:
     ceiling: bool = True
     covers: str | None = None
     ceiling_bound: str | None = None
+    ceiling_lower: str | None = None
 
     def __post_init__(self) -> None:
         if not self.ceiling and self.ngram_verdict is None:
             raise ValueError(f"ngram_verdict: None for {self.name}, which has no ceiling; expected the n-gram "
                              f"verdict that gates its claims")
+        if self.ceiling_lower is not None and self.ceiling_bound is None:
+            raise ValueError(f"ceiling_lower: {self.ceiling_lower} for {self.name}, which has no ceiling_bound; "
+                             f"expected the upper bound's competence.json beside the lower bound")
 
     @property
     def competence(self) -> str:
@@ -267,7 +298,7 @@ def _competence_claims(model: RegimeModel) -> tuple[Claim, ...]:
             f"{model.prefix}-competence", statement, model.scale + "loss on 4096 prompts of 8192 fresh HMMs against "
             "the in-context 1/2/3-grams, paired per prompt, standard errors clustered by HMM (no converged "
             "prior-predictive ceiling at 128 states; beside it, an upper bound on it)",
-            sources=(model.competence, *((model.ceiling_bound,) if model.ceiling_bound else ())),
+            sources=(model.competence, *(path for path in (model.ceiling_bound, model.ceiling_lower) if path)),
             judge=competent_by_ngram_verdict,
             figure=model.figures["competence"],
             rule="holds when ngram-verdict.json's verdict beats the in-context bigram (95% intervals below 0 in both "
@@ -402,23 +433,27 @@ def _regime_model(family: str, shape: str, prefix: str, what: str) -> RegimeMode
                        ngram_verdict=f"{point}/ngram-verdict.json")
 
 
+CEILING_LOWER = {family: f"figures/competence/ceiling-lower-{family}.json" for family in ("paper", "paper-sparse")}
+"""The reverse-annealing lower bounds on the 128-state families' ceilings
+(``benchmarks/ceiling_lower_bounds.py``), each scoring that family's CPU networks on its prompts."""
 STATES_128_FOLDER = "figures/paper-scale/cpu"
 """The results of the small networks trained on the CPU on the 128-state families
 (``models/paper-scale-cpu/RUN``): ``ngram-verdict.json``, ``evaluation.json``, ``analysis.json``,
 ``heads.json`` and ``beliefs.json`` in ``RUN/``."""
 
 
-def _states_128_model(run: str, prefix: str, what: str) -> RegimeModel:
-    """The run ``models/paper-scale-cpu/RUN`` on a 128-state family, its results in
+def _states_128_model(run: str, family: str, prefix: str, what: str) -> RegimeModel:
+    """The run ``models/paper-scale-cpu/RUN`` on the 128-state ``family``, its results in
     ``figures/paper-scale/cpu/RUN``: no converged ceiling, so gated by its n-gram verdict, with the
-    window to the ceiling's upper bound from its ``competence.json`` beside it."""
+    window to the ceiling's upper bound from its ``competence.json`` beside it, and its distance to
+    the family's reverse-annealing lower bound (:data:`CEILING_LOWER`)."""
     point = f"{STATES_128_FOLDER}/{run}"
     analysis = f"{point}/analysis.json"
     return RegimeModel(f"paper-scale-cpu/{run}", prefix, f"on {run} ({what}), ", point, analysis, analysis,
                        {"competence": f"{point}/ngram-verdict.png", "regime": f"{point}/regime.png",
                         **_mechanism_figures(point)},
                        heads=f"{point}/heads.json", ngram_verdict=f"{point}/ngram-verdict.json", ceiling=False,
-                       ceiling_bound=f"{point}/competence.json")
+                       ceiling_bound=f"{point}/competence.json", ceiling_lower=CEILING_LOWER[family])
 
 
 REGIME_MODELS = (
@@ -430,9 +465,9 @@ REGIME_MODELS = (
     _regime_model("paper", "4x4x64", "P4", "the same family; 4 layers x 4 heads x width 64"),
     _regime_model("paper", "4x4x64-long", "P4L", "the same 4-layer network with a longer cooldown: constant rate to "
                   "step 19000, decay to step 27000"),
-    _states_128_model("sparse-2x4x64-2x", "S128", "paper-sparse: 8192 HMMs, 128 states, 16 tokens, Dirichlet "
+    _states_128_model("sparse-2x4x64-2x", "paper-sparse", "S128", "paper-sparse: 8192 HMMs, 128 states, 16 tokens, Dirichlet "
                       "0.005 / 0.005; 2 layers x 4 heads x width 64 at twice the paper's budget"),
-    _states_128_model("paper-2x4x64-4x", "P128", "the paper-scale family: 8192 HMMs, 128 states, 16 tokens, "
+    _states_128_model("paper-2x4x64-4x", "paper", "P128", "the paper-scale family: 8192 HMMs, 128 states, 16 tokens, "
                       "Dirichlet 0.01 / 0.02; 2 layers x 4 heads x width 64 at four times the paper's budget"),
 )
 """The shipped regime models (models/README.md), each judged on every regime claim and the circuit."""

@@ -373,7 +373,8 @@ RESULTS: tuple[Result, ...] = (
            canary="ngram-verdict"),
     Result("figures/paper-scale/cpu/*/ngram-verdict.json",
            "hmmtf ngram-verdict models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --threads 1 (POINT: "
-           "sparse-2x4x64-1x, sparse-2x4x64-2x, paper-2x4x64-3x, paper-2x4x64-4x, sparse-4x4x64-2x; the runs' hmmtf "
+           "sparse-2x4x64-1x, sparse-2x4x64-2x, paper-2x4x64-3x, paper-2x4x64-4x, sparse-4x4x64-2x, "
+           "paper-4x4x64-4x-curriculum; the runs' hmmtf "
            "curve commands are in models/README.md)",
            NGRAM_VERDICT, needs="the point's weights (hmmtf restore-checkpoint models/paper-scale-cpu/POINT/checkpoint "
                                 "--weights-only); about 10 minutes and 6 GB on a core",

@@ -104,3 +104,18 @@ def test_the_ceiling_lies_below_the_trigram_only_when_the_bound_does_in_both_sco
         assert gpu.ceiling_below_trigram(changed(bounds, lambda data: set_ends(data, (-0.01, -0.01)))).verdict is Verdict.HOLDS
         assert gpu.ceiling_below_trigram(changed(bounds, lambda data: set_ends(data, (-0.01, 0.0)))
                                          ).verdict is Verdict.NOT_REPRODUCED
+
+
+def test_depth_competence_needs_a_network_beating_every_in_context_predictor_on_each_family():
+    verdicts = [load(path) for path in gpu.DEPTH_LADDER]
+    families = {verdict["task", "mixture"] for verdict in verdicts}
+    assert gpu.deeper_networks_competence(*verdicts).verdict is Verdict.HOLDS
+    assert len(families) == 2
+
+    def short_of_the_variable_order(data):
+        data["verdict"] = BEATS_EVERY_NGRAM
+
+    downgraded = [changed(verdicts[0], short_of_the_variable_order), *verdicts[1:]]
+    outcome = gpu.deeper_networks_competence(*downgraded)
+    assert outcome.verdict is Verdict.NOT_REPRODUCED
+    assert outcome.reason.startswith("1 of 2 families")
