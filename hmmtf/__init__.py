@@ -53,6 +53,7 @@ SUBCOMMAND_MODULES = {
     "ngram-verdict": "hmmtf.commands.ngram_verdict",
     "ladder": "hmmtf.commands.ladder",
     "plateau": "hmmtf.commands.plateau",
+    "depth": "hmmtf.commands.depth",
     "signal": "hmmtf.commands.studies",
     "family-calibration": "hmmtf.commands.studies",
     "curve": "hmmtf.commands.studies",

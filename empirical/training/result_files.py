@@ -70,6 +70,7 @@ CURVE_FIGURE = "curve.png"
 
 LADDER_FILE = "ladder.json"
 PLATEAU_FILE = "plateau.json"
+DEPTH_FILE = "depth.json"
 
 
 def _measure(name: str) -> ResultFiles:
@@ -91,6 +92,7 @@ COMMAND_FILES: dict[str, ResultFiles] = {
     "family-calibration": ResultFiles(("family_calibration.json",), ("family_calibration.png",)),
     "curves": ResultFiles(("curves.json",), ("curves.png",)),
     "plateau": ResultFiles((PLATEAU_FILE,), ("plateau.png",)),
+    "depth": ResultFiles((DEPTH_FILE,), ("depth.png",)),
     "ladder": ResultFiles((LADDER_FILE,), ("ladder.md", "ladder_regime.png", "ladder_claim1.png", "ladder_claim2.png",
                                            "ladder_claim3.png", "ladder_learning_curves.png")),
     "markov-incontext": ResultFiles(("results.json",), ("incontext.png",)),
