@@ -1,5 +1,5 @@
 """``hmmtf reproduce --preset paper-cpu``: the 128-state audit on the CPU. Its recipe is the committed
-competent network's (``models/paper-scale-cpu/paper-2x4x64-4x``, read from its checkpoint), its
+competent network's (``models/paper-scale-cpu/sparse-4x4x64-2x``, read from its checkpoint), its
 evaluation the committed 128-state evaluations' prompt count (``ledger.results.PAPER_SCALE_EVALUATE``);
 the presets of ``paper`` and ``paper-mini`` keep their stages; the competence gate's plan counts
 the FLOPs torch's counter counts; and the rehearsal ``paper-cpu-mini`` runs every stage on the CPU,
@@ -27,7 +27,7 @@ from recorded_figures import figures_recorded_not_drawn
 from ledger.results import PAPER_SCALE_EVALUATE
 from test_empirical_reproduce import FIGURES, HOST, PAPER_STAGES, RATES, RESULTS, last_line, signal_once
 
-COMPETENT = Path(__file__).resolve().parents[1] / "models" / "paper-scale-cpu" / "paper-2x4x64-4x"
+COMPETENT = Path(__file__).resolve().parents[1] / "models" / "paper-scale-cpu" / "sparse-4x4x64-2x"
 AUDIT_STAGES = ["mixture", "train", "evaluate", "ngram-verdict", "analyze", "patching", "bundle"]
 VERDICT_FILES = ("ngram-verdict/ngram-verdict.json", "ngram-verdict/ngram-verdict.png")
 

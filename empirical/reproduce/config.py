@@ -22,8 +22,9 @@ the others):
   previous-token probes up to 3 back (70 probe fits instead of 112 for 5), 64 patched and 256
   centroid prompts, at most 128 of the 169 state-forcing items found (the paper run's capped
   path).
-* ``paper-cpu``: the paper's (the same mixture and prompt format), so that its audit is the paper
-  run's; ``paper-cpu-mini``: paper-mini's.
+* ``paper-cpu``: the paper's (the same prompt format and 128 states; its mixture is the sparse
+  variant, whose cheapest competent network fits a laptop), so that its audit is the paper run's;
+  ``paper-cpu-mini``: paper-mini's.
 
 The competence gate (the stage ``ngram-verdict``, run by the presets of :data:`VERDICT_SETTINGS`
 only): ``hmmtf ngram-verdict``'s comparison with the in-context n-grams and the variable-order
