@@ -437,6 +437,18 @@ class TrainingDiverged(ValueError):
     the user changes."""
 
 
+def _wrapped_for_training(model: RoFormer, context: DistributedContext, device: torch.device,
+                          compile_model: bool) -> torch.nn.Module:
+    """What the steps call: ``model`` in DistributedDataParallel under more than one rank, then
+    compiled when asked; ``model`` itself otherwise (the wrappers share its parameters)."""
+    trained: torch.nn.Module = model
+    if context.world_size > 1:
+        trained = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    return torch.compile(trained) if compile_model else trained
+
+
 def _diverged(step: int, grad_norm: float, learning_rate_at_step: float, checkpoint_dir: Path | None,
               checkpoint_step: int | None) -> TrainingDiverged:
     """The one-line report of a run that diverged at ``step``, naming what is kept."""
@@ -548,13 +560,7 @@ def train(
             if on_resume is not None and context.rank == 0:
                 on_resume(start)
 
-        trained: torch.nn.Module = model
-        if context.world_size > 1:
-            trained = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None
-            )
-        if train_config.compile:
-            trained = torch.compile(trained)
+        trained = _wrapped_for_training(model, context, device, train_config.compile)
 
         def save(step: int, window_loss_sum: float, window_counted: int) -> None:
             if checkpoint_dir is not None and context.rank == 0:
