@@ -312,7 +312,9 @@ def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spe
     if directory:
         path = Path(directory) / f"{_cache_key(tokens, prompt_format, prior, settings, replicates, backend)}.npz"
         if path.is_file():
-            return _stored_ceiling(path, settings, backend)
+            with np.load(path) as stored:
+                return Ceiling(list(torch.from_numpy(stored["replicates"])), settings, float(stored["seconds"]), True,
+                               backend)
 
     def estimate(replicate_settings: SMCSettings | CollapsedSMCSettings) -> torch.Tensor:
         if backend == "numpy":
@@ -326,23 +328,11 @@ def ceiling_estimates(tokens: torch.Tensor, prompt_format: hmm.PromptFormat, spe
     estimates = [estimate(dataclasses.replace(settings, seed=settings.seed + r)) for r in range(replicates)]
     result = Ceiling(estimates, settings, time.perf_counter() - started, False, backend)
     if path is not None:
-        _store_ceiling(path, result)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial.npz")
+        np.savez(partial, replicates=torch.stack(estimates).numpy(), seconds=result.seconds)
+        partial.replace(path)
     return result
-
-
-def _stored_ceiling(path: Path, settings: SMCSettings | CollapsedSMCSettings, backend: str) -> Ceiling:
-    """The ceiling a cache file holds (:func:`_store_ceiling`), marked as read from the cache."""
-    with np.load(path) as stored:
-        return Ceiling(list(torch.from_numpy(stored["replicates"])), settings, float(stored["seconds"]), True, backend)
-
-
-def _store_ceiling(path: Path, ceiling: Ceiling) -> None:
-    """Write ``ceiling``'s replicates and seconds to the cache file ``path`` through a partial file
-    renamed into place, so that a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.partial.npz")
-    np.savez(partial, replicates=torch.stack(ceiling.replicates).numpy(), seconds=ceiling.seconds)
-    partial.replace(path)
 
 
 def per_prompt_loss(probabilities: torch.Tensor, tokens: torch.Tensor, num_tokens: int,
