@@ -26,6 +26,8 @@ DEPTH_LADDER = tuple(f"figures/paper-scale/cpu/{name}/ngram-verdict.json"
 """The depth ladder's networks with a verdict (models/paper-scale-cpu/, issue 65): 4 x 4 x 64 on
 ``paper-sparse`` at twice the paper's budget and on ``paper`` at four times it (the plateau study's
 data curriculum)."""
+DEPTH = "figures/depth/depth.json"
+"""``hmmtf depth``: what depth changes at 128 states (empirical/studies/depth.py)."""
 PLATEAU = "figures/plateau/plateau.json"
 """The plateau study (``hmmtf plateau``): escapes of the training recipes' runs (models/plateau/)."""
 PLATEAU_FAMILY = "paper"
@@ -112,6 +114,52 @@ def deeper_networks_competence(*verdicts: Doc) -> Outcome:
                    f"{len(competent_families)} of {len(families)} families have a deeper network that beats every "
                    f"in-context predictor", f"{verdicts[0]['settings', 'prompts']} prompts of fresh HMMs a network, "
                    f"128 states x 16 tokens, trained on the CPU")
+
+
+def _network_summary(network: dict) -> str:
+    """One network of the depth study: its distance to the bound, its history and its heads."""
+    parts = [f"{network['layers']} layers ({'competent' if network['competent'] else 'not competent'})"]
+    bound = network["minus_ceiling_bound"]
+    if bound is not None:
+        parts.append(f"model - bound {interval(bound['mean'], *bound['interval_95'], 4)}")
+    probes = network["probes"]
+    if probes is not None:
+        layer = probes["history_layer"]
+        parts.append(f"{probes['tokens_held']} tokens held" + ("" if layer is None else
+                     f" from layer {layer} of {network['layers']}") + f", state probe at best "
+                     f"{fixed(probes['state_best'], 2)} of its ceiling's {fixed(probes['state_ceiling'], 2)}")
+    heads = network["heads"]
+    if heads is not None:
+        parts.append(", ".join(f"{kind} heads peak at layer {heads[kind]['peak_layer']} "
+                               f"({fixed(heads[kind]['excess_per_layer'][heads[kind]['peak_layer'] - 1], 2)} above "
+                               f"chance)" for kind in ("previous-token", "induction")))
+    return ": ".join((parts[0], ", ".join(parts[1:]))) if len(parts) > 1 else parts[0]
+
+
+def depth_brings_closer(study: Doc) -> Outcome:
+    """The depth study's rule (empirical/studies/depth.py, RULES): on each family with a deeper
+    competent network and a competence result for it and for the shallowest network, the change
+    in the distance to the ceiling's upper bound has a 95% interval below 0 ("closer"). Holds when
+    every such family reads "closer"; not reproduced when one does not; not computed when no family
+    has the comparison yet."""
+    parts, readings = [], []
+    for family, entry in study["families"].items():
+        networks = "; ".join(_network_summary(network) for network in entry["networks"])
+        effect = entry["effect"]
+        change = None if effect is None or effect["deep"] is None else effect["minus_ceiling_bound"]
+        if change is not None:
+            readings.append(change["reading"])
+            networks += (f"; deepest competent minus shallowest {interval(change['mean'], *change['interval_95'], 4)}, "
+                         f"{change['reading']}")
+        parts.append(f"{family}: {networks}")
+    if not readings:
+        verdict = Verdict.NOT_COMPUTED
+    else:
+        verdict = Verdict.HOLDS if all(reading == "closer" for reading in readings) else Verdict.NOT_REPRODUCED
+    return Outcome(verdict, "; ".join(parts), f"{readings.count('closer')} of {len(readings)} families with the "
+                   f"comparison read 'closer'", f"{len(study['families'])} 128-state families, networks of "
+                   f"{', '.join(sorted({str(n['layers']) for e in study['families'].values() for n in e['networks']}))}"
+                   f" layers trained on the CPU")
 
 
 def _differences(first: Doc, second: Doc) -> dict[str, float]:
@@ -313,6 +361,17 @@ GPU = Section("The paper-scale family: the recipe sweep on a lent GPU, smaller n
           rule="holds when, on each family, a network's verdict is 'beats every in-context predictor' (95% intervals of "
                "model minus each n-gram and the variable-order predictor below 0 in both scopes); otherwise not "
                "reproduced at these budgets"),
+    Claim("D-depth", "Depth brings a network trained on a 128-state family closer to the Bayes ceiling: the deepest "
+          "competent network's test-sequence loss lies nearer the ceiling's bound than the 2-layer network's, on each "
+          "family.",
+          "hmmtf depth over each network's committed results: model minus the collapsed SMC's upper bound on the "
+          "ceiling (competence.json, 256 prompts of 1024 fresh HMMs), beside the layer-wise probes and the history "
+          "heads (what depth does not change is read off these, not judged)",
+          sources=(DEPTH,), judge=depth_brings_closer, figure="figures/depth/depth.png",
+          rule="holds when, on every family with a deeper competent network and a competence result for it and the "
+               "shallowest, the change of model - bound has a 95% interval below 0 (errors combined as independent: "
+               "conservative; stated in empirical/studies/depth.py before the deeper results were made); not "
+               "reproduced otherwise; not computed while no family has the comparison"),
     Claim("G-plateau-study", "An intervention on the training recipe of a 2 x 4 x 64 (soft targets, a curriculum on the "
           "data or on the context length, the attention scale, or another learning rate or batch at the same tokens) shortens its counting plateau "
           "on the paper-scale family: it leaves the in-context unigram counter earlier than the plain recipe.",

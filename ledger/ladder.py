@@ -469,6 +469,8 @@ REGIME_MODELS = (
                       "0.005 / 0.005; 2 layers x 4 heads x width 64 at twice the paper's budget"),
     _states_128_model("paper-2x4x64-4x", "paper", "P128", "the paper-scale family: 8192 HMMs, 128 states, 16 tokens, "
                       "Dirichlet 0.01 / 0.02; 2 layers x 4 heads x width 64 at four times the paper's budget"),
+    _states_128_model("sparse-4x4x64-2x", "paper-sparse", "S128L4", "paper-sparse; 4 layers x 4 heads x width 64 at "
+                      "twice the paper's budget, the depth ladder's"),
 )
 """The shipped regime models (models/README.md), each judged on every regime claim and the circuit."""
 

@@ -434,6 +434,12 @@ RESULTS: tuple[Result, ...] = (
            needs="the runs' folders (models/plateau/RUN and models/paper-scale-cpu/paper-2x4x64-4x; to extend a run, "
                  "first `hmmtf restore-checkpoint models/plateau/RUN/checkpoint`, then its recorded hmmtf curve command)",
            canary="plateau"),
+    Result("figures/depth/depth.json",
+           "hmmtf depth --points figures/paper-scale/cpu/POINT ... --out figures/depth (POINT: every network of the "
+           "depth ladder with an n-gram verdict; the command is in the JSON)",
+           ("empirical/studies/depth.py", "empirical/studies/depth_figures.py", "hmmtf/commands/depth.py",
+            "figures/paper-scale/cpu/"),
+           needs="the networks' committed results (figures/paper-scale/cpu/RUN); seconds"),
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
            ANALYSIS, needs="the point's checkpoint", canary="analyze"),
