@@ -15,8 +15,9 @@ from typing import Callable
 
 from ledger.claims import Outcome, Verdict
 from ledger.documents import Doc
-from ledger.gpu import CEILING_BOUNDS, PLATEAU, PLATEAU_FAMILY, SCOPES, SWEEP as GPU_SWEEP
-from ledger.ladder import LADDER_JSON, REGIME_MATRIX, REGIME_MODELS, RegimeMatrix, RegimeModel
+from ledger.gpu import CEILING_BOUNDS, DEPTH, DEPTH_LADDER, PLATEAU, PLATEAU_FAMILY, SCOPES, SWEEP as GPU_SWEEP
+from ledger.ladder import BEATS_EVERY_PREDICTOR, CEILING_LOWER, LADDER_JSON, REGIME_MATRIX, REGIME_MODELS, \
+    RegimeMatrix, RegimeModel
 from ledger.markov import ABOVE, BELOW, DEFAULT_INIT, INCONTEXT, LONG_BUDGET, SWEEP as MARKOV_SWEEP, _deepest, _side
 from ledger.numbers import fixed, interval, plus_minus, sig
 from ledger.outcomes import judge_sections
@@ -157,14 +158,40 @@ def _run(model: RegimeModel) -> str:
     return model.name.rsplit("/", 1)[-1]
 
 
-def _near_the_bound(root: Path, outcomes: dict[str, Outcome]) -> str:
-    parts = []
+def _depth_at_128(root: Path, outcomes: dict[str, Outcome]) -> str:
+    """Which networks pass the gate at 128 states (each with its depth and its distance to the
+    variable-order predictor), where the competent ones lie against the ceiling's upper bound, and
+    what depth changed of that distance."""
+    paths = dict.fromkeys((*(model.ngram_verdict or "" for model in STATES_128), *DEPTH_LADDER))
+    passed, failed = [], []
+    for path in paths:
+        verdict = _load(root, path)
+        run = verdict["checkpoint"].removesuffix("/checkpoint").rsplit("/", 1)[-1]
+        gap = verdict["comparisons", "test_sequence", "model - variable order"]
+        named = f"{run} ({verdict['model', 'num_layers']} layers, {interval(*_mean_and_interval(gap), 4)})"
+        (passed if verdict["verdict"] == BEATS_EVERY_PREDICTOR else failed).append(named)
+    closed = []
     for model in STATES_128:
         assert model.ceiling_bound is not None
-        closed = _load(root, model.ceiling_bound)["gap_closed", "test_sequence"]
-        parts.append(f"{_run(model)} closes {interval(closed['fraction'], *closed['interval_95'], 2)}")
-    return ("At 128 states the competent networks lie near the ceiling's upper bound: " + " and ".join(parts)
-            + " of the window from the in-context unigram to the bound (test sequence)")
+        if outcomes[f"{model.prefix}-competence"].verdict is Verdict.HOLDS:
+            share = _load(root, model.ceiling_bound)["gap_closed", "test_sequence"]
+            closed.append(f"{_run(model)} closes {interval(share['fraction'], *share['interval_95'], 2)}")
+    changes = [f"on {family} {interval(*_mean_and_interval(effect['minus_ceiling_bound']), 4)}, "
+               f"{effect['minus_ceiling_bound']['reading']}"
+               for family, entry in _load(root, DEPTH)["families"].items()
+               if (effect := entry["effect"]) is not None and effect["deep"] is not None
+               and effect["minus_ceiling_bound"] is not None]
+    return (f"Judged against every in-context n-gram and the variable-order predictor (CTW; model - CTW on the test "
+            f"sequence), {'; '.join(passed) or 'no network'} pass{'es' if len(passed) == 1 else ''} the gate, and "
+            f"{'; '.join(failed) or 'none'} do{'es' if len(failed) == 1 else ''} not; "
+            + (f"{' and '.join(closed)} of the window from the in-context unigram to the ceiling's upper bound; "
+               if closed else "")
+            + "the deepest competent network's distance to that bound minus the 2-layer network's: "
+            + ("; ".join(changes) if changes else "not measured yet"))
+
+
+def _mean_and_interval(value: dict) -> tuple[float, float, float]:
+    return value["mean"], *value["interval_95"]
 
 
 def _hand_built_128(root: Path, outcomes: dict[str, Outcome]) -> str:
@@ -210,12 +237,17 @@ def _plateau(root: Path, outcomes: dict[str, Outcome]) -> str:
 
 def _ceiling(root: Path, outcomes: dict[str, Outcome]) -> str:
     bounds = _load(root, CEILING_BOUNDS[CEILING_FAMILY])
+    lower = _load(root, CEILING_LOWER[CEILING_FAMILY])
     against = {scope: bounds["scopes", scope, "bound_minus", "ngram 3"] for scope in SCOPES}
     below = all(value["upper_95"] < 0 for value in against.values())
+    setting = lower["scopes", "test_sequence", "settings", lower["scopes", "largest_setting"]]
     return (f"The Bayes ceiling of the paper's family (S = {bounds['prior', 'num_states']}) "
             f"{'lies' if below else 'is not shown to lie'} below the in-context trigram: an upper bound on it minus the "
             f"trigram is " + " and ".join(f"{plus_minus(value['mean'], value['stderr'], 4)} nats ({scope.replace('_', ' ')})"
-                                          for scope, value in against.items()))
+                                          for scope, value in against.items())
+            + f"; from below, reverse annealing from the generating HMM bounds it at "
+              f"{plus_minus(setting['lower']['mean'], setting['lower']['stderr'])} on the test sequence, the oracle's "
+              f"level, so the bracket is still {fixed(setting['width_to_collapsed_smc'], 2)} nats wide")
 
 
 def _markov(root: Path, outcomes: dict[str, Outcome]) -> str:
@@ -244,11 +276,13 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("Competent networks", _first_claims(REGIME_MATRIX, ("competence", "beats-every-ngram")), (), _competence),
     Finding("Their circuit", _first_claims(REGIME_MATRIX, ("circuit",)), (), _circuit),
     Finding("The layer-wise claims", (f"{REGIME_MODELS[0].prefix}-F3a-state-first",), (), _layerwise),
-    Finding("128 states", STATES_128_CLAIMS, tuple(model.ceiling_bound or "" for model in STATES_128), _near_the_bound),
+    Finding("Depth at 128 states", ("G-depth-competence", "D-depth", *STATES_128_CLAIMS),
+            (*DEPTH_LADDER, DEPTH, *(model.ceiling_bound or "" for model in STATES_128)), _depth_at_128),
     Finding("The hand-built network at 128 states", STATES_128_CLAIMS,
             tuple(model.ceiling_bound or "" for model in STATES_128), _hand_built_128),
     Finding("The plateau", ("G-paper-size-competence", "G-plateau-study"), (GPU_SWEEP, PLATEAU), _plateau),
-    Finding("The ceiling", ("G-ceiling-paper",), (CEILING_BOUNDS[CEILING_FAMILY],), _ceiling),
+    Finding("The ceiling", ("G-ceiling-paper",), (CEILING_BOUNDS[CEILING_FAMILY], CEILING_LOWER[CEILING_FAMILY]),
+            _ceiling),
     Finding("Attention with Markov", ("M1-unigram-trap", "M5-local-minimum", "M7-induction"),
             (MARKOV_SWEEP, LONG_BUDGET, INCONTEXT), _markov),
 )

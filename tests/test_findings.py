@@ -19,6 +19,7 @@ from ledger.render import anchor
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = "figures/verification/report.json"
 PAPER_128 = "figures/paper-scale/cpu/paper-2x4x64-4x/competence.json"
+DEEP_128 = "figures/paper-scale/cpu/sparse-4x4x64-2x/competence.json"
 LONG_BUDGET = "figures/markov/long-budget/results.json"
 
 
@@ -69,9 +70,9 @@ def test_the_numbers_are_those_of_the_results():
             f"reference and its output within {sig(table['construction |W_T x - TF|']['measured'])}") in lines["The construction"]
     total = table["total |P - TF| <= sum of bounds"]
     assert f"at most {sig(total['measured'])} against the bounds' sum {sig(total['bound'])}" in lines["The bounds"]
+    closed = json.loads((ROOT / DEEP_128).read_text())["gap_closed"]["test_sequence"]
+    assert f"sparse-4x4x64-2x closes {closed['fraction']:.2f} [{closed['interval_95'][0]:.2f}, " in lines["Depth at 128 states"]
     competence = json.loads((ROOT / PAPER_128).read_text())
-    closed = competence["gap_closed"]["test_sequence"]
-    assert f"paper-2x4x64-4x closes {closed['fraction']:.2f} [{closed['interval_95'][0]:.2f}, " in lines["128 states"]
     hand_built = competence["hand_built"]["test_sequence"]["hand-built"]["loss"]
     assert (f"{fixed(hand_built)} nats beside paper-2x4x64-4x's" in lines["The hand-built network at 128 states"]
             and f"uniform predictor's {fixed(math.log(16))}" in lines["The hand-built network at 128 states"])
@@ -88,11 +89,12 @@ def test_a_planted_number_changes_its_finding_and_fails_the_check(tmp_path):
         document["gap_closed"]["test_sequence"].update(fraction=0.5, interval_95=[0.4, 0.6])
 
     plant(root, REPORT, worse_construction)
-    plant(root, PAPER_128, less_closed)
+    plant(root, DEEP_128, less_closed)
     changed, committed = _lines(findings_block(root)), _lines(committed_block())
     assert "its output within 2.5e-11 of T explicit" in changed["The construction"]
-    assert "paper-2x4x64-4x closes 0.50 [0.40, 0.60]" in changed["128 states"]
-    assert [topic for topic in committed if changed[topic] != committed[topic]] == ["The construction", "128 states"]
+    assert "sparse-4x4x64-2x closes 0.50 [0.40, 0.60]" in changed["Depth at 128 states"]
+    assert [topic for topic in committed if changed[topic] != committed[topic]] == ["The construction",
+                                                                                     "Depth at 128 states"]
     [problem] = [problem for problem in generated_problems(root) if problem.path == "README.md"]
     assert "2.5e-11" in problem.reason
 
