@@ -736,6 +736,83 @@ def record_baselines(root: Path, results: tuple[Result, ...] = RESULTS, canaries
     return names or list(canaries)
 
 
+SING_AT_COMMIT = """\
+import sys
+from pathlib import Path
+import hmmtf
+from ledger.canaries import CommandLine, record_baselines
+record_baselines(Path("."), names=sys.argv[1:], command_line=CommandLine(hmmtf.main, hmmtf.build_parser))
+"""
+"""What :func:`record_baselines_at` runs in the worktree: the present ledger's recorder with that
+commit's command line (``hmmtf`` a module or a package: both have ``main`` and ``build_parser``)."""
+
+
+def record_baselines_at(root: Path, commit: str, names: list[str]) -> list[str]:
+    """Record the baselines of the canaries ``names`` at ``commit``'s producers on this machine, with
+    the present ledger: what a baseline recorded on another processor needs when its numbers do not
+    hold on this one (docs/ledger.md, "Processors, measured"). In a temporary worktree of ``commit``
+    whose ``ledger/`` is HEAD's (committed there, so the recorder's clean-tree rule holds), each
+    canary is sung with that commit's command line in a process of its own; then
+    :func:`merge_baselines` puts the numbers into this record as the baseline of ``commit``."""
+    unknown = sorted(set(names) - set(CANARIES))
+    if not names or unknown:
+        raise ValueError(f"--record-canaries: {unknown or names}; expected names of {sorted(CANARIES)} with --at")
+    found = git(root, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    if found.returncode:
+        raise ValueError(f"--at: {commit!r} is not a commit of this repository; expected the commit of the baseline "
+                         f"to record again")
+    full, head = found.stdout.strip(), _git_out(root, "rev-parse", "HEAD")
+    with tempfile.TemporaryDirectory(prefix="canaries-at-") as folder:
+        tree = Path(folder) / "tree"
+        _git_out(root, "worktree", "add", "--detach", str(tree), full)
+        try:
+            _git_out(tree, "checkout", head, "--", "ledger")
+            _git_out(tree, "-c", "user.name=hmmtf ledger", "-c", "user.email=ledger@localhost", "commit", "--quiet",
+                     "--allow-empty", "-m", f"{full[:7]}'s producers with the ledger of {head[:7]}")
+            temporary = _git_out(tree, "rev-parse", "HEAD")
+            environment = {**os.environ, "PYTHONPATH": str(tree)}
+            done = subprocess.run([sys.executable, "-c", SING_AT_COMMIT, *names], cwd=tree, capture_output=True,
+                                  text=True, env=environment)
+            if done.returncode:
+                said = done.stderr.strip().splitlines()
+                raise LedgerError(f"--at {commit}: the canaries {names} failed there" + (f": {said[-1]}" if said else ""))
+            sung = load_record(tree)
+        finally:
+            _git_out(root, "worktree", "remove", "--force", str(tree))
+    record = load_record(root)
+    merge_baselines(record, sung, full, temporary, names)
+    write_record(root, record)
+    return names
+
+
+def _git_out(root: Path, *arguments: str) -> str:
+    """``git ARGUMENTS`` in ``root``: its output, or :class:`LedgerError` naming the command."""
+    done = git(root, *arguments)
+    if done.returncode:
+        raise LedgerError(f"`git {' '.join(arguments)}` failed in {root}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def merge_baselines(record: dict, sung: dict, commit: str, temporary: str, names: list[str]) -> None:
+    """Make the baselines ``sung`` recorded at the temporary commit ``temporary`` the baselines of
+    ``commit`` in ``record``: its numbers, canary digest and environment replace those of an existing
+    baseline of ``commit`` (whose settings are kept: the present ledger reads fewer of an old
+    commit's modules, and settings are compared only where both sides have them), or make a new
+    one. The record's verification of each canary is dropped, since it was judged against the old
+    numbers: the next ``hmmtf ledger`` sings the present code against the new ones."""
+    for name in names:
+        new = next(entry for entry in sung["baselines"][name] if entry["commit"] == temporary)
+        record["songs"][new["song"]] = sung["songs"][new["song"]]
+        entries = record["baselines"].setdefault(name, [])
+        old = next((entry for entry in entries if entry["commit"] == commit), None)
+        if old is None:
+            entries.append({**new, "commit": commit})
+        else:
+            old.update(song=new["song"], canary=new["canary"], environment=new["environment"])
+            old.pop("numbers", None)
+        record["verified"].pop(name, None)
+
+
 def _settings_that_differ(then: dict[str, str], now: dict[str, str], names: set[str]) -> list[str]:
     """The settings both ``then`` and ``now`` have whose values differ, among those a result naming
     ``names`` uses: every plain one, and a dict's entry when the result names its key. A constant

@@ -4,7 +4,8 @@ what the canaries give at the present code (ledger/canaries.json); with ``--chec
 and exits 1 when a result is missing, records no commit, is older than its code (and no canary
 vouches for it), is not registered, or a generated text is out of date, and tells each timing
 measured before its producers' last change (no problem); ``--record-canaries`` records each
-canary's baseline at HEAD; ``--remeasure-timings`` measures every timing again on idle cores
+canary's baseline at HEAD (with ``--at COMMIT``: at that commit's producers, on this machine);
+``--remeasure-timings`` measures every timing again on idle cores
 (docs/ledger.md)."""
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from hmmtf.options import positive_float
 from ledger import generated
-from ledger.canaries import CanaryBook, CommandLine, load_record, record_baselines, write_record
+from ledger.canaries import CanaryBook, CommandLine, load_record, record_baselines, record_baselines_at, \
+    write_record
 from ledger.check import check, result_states
 from ledger.provenance import Status
 from ledger.outcomes import judge_sections
@@ -29,6 +31,13 @@ def run_ledger(args) -> int:
     root = Path(args.root)
     if not (root / "figures").is_dir():
         raise ValueError(f"--root: {str(root)!r} has no figures/ folder; expected the repository root")
+    if args.at is not None and args.record_canaries is None:
+        raise ValueError(f"--at: {args.at!r} without --record-canaries; expected --record-canaries NAME ... --at COMMIT")
+    if args.at is not None:
+        names = record_baselines_at(root, args.at, args.record_canaries)
+        print(f"recorded the baselines of {', '.join(names)} at {args.at} on this machine in ledger/canaries.json; "
+              f"run `hmmtf ledger` to judge the present code against them")
+        return 0
     if args.record_canaries is not None:
         names = record_baselines(root, names=args.record_canaries, command_line=command_line())
         print(f"recorded the baselines of {len(names)} canaries at HEAD in ledger/canaries.json")
@@ -108,6 +117,10 @@ def register(subparsers) -> None:
                         help="run every canary (or those named) at HEAD, from a clean tree, and record its digest as a "
                              "baseline of HEAD: do it where the results are fresh, so that a later refactor can be "
                              "verified against it")
+    parser.add_argument("--at", metavar="COMMIT",
+                        help="with --record-canaries NAME ...: record those baselines again at COMMIT's producers, "
+                             "on this machine, with the present ledger (for a baseline whose numbers do not hold on "
+                             "this processor); then `hmmtf ledger` judges the present code against them")
     parser.add_argument("--remeasure-timings", action="store_true",
                         help="run the registered command of every timing (figures/benchmarks/, the training "
                              "benchmarks), each once the cores are idle, from a clean tree: for whoever wants them "
