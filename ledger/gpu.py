@@ -22,10 +22,10 @@ SPARSE = tuple(f"figures/paper-scale/cpu/{name}/ngram-verdict.json" for name in 
 PAPER_CPU = tuple(f"figures/paper-scale/cpu/{name}/ngram-verdict.json" for name in ("paper-2x4x64-3x", "paper-2x4x64-4x"))
 """The 2 x 4 x 64 networks on ``paper`` at three and four times the paper's budget (models/paper-scale-cpu/)."""
 DEPTH_LADDER = tuple(f"figures/paper-scale/cpu/{name}/ngram-verdict.json"
-                     for name in ("sparse-4x4x64-2x", "paper-4x4x64-4x-curriculum"))
-"""The depth ladder's networks with a verdict (models/paper-scale-cpu/, issue 65): 4 x 4 x 64 on
-``paper-sparse`` at twice the paper's budget and on ``paper`` at four times it (the plateau study's
-data curriculum)."""
+                     for name in ("sparse-4x4x64-2x", "sparse-8x4x64-2x", "paper-4x4x64-4x-curriculum"))
+"""The depth ladder's networks with a verdict (models/paper-scale-cpu/, issue 65): 4 x 4 x 64 and
+8 x 4 x 64 on ``paper-sparse`` at twice the paper's budget, 4 x 4 x 64 on ``paper`` at four times it
+(the plateau study's data curriculum)."""
 DEPTH = "figures/depth/depth.json"
 """``hmmtf depth``: what depth changes at 128 states (empirical/studies/depth.py)."""
 PLATEAU = "figures/plateau/plateau.json"
@@ -351,8 +351,8 @@ GPU = Section("The paper-scale family: the recipe sweep on a lent GPU, smaller n
           rule="holds when one network's verdict is 'beats every in-context n-gram' (or, where it scores the "
                "variable-order predictor, 'beats every in-context predictor'); otherwise not reproduced at these "
                "budgets"),
-    Claim("G-depth-competence", "Deeper RoFormers (4 layers x 4 heads x width 64, init 0.1) trained on the CPU on "
-          "each 128-state family, paper (at four times the paper's budget, after the plateau study's data curriculum) "
+    Claim("G-depth-competence", "Deeper RoFormers (4 and 8 layers x 4 heads x width 64, init 0.1) trained on the CPU "
+          "on each 128-state family, paper (at four times the paper's budget, after the plateau study's data curriculum) "
           "and paper-sparse (at twice it), learn it in context: they beat every in-context "
           "n-gram and the variable-order predictor (context-tree weighting of depth 6) on fresh HMMs.",
           "each network scored by hmmtf ngram-verdict (4096 prompts of 8192 fresh HMMs, paired per prompt, clustered "

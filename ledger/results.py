@@ -148,7 +148,8 @@ PAPER_SCALE_EVALUATE = (
     "--hand-built-prompts 0 --fresh-tasks 1024 --reference-tasks 4096 --competence-prompts 256 --ceiling-backend "
     "collapsed --ceiling-particles 128 --threads 1 (64 prompts for the evaluation, as the Bayes predictor over 8192 "
     "HMMs of 128 states costs 3 to 10 s a prompt on a core; the competence result on 256 others, with the "
-    "collapsed SMC's upper bound as its ceiling; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)")
+    "collapsed SMC's upper bound as its ceiling; POINT: sparse-2x4x64-2x, paper-2x4x64-4x and the depth ladder's "
+    "sparse-4x4x64-2x, paper-4x4x64-4x-curriculum, sparse-8x4x64-2x)")
 """The evaluation of the 128-state networks, with the competence result beside the ceiling's bound."""
 EVALUATE = ("empirical/yardsticks/evaluate.py", "empirical/yardsticks/regime.py", "hmm/families.py", *ROFORMER, *MIXTURE)
 """``hmmtf evaluate``'s ``evaluation.json`` with its regime section: the model, the training mixture's
@@ -374,7 +375,7 @@ RESULTS: tuple[Result, ...] = (
     Result("figures/paper-scale/cpu/*/ngram-verdict.json",
            "hmmtf ngram-verdict models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --threads 1 (POINT: "
            "sparse-2x4x64-1x, sparse-2x4x64-2x, paper-2x4x64-3x, paper-2x4x64-4x, sparse-4x4x64-2x, "
-           "paper-4x4x64-4x-curriculum; the runs' hmmtf "
+           "paper-4x4x64-4x-curriculum, sparse-8x4x64-2x; the runs' hmmtf "
            "curve commands are in models/README.md)",
            NGRAM_VERDICT, needs="the point's weights (hmmtf restore-checkpoint models/paper-scale-cpu/POINT/checkpoint "
                                 "--weights-only); about 10 minutes and 6 GB on a core",
@@ -390,16 +391,18 @@ RESULTS: tuple[Result, ...] = (
            "--hand-built-prompts 8 --max-distance 5 --max-offset 8 --seed 0 --centroid-prompts 512 --patching-prompts "
            "128 --max-forcing-items 128 --state-threshold 0.9 --probe-tasks 64 --threads 1 (the paper preset's analysis "
            "settings, `python benchmarks/gpu_recipe_sweep.py --preset paper --analysis-flags`; POINT: sparse-2x4x64-2x, "
-           "paper-2x4x64-4x)",
+           "paper-2x4x64-4x and the depth ladder's networks)",
            (*ANALYSIS, "hmm/families.py"), needs="the point's run folder, models/paper-scale-cpu/POINT; about 15 "
                                                    "minutes on a core", canary="analyze"),
     Result("figures/paper-scale/cpu/*/heads.json",
            "hmmtf heads models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --ceiling-particles 0 "
-           "--threads 1 (no ceiling at 128 states; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)", HEADS,
+           "--threads 1 (no ceiling at 128 states; POINT: sparse-2x4x64-2x, paper-2x4x64-4x and the depth ladder's "
+           "networks)", HEADS,
            needs="the point's run folder, models/paper-scale-cpu/POINT; a few minutes on a core", canary="heads"),
     Result("figures/paper-scale/cpu/*/beliefs.json",
            "hmmtf beliefs models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --ceiling-particles 0 "
-           "--threads 1 (no ceiling at 128 states; POINT: sparse-2x4x64-2x, paper-2x4x64-4x)", BELIEFS,
+           "--threads 1 (no ceiling at 128 states; POINT: sparse-2x4x64-2x, paper-2x4x64-4x and the depth ladder's "
+           "networks)", BELIEFS,
            needs="the point's run folder, models/paper-scale-cpu/POINT; a few minutes on a core", canary="beliefs"),
     Result("figures/families/signal.json", "hmmtf signal --out figures/families",
            ("empirical/yardsticks/signal.py", "empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.py", "empirical/yardsticks/regime.py",
