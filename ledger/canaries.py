@@ -67,7 +67,7 @@ from typing import NamedTuple
 from ledger.documents import LedgerError
 from ledger.provenance import (GitUnavailable, Recorded, Vouch, changed_producers, code_fingerprint, git,
                                matches_producers, module_name)
-from ledger.results import RESULTS, Result
+from ledger.results import DEPTH_POINTS, RESULTS, Result
 
 RECORD = "ledger/canaries.json"
 """The committed record: each canary's baselines (its numbers and settings at a commit) and its last
@@ -305,6 +305,10 @@ def _ladder(shop: Workshop) -> None:
     shop.hmmtf(["ladder", str(REPOSITORY / "figures/ladder"), "--out", shop.path("ladder")])
 
 
+def _depth(shop: Workshop) -> None:
+    shop.hmmtf(["depth", "--points", *(str(REPOSITORY / point) for point in DEPTH_POINTS), "--out", shop.path("depth")])
+
+
 def _prior_predictive(shop: Workshop) -> None:
     shop.script("benchmarks/bench_prior_predictive.py", ["--preset", "tiny", "--prompts", "2", "--fresh-tasks", "4",
                                                          "--chains", "2", "--out", shop.path("prior_predictive.json")])
@@ -355,6 +359,8 @@ CANARIES: dict[str, Canary] = {canary.name: canary for canary in (
            "summarises"),
     Canary("ladder", _ladder, ("ladder/ladder.json",), "ladder", "nothing beyond the common blind spots (it runs on "
            "the committed points)", FLOAT64),
+    Canary("depth", _depth, ("depth/depth.json",), "depth", "nothing beyond the common blind spots (it runs on the "
+           "committed results of the networks)", FLOAT64),
     Canary("prior-predictive", _prior_predictive, ("prior_predictive.json",), None,
            "the rate of the SMC (a timing), and its convergence at the paper family's size", FLOAT64),
     Canary("ceiling-bounds", _ceiling_bounds, ("ceiling_bounds.json",), None,

@@ -182,9 +182,12 @@ def lower_bound_text(lower: Doc, scope: str = "test_sequence") -> str:
 def above_the_lower_bound(lower: Doc, model: str) -> str:
     """How far the network ``model`` (``models/...``, as the lower bound's file names it) lies above
     the reverse-annealing lower bound on the ceiling, test sequence, paired on that bound's prompts:
-    mean over prompts of loss(model) - lower bound, with its 95% interval. The share of the true
-    window the model leaves open lies between this and the upper bound's."""
-    above = lower["scopes", "test_sequence", "on_the_largest_setting's_prompts", model, "minus_lower"]
+    mean over prompts of loss(model) - lower bound, with its 95% interval (or that the file does
+    not score it: a network trained after the bound was gathered)."""
+    scored = lower["scopes", "test_sequence", "on_the_largest_setting's_prompts"]
+    if model not in scored:
+        return f"{lower_bound_text(lower)}; this network is not scored on those prompts"
+    above = scored[model]["minus_lower"]
     return (f"{lower_bound_text(lower)}; the model lies {interval(above['mean'], *above['interval_95'])} above it "
             f"on those prompts")
 
@@ -232,7 +235,8 @@ class RegimeModel:
     ``evaluation.json`` and ``competence.json``), ``analysis`` (``hmmtf analyze``'s shuffle and
     probes), ``extra`` (its offsets and patching; may be ``analysis``), ``figures`` (a figure
     per kind of claim: competence, regime, shuffle, state-first, state-used, distance, nearby,
-    heads), ``heads`` (``hmmtf heads``'s result, for the circuit claim; None: no such claim),
+    heads, and optionally verdict, the n-gram verdict's where it is not ``ngram-verdict.png``; None:
+    no figure kept), ``heads`` (``hmmtf heads``'s result, for the circuit claim; None: no such claim),
     ``ngram_verdict`` (``hmmtf ngram-verdict``'s result; None: no such claim), ``ceiling`` (False
     for a family with no prior-predictive ceiling, 128 states: no ``competence.json``, so the
     competence gate is the n-gram verdict, and Figure 1's regime diagnostic is judged from an
@@ -249,7 +253,7 @@ class RegimeModel:
     point: str
     analysis: str
     extra: str
-    figures: dict[str, str]
+    figures: dict[str, str | None]
     heads: str | None = None
     ngram_verdict: str | None = None
     ceiling: bool = True
@@ -362,7 +366,7 @@ def regime_claims(model: RegimeModel) -> tuple[Claim, ...]:
               "variable-order predictor, context-tree weighting of depth 6 (issue 65).",
               phrase + "loss on 4096 prompts of 8192 fresh HMMs against the in-context 1/2/3-grams and the "
               "variable-order predictor, paired per prompt, standard errors clustered by HMM", sources=(model.ngram_verdict,), judge=beats_every_ngram,
-              figure=model.ngram_verdict.replace(".json", ".png"),
+              figure=model.figures.get("verdict", model.ngram_verdict.replace(".json", ".png")),
               rule="holds when ngram-verdict.json's verdict is 'beats every in-context n-gram' (95% intervals of "
                    "model minus each n-gram below 0 in both scopes, empirical/analysis/ngram_verdict.py), or, where it "
                    "scores the variable-order predictor (context-tree weighting of depth 6), 'beats every in-context "
@@ -442,16 +446,31 @@ STATES_128_FOLDER = "figures/paper-scale/cpu"
 ``heads.json`` and ``beliefs.json`` in ``RUN/``."""
 
 
-def _states_128_model(run: str, family: str, prefix: str, what: str) -> RegimeModel:
+DEPTH_FIGURE = "figures/depth/depth.png"
+"""``hmmtf depth``'s figure: every 128-state network's distances, probes and heads against depth."""
+
+
+def _depth_ladder_figures(point: str) -> dict[str, str | None]:
+    """The figures a depth-ladder network's claims link: its regime diagnostic and head scores, and
+    the depth figure for its verdict and probes. The tree keeps no other figure of theirs (the
+    analysis's, about 2.4 MB a network, are drawn on demand by ``hmmtf draw``), so the shuffle and
+    patching claims link none and cite their JSON."""
+    return {"competence": DEPTH_FIGURE, "verdict": DEPTH_FIGURE, "regime": f"{point}/regime.png", "shuffle": None,
+            "state-first": DEPTH_FIGURE, "state-used": None, "distance": DEPTH_FIGURE, "nearby": None,
+            "heads": f"{point}/heads.png"}
+
+
+def _states_128_model(run: str, family: str, prefix: str, what: str, depth_ladder: bool = False) -> RegimeModel:
     """The run ``models/paper-scale-cpu/RUN`` on the 128-state ``family``, its results in
     ``figures/paper-scale/cpu/RUN``: no converged ceiling, so gated by its n-gram verdict, with the
     window to the ceiling's upper bound from its ``competence.json`` beside it, and its distance to
-    the family's reverse-annealing lower bound (:data:`CEILING_LOWER`)."""
+    the family's reverse-annealing lower bound (:data:`CEILING_LOWER`); a network of the depth
+    ladder links the figures of :func:`_depth_ladder_figures`."""
     point = f"{STATES_128_FOLDER}/{run}"
     analysis = f"{point}/analysis.json"
-    return RegimeModel(f"paper-scale-cpu/{run}", prefix, f"on {run} ({what}), ", point, analysis, analysis,
-                       {"competence": f"{point}/ngram-verdict.png", "regime": f"{point}/regime.png",
-                        **_mechanism_figures(point)},
+    figures = _depth_ladder_figures(point) if depth_ladder else {
+        "competence": f"{point}/ngram-verdict.png", "regime": f"{point}/regime.png", **_mechanism_figures(point)}
+    return RegimeModel(f"paper-scale-cpu/{run}", prefix, f"on {run} ({what}), ", point, analysis, analysis, figures,
                        heads=f"{point}/heads.json", ngram_verdict=f"{point}/ngram-verdict.json", ceiling=False,
                        ceiling_bound=f"{point}/competence.json", ceiling_lower=CEILING_LOWER[family])
 
@@ -470,7 +489,12 @@ REGIME_MODELS = (
     _states_128_model("paper-2x4x64-4x", "paper", "P128", "the paper-scale family: 8192 HMMs, 128 states, 16 tokens, "
                       "Dirichlet 0.01 / 0.02; 2 layers x 4 heads x width 64 at four times the paper's budget"),
     _states_128_model("sparse-4x4x64-2x", "paper-sparse", "S128L4", "paper-sparse; 4 layers x 4 heads x width 64 at "
-                      "twice the paper's budget, the depth ladder's"),
+                      "twice the paper's budget, the depth ladder's", depth_ladder=True),
+    _states_128_model("sparse-8x4x64-2x", "paper-sparse", "S128L8", "paper-sparse; 8 layers x 4 heads x width 64 at "
+                      "twice the paper's budget, the depth ladder's", depth_ladder=True),
+    _states_128_model("paper-4x4x64-4x-curriculum", "paper", "P128L4", "the paper-scale family; 4 layers x 4 heads x "
+                      "width 64 at four times the paper's budget after the plateau study's data curriculum, the depth "
+                      "ladder's", depth_ladder=True),
 )
 """The shipped regime models (models/README.md), each judged on every regime claim and the circuit."""
 

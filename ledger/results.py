@@ -143,6 +143,10 @@ COMPETENCE = ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.
               "empirical/yardsticks/hand_built.py", *ROFORMER, *MIXTURE, *CONSTRUCTION)
 """``hmmtf evaluate``'s ``competence.json``: the ladder on fresh HMMs (the n-grams, the model, the
 hand-built network, the ceiling's SMC, the oracle)."""
+DEPTH_POINTS = tuple(f"figures/paper-scale/cpu/{run}" for run in (
+    "sparse-2x4x64-2x", "sparse-4x4x64-2x", "sparse-8x4x64-2x", "paper-2x4x64-4x", "paper-4x4x64-4x-curriculum"))
+"""The networks ``hmmtf depth`` compares: the depth ladder's at 128 states and the 2-layer networks
+of the same recipes (docs/empirical.md, "The depth ladder at 128 states")."""
 PAPER_SCALE_EVALUATE = (
     "hmmtf evaluate models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --num-prompts 64 "
     "--hand-built-prompts 0 --fresh-tasks 1024 --reference-tasks 4096 --competence-prompts 256 --ceiling-backend "
@@ -437,12 +441,10 @@ RESULTS: tuple[Result, ...] = (
            needs="the runs' folders (models/plateau/RUN and models/paper-scale-cpu/paper-2x4x64-4x; to extend a run, "
                  "first `hmmtf restore-checkpoint models/plateau/RUN/checkpoint`, then its recorded hmmtf curve command)",
            canary="plateau"),
-    Result("figures/depth/depth.json",
-           "hmmtf depth --points figures/paper-scale/cpu/POINT ... --out figures/depth (POINT: every network of the "
-           "depth ladder with an n-gram verdict; the command is in the JSON)",
+    Result("figures/depth/depth.json", f"hmmtf depth --points {' '.join(DEPTH_POINTS)} --out figures/depth",
            ("empirical/studies/depth.py", "empirical/studies/depth_figures.py", "hmmtf/commands/depth.py",
             "figures/paper-scale/cpu/"),
-           needs="the networks' committed results (figures/paper-scale/cpu/RUN); seconds"),
+           needs="the networks' committed results (figures/paper-scale/cpu/RUN); seconds", canary="depth"),
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",
            ANALYSIS, needs="the point's checkpoint", canary="analyze"),

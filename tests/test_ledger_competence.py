@@ -67,3 +67,11 @@ def test_the_lower_bound_is_quoted_beside_the_verdict_from_the_networks_own_row_
 def test_a_lower_bound_without_the_upper_bound_is_refused():
     with pytest.raises(ValueError, match="ceiling_lower: .* expected the upper bound"):
         RegimeModel("x", "X", "on x, ", "p", "a", "a", {}, ngram_verdict="v.json", ceiling=False, ceiling_lower=LOWER)
+
+
+def test_a_network_the_lower_bound_did_not_score_is_said_to_be_unscored():
+    verdict = Doc.load(ROOT, f"{STATES_128_RUN}/ngram-verdict.json")
+    data = copy.deepcopy(Doc.load(ROOT, LOWER).data)
+    del data["scopes"]["test_sequence"]["on_the_largest_setting's_prompts"]["models/paper-scale-cpu/sparse-4x4x64-2x"]
+    assert competent_by_ngram_verdict(verdict, None, Doc(LOWER, data)).number.endswith(
+        "this network is not scored on those prompts")

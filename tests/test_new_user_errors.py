@@ -116,7 +116,8 @@ def test_a_rerun_with_fewer_sections_removes_the_earlier_ones_so_the_folder_hold
 def test_every_command_names_its_files_in_the_one_home():
     """The commands that check ownership by file read their files from empirical/training/result_files.py."""
     assert set(COMMAND_FILES) == {"evaluate", "analyze", "heads", "klmap", "beliefs", "ngram-verdict", "export",
-                                  "signal", "family-calibration", "curves", "plateau", "ladder", "markov-incontext"}
+                                  "signal", "family-calibration", "curves", "plateau", "depth", "ladder",
+                                  "markov-incontext"}
     for name, files in COMMAND_FILES.items():
         assert files.reports and all(report.endswith(".json") for report in files.reports), name
         assert not set(files.reports) & set(files.companions), name
