@@ -356,17 +356,26 @@ RESULTS: tuple[Result, ...] = (
              needs=needs)
       for name, arguments, gather, models, needs in (
           ("paper", "--preset paper", " --upper figures/competence/ceiling-paper.json --models "
-           "models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-2x4x64-3x",
+           "models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-2x4x64-3x "
+           "models/paper-scale-cpu/paper-4x4x64-4x-curriculum",
            ("models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/", "models/paper-scale-cpu/paper-2x4x64-3x/checkpoint/",
-            "figures/competence/ceiling-paper.json"), "about 12 minutes of CPU"),
+            "models/paper-scale-cpu/paper-4x4x64-4x-curriculum/checkpoint/", "figures/competence/ceiling-paper.json"),
+           "about 12 minutes of CPU"),
           ("paper-sparse", "--preset paper --mixture paper-sparse", " --upper figures/competence/ceiling-paper-sparse.json "
-           "--models models/paper-scale-cpu/sparse-2x4x64-2x models/paper-scale-cpu/sparse-4x4x64-2x",
+           "--models models/paper-scale-cpu/sparse-2x4x64-2x models/paper-scale-cpu/sparse-4x4x64-2x "
+           "models/paper-scale-cpu/sparse-8x4x64-2x",
            ("models/paper-scale-cpu/sparse-2x4x64-2x/checkpoint/", "models/paper-scale-cpu/sparse-4x4x64-2x/checkpoint/",
-            "figures/competence/ceiling-paper-sparse.json"),
+            "models/paper-scale-cpu/sparse-8x4x64-2x/checkpoint/", "figures/competence/ceiling-paper-sparse.json"),
            "about 6 minutes of CPU, and the networks' weights (hmmtf restore-checkpoint "
            "models/paper-scale-cpu/POINT/checkpoint --weights-only)"),
           ("s16", "--preset tasks-8192-deep --count 32 --chains 4", " --smc-particles 256 --smc-replicates 2", (),
-           "about 6 minutes of CPU"))),
+           "about 6 minutes of CPU"),
+          ("paper-settings", "--preset paper --count 32 --chains C --substeps K (C, K: 1, 1; 4, 1; 1, 4; 16, 1; and "
+           "16, 8 stopped after 9 prompts)", " --upper figures/competence/ceiling-paper.json --models "
+           "models/paper-scale-cpu/paper-2x4x64-4x models/paper-scale-cpu/paper-4x4x64-4x-curriculum",
+           ("models/paper-scale-cpu/paper-2x4x64-4x/checkpoint/",
+            "models/paper-scale-cpu/paper-4x4x64-4x-curriculum/checkpoint/", "figures/competence/ceiling-paper.json"),
+           "about 25 CPU minutes for the first four settings, 50 CPU seconds a prompt for C = 16, K = 8"))),
     Result("figures/paper-scale/sweep/sweep.json",
            "bash benchmarks/gpu_session.sh start; bash benchmarks/gpu_session.sh follow 535 at commit f5ba2ef "
            "(on a lent GPU, docs/reproduce.md; then the sweep's files into figures/paper-scale/sweep)", GPU_SWEEP,
