@@ -12,8 +12,10 @@ import math
 
 from ledger.claims import Claim, Outcome, Section, Verdict
 from ledger.documents import Doc
-from ledger.ladder import BEATS_EVERY_PREDICTOR, CEILING_LOWER, lower_bound_text, top_verdict
+from ledger.ladder import (BEATS_EVERY_PREDICTOR, CEILING_LOWER, DEPTH_FIGURE, STATES_128_FOLDER, lower_bound_text,
+                           top_verdict)
 from ledger.numbers import fixed, interval, plus_minus
+from ledger.results import DEPTH_LADDER_RUNS
 
 SWEEP = "figures/paper-scale/sweep/sweep.json"
 SMALL = tuple(f"figures/paper-scale/small/{name}/ngram-verdict.json" for name in ("2x4x64", "4x4x64"))
@@ -21,11 +23,8 @@ SPARSE = tuple(f"figures/paper-scale/cpu/{name}/ngram-verdict.json" for name in 
 """The 2 x 4 x 64 networks on ``paper-sparse`` (models/paper-scale-cpu/): the paper's budget and twice it."""
 PAPER_CPU = tuple(f"figures/paper-scale/cpu/{name}/ngram-verdict.json" for name in ("paper-2x4x64-3x", "paper-2x4x64-4x"))
 """The 2 x 4 x 64 networks on ``paper`` at three and four times the paper's budget (models/paper-scale-cpu/)."""
-DEPTH_LADDER = tuple(f"figures/paper-scale/cpu/{name}/ngram-verdict.json"
-                     for name in ("sparse-4x4x64-2x", "sparse-8x4x64-2x", "paper-4x4x64-4x-curriculum"))
-"""The depth ladder's networks with a verdict (models/paper-scale-cpu/, issue 65): 4 x 4 x 64 and
-8 x 4 x 64 on ``paper-sparse`` at twice the paper's budget, 4 x 4 x 64 on ``paper`` at four times it
-(the plateau study's data curriculum)."""
+DEPTH_LADDER = tuple(f"{STATES_128_FOLDER}/{run}/ngram-verdict.json" for run in DEPTH_LADDER_RUNS)
+"""The depth ladder's n-gram verdicts (:data:`ledger.results.DEPTH_LADDER_RUNS`)."""
 DEPTH = "figures/depth/depth.json"
 """``hmmtf depth``: what depth changes at 128 states (empirical/studies/depth.py)."""
 PLATEAU = "figures/plateau/plateau.json"
@@ -367,7 +366,7 @@ GPU = Section("The paper-scale family: the recipe sweep on a lent GPU, smaller n
           "hmmtf depth over each network's committed results: model minus the collapsed SMC's upper bound on the "
           "ceiling (competence.json, 256 prompts of 1024 fresh HMMs), beside the layer-wise probes and the history "
           "heads (what depth does not change is read off these, not judged)",
-          sources=(DEPTH,), judge=depth_brings_closer, figure="figures/depth/depth.png",
+          sources=(DEPTH,), judge=depth_brings_closer, figure=DEPTH_FIGURE,
           rule="holds when, on every family with a deeper competent network and a competence result for it and the "
                "shallowest, the change of model - bound has a 95% interval below 0 (errors combined as independent: "
                "conservative; stated in empirical/studies/depth.py before the deeper results were made); not "

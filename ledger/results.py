@@ -143,10 +143,15 @@ COMPETENCE = ("empirical/yardsticks/competence.py", "empirical/yardsticks/ngram.
               "empirical/yardsticks/hand_built.py", *ROFORMER, *MIXTURE, *CONSTRUCTION)
 """``hmmtf evaluate``'s ``competence.json``: the ladder on fresh HMMs (the n-grams, the model, the
 hand-built network, the ceiling's SMC, the oracle)."""
-DEPTH_POINTS = tuple(f"figures/paper-scale/cpu/{run}" for run in (
-    "sparse-2x4x64-2x", "sparse-4x4x64-2x", "sparse-8x4x64-2x", "paper-2x4x64-4x", "paper-4x4x64-4x-curriculum"))
-"""The networks ``hmmtf depth`` compares: the depth ladder's at 128 states and the 2-layer networks
-of the same recipes (docs/empirical.md, "The depth ladder at 128 states")."""
+DEPTH_LADDER_RUNS = ("sparse-4x4x64-2x", "sparse-8x4x64-2x", "paper-4x4x64-4x-curriculum")
+"""The depth ladder's runs with results (``models/paper-scale-cpu/RUN``, issue 65): 4 x 4 x 64 and
+8 x 4 x 64 on ``paper-sparse`` at twice the paper's budget, 4 x 4 x 64 on ``paper`` at four times it
+(the plateau study's data curriculum)."""
+DEPTH_POINTS = tuple(f"figures/paper-scale/cpu/{run}"
+                     for run in ("sparse-2x4x64-2x", "paper-2x4x64-4x", *DEPTH_LADDER_RUNS))
+"""The networks ``hmmtf depth`` compares: the depth ladder's and the 2-layer networks of the same
+recipes (docs/empirical.md, "The depth ladder at 128 states"; the study sorts them by family and
+depth)."""
 PAPER_SCALE_EVALUATE = (
     "hmmtf evaluate models/paper-scale-cpu/POINT --out figures/paper-scale/cpu/POINT --num-prompts 64 "
     "--hand-built-prompts 0 --fresh-tasks 1024 --reference-tasks 4096 --competence-prompts 256 --ceiling-backend "
@@ -452,7 +457,7 @@ RESULTS: tuple[Result, ...] = (
            canary="plateau"),
     Result("figures/depth/depth.json", f"hmmtf depth --points {' '.join(DEPTH_POINTS)} --out figures/depth",
            ("empirical/studies/depth.py", "empirical/studies/depth_figures.py", "hmmtf/commands/depth.py",
-            "figures/paper-scale/cpu/"),
+            "empirical/yardsticks/regime.py", "figures/paper-scale/cpu/"),
            needs="the networks' committed results (figures/paper-scale/cpu/RUN); seconds", canary="depth"),
     Result("figures/ladder/*/analysis.json",
            "hmmtf analyze runs/POINT/checkpoint --out figures/ladder/POINT --sections shuffle probes",

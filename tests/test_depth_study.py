@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from empirical.studies.depth import HELD, PROBE_TOKENS, Z_95, depth_effect, depth_study, head_summary, probe_summary
+from empirical.studies.depth import HELD, PROBE_TOKENS, depth_effect, depth_study, head_summary, probe_summary
+from empirical.yardsticks.regime import Z_95
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "figures/paper-scale/cpu"

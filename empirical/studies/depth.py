@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from empirical.training.result_files import ANALYSIS_FILE, COMMAND_FILES, COMPETENCE_FILE, NGRAM_VERDICT_FILE
+from empirical.yardsticks.regime import Z_95
 
 HEADS_FILE = COMMAND_FILES["heads"].reports[0]
 
@@ -31,8 +32,6 @@ PROBE_TOKENS = tuple(f"token {back} back" for back in range(1, 6))
 HEAD_KINDS = {"previous-token": ("previous-token 1", "previous-token 2"), "induction": ("induction 1", "induction 2")}
 """The score groups of ``heads.json`` each kind of history head takes its best from."""
 SCOPE = "test_sequence"
-Z_95 = 1.959963984540054
-"""The two-sided 95% normal quantile."""
 
 RULES = f"""\
 - **Distance to the ceiling.** A network's distance is ``model - ceiling`` on the test sequence of
