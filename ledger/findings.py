@@ -153,6 +153,11 @@ STATES_128 = tuple(model for model in REGIME_MODELS if model.ceiling_bound is no
 """The regime networks on 128-state families, whose ``competence.json`` holds the ceiling's upper bound."""
 
 
+STATES_128_VERDICTS = tuple(dict.fromkeys((*(model.ngram_verdict or "" for model in STATES_128), *DEPTH_LADDER)))
+"""The n-gram verdicts of every 128-state network the depth finding names: the regime models' and the
+depth ladder's."""
+
+
 def _run(model: RegimeModel) -> str:
     """The run's name without its folder: ``paper-2x4x64-4x``."""
     return model.name.rsplit("/", 1)[-1]
@@ -162,9 +167,8 @@ def _depth_at_128(root: Path, outcomes: dict[str, Outcome]) -> str:
     """Which networks pass the gate at 128 states (each with its depth and its distance to the
     variable-order predictor), where the competent ones lie against the ceiling's upper bound, and
     what depth changed of that distance."""
-    paths = dict.fromkeys((*(model.ngram_verdict or "" for model in STATES_128), *DEPTH_LADDER))
     passed, failed = [], []
-    for path in paths:
+    for path in STATES_128_VERDICTS:
         verdict = _load(root, path)
         run = verdict["checkpoint"].removesuffix("/checkpoint").rsplit("/", 1)[-1]
         gap = verdict["comparisons", "test_sequence", "model - variable order"]
@@ -241,13 +245,17 @@ def _ceiling(root: Path, outcomes: dict[str, Outcome]) -> str:
     against = {scope: bounds["scopes", scope, "bound_minus", "ngram 3"] for scope in SCOPES}
     below = all(value["upper_95"] < 0 for value in against.values())
     setting = lower["scopes", "test_sequence", "settings", lower["scopes", "largest_setting"]]
+    oracle = setting["oracle_minus_lower"]
+    low, high = oracle["interval_95"]
+    relation = ("level with the oracle" if low <= 0 <= high else f"{fixed(-oracle['mean'])} above the oracle"
+                if high < 0 else f"{fixed(oracle['mean'])} below the oracle")
     return (f"The Bayes ceiling of the paper's family (S = {bounds['prior', 'num_states']}) "
             f"{'lies' if below else 'is not shown to lie'} below the in-context trigram: an upper bound on it minus the "
             f"trigram is " + " and ".join(f"{plus_minus(value['mean'], value['stderr'], 4)} nats ({scope.replace('_', ' ')})"
                                           for scope, value in against.items())
             + f"; from below, reverse annealing from the generating HMM bounds it at "
-              f"{plus_minus(setting['lower']['mean'], setting['lower']['stderr'])} on the test sequence, the oracle's "
-              f"level, so the bracket is still {fixed(setting['width_to_collapsed_smc'], 2)} nats wide")
+              f"{plus_minus(setting['lower']['mean'], setting['lower']['stderr'])} on the test sequence, {relation}, "
+              f"so the bracket is {fixed(setting['width_to_collapsed_smc'], 2)} nats wide")
 
 
 def _markov(root: Path, outcomes: dict[str, Outcome]) -> str:
@@ -277,7 +285,7 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("Their circuit", _first_claims(REGIME_MATRIX, ("circuit",)), (), _circuit),
     Finding("The layer-wise claims", (f"{REGIME_MODELS[0].prefix}-F3a-state-first",), (), _layerwise),
     Finding("Depth at 128 states", ("G-depth-competence", "D-depth", *STATES_128_CLAIMS),
-            (*DEPTH_LADDER, DEPTH, *(model.ceiling_bound or "" for model in STATES_128)), _depth_at_128),
+            (*STATES_128_VERDICTS, DEPTH, *(model.ceiling_bound or "" for model in STATES_128)), _depth_at_128),
     Finding("The hand-built network at 128 states", STATES_128_CLAIMS,
             tuple(model.ceiling_bound or "" for model in STATES_128), _hand_built_128),
     Finding("The plateau", ("G-paper-size-competence", "G-plateau-study"), (GPU_SWEEP, PLATEAU), _plateau),

@@ -118,3 +118,18 @@ def test_a_missing_result_is_named_in_its_finding(tmp_path):
     (root / "figures/competence/ceiling-paper.json").unlink()
     assert _lines(findings_block(root))["The ceiling"].startswith(
         "not computed: figures/competence/ceiling-paper.json is missing ([G-ceiling-paper]")
+
+
+def test_the_ceiling_finding_places_the_lower_bound_against_the_oracle_by_its_interval(tmp_path):
+    """The committed bound is level with the oracle (its interval holds 0); planted above the oracle,
+    the finding says by how much instead."""
+    lower = "figures/competence/ceiling-lower-paper.json"
+    assert ", level with the oracle, so the bracket" in _lines(committed_block())["The ceiling"]
+    root = copy_results(tmp_path)
+
+    def above_the_oracle(document):
+        setting = document["scopes"]["test_sequence"]["settings"][document["scopes"]["largest_setting"]]
+        setting["oracle_minus_lower"].update(mean=-0.25, interval_95=[-0.3, -0.2])
+
+    plant(root, lower, above_the_oracle)
+    assert ", 0.250 above the oracle, so the bracket" in _lines(findings_block(root))["The ceiling"]
